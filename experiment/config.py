@@ -1,0 +1,541 @@
+"""The one typed configuration of the experiment.
+
+Every name, model, port, size and count used by ``stacks/``, ``charts/``,
+``runtime/``, ``loadtest/`` and ``local_run/`` comes from here. Defaults
+reproduce the published experiment (Qwen3-32B target, Qwen3-1.7B draft, k=7,
+trn2.48xlarge, TP 32, LNC 2). Validation lives here too, so a bad value is
+rejected when the app is synthesized, before anything is deployed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from runtime.spec import Generation, ServingSpec
+
+
+class _Model(BaseModel):
+    # Unknown keys are typos: reject them rather than silently ignoring them.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Arm(StrEnum):
+    """The two arms of the comparison. Everything else about them is shared."""
+
+    BASELINE = "baseline"
+    SPECULATIVE = "speculative"
+
+
+# Neuron instance shapes the experiment knows: devices (chips) and physical
+# NeuronCores per device. DRA's connected-device groups come in these sizes.
+NEURON_INSTANCE_TYPES: dict[str, dict[str, int]] = {
+    "trn2.48xlarge": {"devices": 16, "physical_cores_per_device": 8},
+    "trn2u.48xlarge": {"devices": 16, "physical_cores_per_device": 8},
+    "trn2.3xlarge": {"devices": 1, "physical_cores_per_device": 8},
+}
+CONNECTED_DEVICE_GROUP_SIZES = (1, 4, 8, 16)
+MIN_KUBERNETES_VERSION = (1, 34)  # Neuron DRA needs 1.34+
+
+
+class NetworkConfig(_Model):
+    vpc_cidr: str = "10.42.0.0/16"
+    # The AZs that hold trn2 capacity in the region (check your Capacity Block / ODCR).
+    availability_zones: list[str] = Field(
+        default_factory=lambda: ["us-east-2a", "us-east-2b", "us-east-2c"]
+    )
+    nat_gateways: Annotated[int, Field(ge=1)] = 1
+    flow_logs_retention_days: int = 30
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as err:
+            raise ValueError(
+                f"network.vpc_cidr {value!r} is not an IPv4 network such as '10.42.0.0/16' ({err})"
+            ) from None
+        if not 16 <= network.prefixlen <= 20:
+            raise ValueError(
+                f"network.vpc_cidr {value!r}: use a prefix between /16 and /20 so every AZ gets "
+                "public and private subnets"
+            )
+        return value
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _azs(cls, value: list[str]) -> list[str]:
+        if len(value) < 2:
+            raise ValueError(
+                "network.availability_zones must list at least 2 AZs (EKS needs subnets in two); "
+                "name the AZs that hold your trn2 capacity, e.g. ['us-east-2a', 'us-east-2b']"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError(f"network.availability_zones has duplicates: {value}")
+        return value
+
+
+class ModelStoreConfig(_Model):
+    """S3 bucket holding Hugging Face checkpoints and compiled Neuron artifacts."""
+
+    bucket_name: str | None = None  # None: CloudFormation generates a unique name
+    retain_on_delete: bool = True
+    noncurrent_version_expiration_days: Annotated[int, Field(ge=1)] = 30
+    checkpoints_prefix: str = "checkpoints"
+    compiled_prefix: str = "compiled"
+    mount_path: str = "/models"
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", value):
+            raise ValueError(
+                f"model_store.bucket_name {value!r} is not a valid S3 bucket name "
+                "(3-63 lowercase letters, digits, dots, hyphens)"
+            )
+        return value
+
+
+class NodeGroupConfig(_Model):
+    instance_type: str
+    min_size: Annotated[int, Field(ge=0)]
+    max_size: Annotated[int, Field(ge=1)]
+    desired_size: Annotated[int, Field(ge=0)]
+    root_volume_gib: Annotated[int, Field(ge=20)]
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NodeGroupConfig:
+        if self.min_size > self.max_size:
+            raise ValueError(
+                f"node group min_size {self.min_size} is greater than max_size {self.max_size}; "
+                "raise max_size or lower min_size"
+            )
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise ValueError(
+                f"node group desired_size {self.desired_size} must lie between min_size "
+                f"{self.min_size} and max_size {self.max_size}"
+            )
+        return self
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "on-demand"
+    CAPACITY_BLOCK = "capacity-block"  # EC2 Capacity Blocks for ML
+    RESERVATION = "reservation"  # an on-demand capacity reservation (ODCR)
+
+
+class NeuronNodeGroupConfig(NodeGroupConfig):
+    instance_type: str = "trn2.48xlarge"
+    min_size: Annotated[int, Field(ge=0)] = 0  # scalable to zero
+    max_size: Annotated[int, Field(ge=1)] = 1
+    desired_size: Annotated[int, Field(ge=0)] = 1
+    root_volume_gib: Annotated[int, Field(ge=20)] = 512  # the Neuron DLC image is large
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    capacity_reservation_id: str | None = None
+    efa: bool = False
+    placement_group: bool = False
+
+    @field_validator("instance_type")
+    @classmethod
+    def _neuron_type(cls, value: str) -> str:
+        if value not in NEURON_INSTANCE_TYPES:
+            raise ValueError(
+                f"cluster.neuron_nodes.instance_type {value!r} is not a known Neuron type; "
+                f"use one of {sorted(NEURON_INSTANCE_TYPES)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _capacity(self) -> NeuronNodeGroupConfig:
+        needs_id = self.capacity_type in (CapacityType.CAPACITY_BLOCK, CapacityType.RESERVATION)
+        if needs_id and not self.capacity_reservation_id:
+            raise ValueError(
+                f"cluster.neuron_nodes.capacity_type {self.capacity_type.value!r} needs "
+                "capacity_reservation_id (the 'cr-...' id of your Capacity Block or reservation)"
+            )
+        if self.capacity_reservation_id and not re.fullmatch(
+            r"cr-[0-9a-f]{8,17}", self.capacity_reservation_id
+        ):
+            raise ValueError(
+                f"cluster.neuron_nodes.capacity_reservation_id {self.capacity_reservation_id!r} "
+                "does not look like 'cr-0123456789abcdef0'"
+            )
+        if self.capacity_reservation_id and self.capacity_type == CapacityType.ON_DEMAND:
+            raise ValueError(
+                "cluster.neuron_nodes.capacity_reservation_id is set but capacity_type is "
+                "'on-demand'; set capacity_type to 'capacity-block' or 'reservation'"
+            )
+        return self
+
+    @property
+    def devices(self) -> int:
+        return NEURON_INSTANCE_TYPES[self.instance_type]["devices"]
+
+    @property
+    def physical_cores_per_device(self) -> int:
+        return NEURON_INSTANCE_TYPES[self.instance_type]["physical_cores_per_device"]
+
+
+def _default_system_nodes() -> NodeGroupConfig:
+    return NodeGroupConfig(
+        instance_type="m7i.2xlarge", min_size=1, max_size=3, desired_size=2, root_volume_gib=100
+    )
+
+
+class EndpointAccess(StrEnum):
+    PRIVATE = "private"
+    PUBLIC_AND_PRIVATE = "public-and-private"
+
+
+class ClusterConfig(_Model):
+    name: str = "qwen-sd"
+    kubernetes_version: str = "1.34"
+    # IAM principals (role/user ARNs) given cluster-admin through an EKS access entry.
+    admin_principal_arns: list[str] = Field(default_factory=list)
+    endpoint_access: EndpointAccess = EndpointAccess.PRIVATE
+    public_access_cidrs: list[str] = Field(default_factory=list)
+    control_plane_log_types: list[str] = Field(
+        default_factory=lambda: ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    )
+    system_nodes: NodeGroupConfig = Field(default_factory=_default_system_nodes)
+    neuron_nodes: NeuronNodeGroupConfig = Field(default_factory=NeuronNodeGroupConfig)
+    neuron_helm_chart: str = "oci://public.ecr.aws/neuron/neuron-helm-chart"
+    neuron_helm_chart_version: str = "1.4.0"
+    neuron_namespace: str = "neuron-dra"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,38}", value):
+            raise ValueError(
+                f"cluster.name {value!r}: use lowercase letters, digits and '-' (max 39 chars)"
+            )
+        return value
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _k8s(cls, value: str) -> str:
+        match = re.fullmatch(r"1\.(\d+)", value)
+        if not match or (1, int(match.group(1))) < MIN_KUBERNETES_VERSION:
+            raise ValueError(
+                f"cluster.kubernetes_version {value!r}: the Neuron DRA driver needs Kubernetes "
+                "1.34 or newer; set e.g. '1.34'"
+            )
+        return value
+
+    @field_validator("admin_principal_arns")
+    @classmethod
+    def _arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/.+", arn):
+                raise ValueError(
+                    f"cluster.admin_principal_arns: {arn!r} is not an IAM role or user ARN "
+                    "like 'arn:aws:iam::123456789012:role/Admin'"
+                )
+        return value
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                network = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as err:
+                raise ValueError(
+                    f"cluster.public_access_cidrs: {cidr!r} is not a CIDR such as "
+                    f"'203.0.113.0/24' ({err})"
+                ) from None
+            if network.prefixlen == 0:
+                raise ValueError(
+                    f"cluster.public_access_cidrs: {cidr!r} opens the API endpoint to the whole "
+                    "internet; list your own egress CIDRs instead"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ClusterConfig:
+        public = self.endpoint_access == EndpointAccess.PUBLIC_AND_PRIVATE
+        if public and not self.public_access_cidrs:
+            raise ValueError(
+                "cluster.endpoint_access is 'public-and-private' but public_access_cidrs is "
+                "empty; list the CIDRs allowed to reach the API (e.g. ['203.0.113.0/24'])"
+            )
+        if not public and self.public_access_cidrs:
+            raise ValueError(
+                "cluster.public_access_cidrs is set but endpoint_access is 'private'; set "
+                "endpoint_access to 'public-and-private' or remove the CIDRs"
+            )
+        return self
+
+    @property
+    def kubernetes_minor(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])
+
+
+class ServingConfig(_Model):
+    """What both vLLM services share, plus the speculative settings of the SD arm."""
+
+    namespace: str = "qwen"
+    baseline_service: str = "qwen-vllm"
+    speculative_service: str = "qwen-sd-vllm"
+    generation: Generation = Generation.NEURON_FORK
+    image: str = (
+        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:"
+        "0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04"
+    )
+    target_model: str = "Qwen/Qwen3-32B"
+    draft_model: str = "Qwen/Qwen3-1.7B"
+    speculative_method: str | None = None  # plugin generation needs "eagle" or "eagle3"
+    num_speculative_tokens: int = 7
+    tensor_parallel_size: Annotated[int, Field(ge=1)] = 32
+    logical_neuron_cores: Literal[1, 2] = 2
+    neuron_devices: int = 8  # devices (chips) one pod claims through DRA
+    max_num_seqs: Annotated[int, Field(ge=1)] = 4
+    max_model_len: Annotated[int, Field(ge=16)] = 1024
+    compiled_max_model_len: int | None = None  # None: artifacts compiled for max_model_len
+    block_size: Annotated[int, Field(ge=1)] = 32
+    port: Annotated[int, Field(ge=1024, le=65535)] = 8000
+    replicas: Annotated[int, Field(ge=1)] = 1
+    cpu: Annotated[int, Field(ge=1)] = 90
+    memory_gib: Annotated[int, Field(ge=1)] = 512
+    shm_size_gib: Annotated[int, Field(ge=1)] = 128
+    startup_timeout_minutes: Annotated[int, Field(ge=1)] = 60  # load precompiled artifacts
+    seed: int = 0
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _k(cls, value: int) -> int:
+        if not 1 <= value <= 15:
+            raise ValueError(
+                f"serving.num_speculative_tokens is {value}; choose k between 1 and 15 "
+                "(the experiment found 7 best for a Qwen3-1.7B draft)"
+            )
+        return value
+
+    @field_validator("neuron_devices")
+    @classmethod
+    def _devices(cls, value: int) -> int:
+        if value not in CONNECTED_DEVICE_GROUP_SIZES:
+            raise ValueError(
+                f"serving.neuron_devices is {value}; the DRA driver allocates connected groups "
+                f"of {list(CONNECTED_DEVICE_GROUP_SIZES)} devices"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _lengths(self) -> ServingConfig:
+        if self.baseline_service == self.speculative_service:
+            raise ValueError("serving.baseline_service and speculative_service must differ")
+        if self.compiled_max_model_len is not None and self.max_model_len > self.compiled_max_model_len:
+            raise ValueError(
+                f"serving.max_model_len {self.max_model_len} exceeds compiled_max_model_len "
+                f"{self.compiled_max_model_len}; recompile or lower max_model_len"
+            )
+        if self.generation == Generation.NEURON_PLUGIN and self.speculative_method not in (
+            "eagle",
+            "eagle3",
+        ):
+            raise ValueError(
+                "serving.generation 'neuron-plugin' only supports EAGLE/EAGLE3 drafts; set "
+                "serving.speculative_method to 'eagle' or 'eagle3' with an EAGLE draft, or use "
+                "generation 'neuron-fork' for a plain draft model such as Qwen/Qwen3-1.7B"
+            )
+        return self
+
+    def service_name(self, arm: Arm) -> str:
+        return self.baseline_service if arm == Arm.BASELINE else self.speculative_service
+
+
+class PromptSuiteConfig(_Model):
+    """The published experiment's load: 64 input tokens, 600 output, 4 concurrent."""
+
+    files: list[str] = Field(
+        default_factory=lambda: ["loadtest/prompts/structured.jsonl", "loadtest/prompts/open_ended.jsonl"]
+    )
+
+
+class SloConfig(_Model):
+    ttft_ms: float = 2000.0
+    tpot_ms: float = 100.0
+    e2e_ms: float = 60000.0
+
+
+class MetricNames(_Model):
+    """CloudWatch metric names: the contract between the load test (publisher) and the
+    dashboard (reader). Latencies in milliseconds."""
+
+    ttft: str = "TimeToFirstToken"
+    inter_token_latency: str = "InterTokenLatency"  # per token, not per SSE chunk
+    time_per_output_token: str = "TimePerOutputToken"
+    e2e_latency: str = "EndToEndLatency"
+    output_tokens_per_second: str = "OutputTokensPerSecond"  # per request
+    output_throughput: str = "OutputTokenThroughput"  # per run: tokens / wall second
+    request_throughput: str = "RequestThroughput"
+    goodput: str = "Goodput"
+    failed_requests: str = "FailedRequests"
+    acceptance_rate: str = "AcceptanceRate"
+    mean_acceptance_length: str = "MeanAcceptanceLength"
+
+
+class LoadTestConfig(_Model):
+    metric_namespace: str = "SpecDecode/LoadTest"
+    metric_names: MetricNames = Field(default_factory=MetricNames)
+    variant_dimension: str = "Variant"
+    prompt_class_dimension: str = "PromptClass"
+    variant_labels: dict[Arm, str] = Field(
+        default_factory=lambda: {Arm.BASELINE: "Base", Arm.SPECULATIVE: "SD"}
+    )
+    prompts: PromptSuiteConfig = Field(default_factory=PromptSuiteConfig)
+    concurrency: Annotated[int, Field(ge=1)] = 4
+    request_rate: float | None = None  # requests/s (open loop); None: closed loop at concurrency
+    requests_per_prompt: Annotated[int, Field(ge=1)] = 8
+    warmup_requests: Annotated[int, Field(ge=0)] = 2
+    max_tokens: Annotated[int, Field(ge=1)] = 600
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    seed: int = 0
+    request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    max_duration_s: Annotated[float, Field(gt=0)] = 3600.0
+    slo: SloConfig = Field(default_factory=SloConfig)
+    service_account: str = "loadtest"
+    image_directory: str = "loadtest"  # Dockerfile for the load-test image (CDK image asset)
+
+    @model_validator(mode="after")
+    def _labels(self) -> LoadTestConfig:
+        if set(self.variant_labels) != set(Arm):
+            raise ValueError("loadtest.variant_labels must name both arms: baseline, speculative")
+        return self
+
+
+class LocalConfig(_Model):
+    """The embedded default: both arms on real vLLM (CPU) with tiny generated models."""
+
+    models_dir: str = ".cache/models"
+    model_seed: int = 0
+    host: str = "127.0.0.1"
+    baseline_port: Annotated[int, Field(ge=1024, le=65535)] = 8101
+    speculative_port: Annotated[int, Field(ge=1024, le=65535)] = 8102
+    max_model_len: Annotated[int, Field(ge=16)] = 512
+    max_num_seqs: Annotated[int, Field(ge=1)] = 4
+    num_speculative_tokens: int | None = None  # None: same k as the trn2 deployment
+    max_tokens: Annotated[int, Field(ge=1)] = 64
+    concurrency: Annotated[int, Field(ge=1)] = 2
+    requests_per_prompt: Annotated[int, Field(ge=1)] = 1
+    startup_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    cpu_kvcache_gib: Annotated[int, Field(ge=1)] = 1
+    runs_dir: str = "runs"
+
+    @model_validator(mode="after")
+    def _ports(self) -> LocalConfig:
+        if self.baseline_port == self.speculative_port:
+            raise ValueError("local.baseline_port and local.speculative_port must differ")
+        return self
+
+
+class ExperimentConfig(_Model):
+    project: str = "qwen-sd"
+    region: str = "us-east-2"
+    account: str | None = None  # None: environment-agnostic synth
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    model_store: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    loadtest: LoadTestConfig = Field(default_factory=LoadTestConfig)
+    local: LocalConfig = Field(default_factory=LocalConfig)
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", value):
+            raise ValueError(f"region {value!r} is not an AWS region name such as 'us-east-2'")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ExperimentConfig:
+        for az in self.network.availability_zones:
+            if not az.startswith(self.region):
+                raise ValueError(
+                    f"network.availability_zones: {az!r} is not in region {self.region!r}"
+                )
+        nodes = self.cluster.neuron_nodes
+        serving = self.serving
+        if serving.neuron_devices > nodes.devices:
+            raise ValueError(
+                f"serving.neuron_devices {serving.neuron_devices} exceeds the "
+                f"{nodes.devices} devices of a {nodes.instance_type}"
+            )
+        logical_cores = self.claimed_logical_cores
+        if serving.tensor_parallel_size != logical_cores:
+            raise ValueError(
+                f"serving.tensor_parallel_size {serving.tensor_parallel_size} x LNC "
+                f"{serving.logical_neuron_cores} does not match the claim: "
+                f"{serving.neuron_devices} devices x {nodes.physical_cores_per_device} physical "
+                f"cores / LNC {serving.logical_neuron_cores} = {logical_cores} logical cores. "
+                f"Set tensor_parallel_size to {logical_cores} or change neuron_devices/LNC"
+            )
+        return self
+
+    @property
+    def claimed_logical_cores(self) -> int:
+        physical = self.serving.neuron_devices * self.cluster.neuron_nodes.physical_cores_per_device
+        return physical // self.serving.logical_neuron_cores
+
+    def model_path(self, model_id: str) -> str:
+        """Where a checkpoint sits inside the serving container (S3 mount)."""
+        return f"{self.model_store.mount_path}/{self.model_store.checkpoints_prefix}/{model_id}"
+
+    def compiled_artifacts_path(self, arm: Arm) -> str:
+        return (
+            f"{self.model_store.mount_path}/{self.model_store.compiled_prefix}/"
+            f"{self.serving.service_name(arm)}"
+        )
+
+    def serving_spec(self, arm: Arm) -> ServingSpec:
+        """The trn2 serving spec of one arm; the arms differ only in the draft settings."""
+        serving = self.serving
+        speculative = arm == Arm.SPECULATIVE
+        return ServingSpec(
+            service_name=serving.service_name(arm),
+            generation=serving.generation,
+            served_model_name=serving.target_model,
+            target_model=self.model_path(serving.target_model),
+            port=serving.port,
+            max_num_seqs=serving.max_num_seqs,
+            max_model_len=serving.max_model_len,
+            block_size=serving.block_size,
+            seed=serving.seed,
+            draft_model=self.model_path(serving.draft_model) if speculative else None,
+            num_speculative_tokens=serving.num_speculative_tokens if speculative else None,
+            speculative_method=serving.speculative_method if speculative else None,
+            tensor_parallel_size=serving.tensor_parallel_size,
+            logical_neuron_cores=serving.logical_neuron_cores,
+            claimed_logical_cores=self.claimed_logical_cores,
+            compiled_artifacts_path=self.compiled_artifacts_path(arm),
+            compiled_max_model_len=serving.compiled_max_model_len or serving.max_model_len,
+        )
+
+    def local_serving_spec(self, arm: Arm, target_dir: str, draft_dir: str) -> ServingSpec:
+        """The local (vLLM on CPU) spec of one arm, with the same k as the trn2 deployment."""
+        local = self.local
+        speculative = arm == Arm.SPECULATIVE
+        port = local.baseline_port if arm == Arm.BASELINE else local.speculative_port
+        k = local.num_speculative_tokens or self.serving.num_speculative_tokens
+        return ServingSpec(
+            service_name=self.serving.service_name(arm),
+            generation=Generation.LOCAL_CPU,
+            served_model_name=self.serving.target_model,
+            target_model=target_dir,
+            port=port,
+            max_num_seqs=local.max_num_seqs,
+            max_model_len=local.max_model_len,
+            block_size=self.serving.block_size,
+            seed=self.serving.seed,
+            draft_model=draft_dir if speculative else None,
+            num_speculative_tokens=k if speculative else None,
+            speculative_method="draft_model" if speculative else None,
+        )

