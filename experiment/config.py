@@ -331,7 +331,8 @@ class ServingConfig(_Model):
     def _lengths(self) -> ServingConfig:
         if self.baseline_service == self.speculative_service:
             raise ValueError("serving.baseline_service and speculative_service must differ")
-        if self.compiled_max_model_len is not None and self.max_model_len > self.compiled_max_model_len:
+        compiled = self.compiled_max_model_len
+        if compiled is not None and self.max_model_len > compiled:
             raise ValueError(
                 f"serving.max_model_len {self.max_model_len} exceeds compiled_max_model_len "
                 f"{self.compiled_max_model_len}; recompile or lower max_model_len"
@@ -355,7 +356,10 @@ class PromptSuiteConfig(_Model):
     """The published experiment's load: 64 input tokens, 600 output, 4 concurrent."""
 
     files: list[str] = Field(
-        default_factory=lambda: ["loadtest/prompts/structured.jsonl", "loadtest/prompts/open_ended.jsonl"]
+        default_factory=lambda: [
+            "loadtest/prompts/structured.jsonl",
+            "loadtest/prompts/open_ended.jsonl",
+        ]
     )
 
 

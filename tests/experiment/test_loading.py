@@ -1,0 +1,99 @@
+"""The configuration layers: defaults < cdk.json context < file < dotted overrides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiment import Arm, ConfigError, build_config
+from experiment.loading import cdk_json_context
+
+
+def test_defaults_reproduce_the_published_experiment() -> None:
+    config = build_config({})
+    serving = config.serving
+    assert (serving.target_model, serving.draft_model) == ("Qwen/Qwen3-32B", "Qwen/Qwen3-1.7B")
+    assert serving.num_speculative_tokens == 7
+    assert (serving.tensor_parallel_size, serving.logical_neuron_cores) == (32, 2)
+    assert (serving.max_num_seqs, serving.max_model_len) == (4, 1024)
+    assert config.cluster.neuron_nodes.instance_type == "trn2.48xlarge"
+    assert config.cluster.kubernetes_minor >= 34
+    assert config.region == "us-east-2"
+
+
+def test_context_file_and_overrides_layer_in_order(tmp_path) -> None:
+    config_file = tmp_path / "tuning.yaml"
+    config_file.write_text("serving:\n  num_speculative_tokens: 5\n  max_num_seqs: 8\n")
+    context = {
+        "experiment": {"serving": {"num_speculative_tokens": 3, "max_model_len": 2048}},
+        "experiment_file": str(config_file),
+        "experiment.serving.max_num_seqs": "2",  # `-c` values arrive as strings
+    }
+    serving = build_config(context).serving
+    assert serving.max_model_len == 2048  # context
+    assert serving.num_speculative_tokens == 5  # file beats context
+    assert serving.max_num_seqs == 2  # dotted override beats file
+
+
+def test_override_accepts_json_lists() -> None:
+    config = build_config({"experiment.network.availability_zones": '["us-east-2a", "us-east-2c"]'})
+    assert config.network.availability_zones == ["us-east-2a", "us-east-2c"]
+
+
+def test_unknown_key_is_named_in_the_error() -> None:
+    with pytest.raises(ConfigError, match=r"serving\.num_speculative_token: unknown key"):
+        build_config({"experiment.serving.num_speculative_token": "7"})
+
+
+def test_missing_config_file_says_which_path(tmp_path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_config({"experiment_file": str(missing)})
+
+
+def test_all_errors_are_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_config(
+            {"experiment.serving.num_speculative_tokens": "0", "experiment.region": "mars"}
+        )
+    assert "num_speculative_tokens" in str(err.value)
+    assert "region" in str(err.value)
+
+
+def test_without_context_the_project_cdk_json_is_read() -> None:
+    assert build_config() == build_config(cdk_json_context())
+
+
+def test_cdk_json_is_valid_and_has_the_experiment_context() -> None:
+    assert isinstance(cdk_json_context().get("experiment"), dict)
+    assert json.loads(json.dumps(cdk_json_context())) == cdk_json_context()
+
+
+def test_arms_share_everything_but_the_draft() -> None:
+    config = build_config({})
+    base = config.serving_spec(Arm.BASELINE)
+    spec = config.serving_spec(Arm.SPECULATIVE)
+    assert base.draft_model is None and base.num_speculative_tokens is None
+    assert spec.draft_model and spec.draft_model.endswith("Qwen/Qwen3-1.7B")
+    assert spec.num_speculative_tokens == 7
+    decoding = {"service_name", "draft_model", "num_speculative_tokens", "speculative_method",
+                "compiled_artifacts_path"}
+    shared = {k for k in base.__dataclass_fields__ if k not in decoding}
+    assert {k: getattr(base, k) for k in shared} == {k: getattr(spec, k) for k in shared}
+
+
+def test_serving_spec_round_trips_through_json() -> None:
+    from runtime.spec import ServingSpec
+
+    spec = build_config({}).serving_spec(Arm.SPECULATIVE)
+    assert ServingSpec.from_json(spec.to_json()) == spec
+
+
+def test_serving_spec_rejects_unknown_keys() -> None:
+    from runtime.spec import ServingSpec
+
+    data = json.loads(build_config({}).serving_spec(Arm.BASELINE).to_json())
+    data["speculative_tokens"] = 7
+    with pytest.raises(ValueError, match="unknown keys"):
+        ServingSpec.from_dict(data)
