@@ -542,4 +542,6 @@ class ExperimentConfig(_Model):
             draft_model=draft_dir if speculative else None,
             num_speculative_tokens=k if speculative else None,
             speculative_method="draft_model" if speculative else None,
+            host=local.host,
+            cpu_kvcache_gib=local.cpu_kvcache_gib,
         )

