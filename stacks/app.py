@@ -1,0 +1,60 @@
+"""Build the whole CDK app from one validated configuration."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+
+from experiment import ExperimentConfig, build_config
+from stacks.cluster import ClusterStack
+from stacks.dashboard import ObservabilityStack
+from stacks.model_store import ModelStoreStack
+from stacks.nag import add_checks
+from stacks.network import NetworkStack
+
+
+def build_app(app: cdk.App) -> tuple[ExperimentConfig, list[cdk.Stack]]:
+    """Validate the config from the app's context, then create every stack.
+
+    A bad configuration raises ``experiment.ConfigError`` before any construct exists.
+    """
+    config = build_config(context=app.node.get_all_context())
+    return config, create_stacks(app, config)
+
+
+def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
+    env = cdk.Environment(account=config.account, region=config.region)
+    if config.account:
+        # With a concrete account CDK would look the AZs up; the config already names them.
+        app.node.set_context(
+            f"availability-zones:account={config.account}:region={config.region}",
+            config.network.availability_zones,
+        )
+    add_checks(app)
+    prefix = config.project
+    tags = {"project": config.project}
+    network = NetworkStack(
+        app, "Network", config=config, env=env, stack_name=f"{prefix}-network", tags=tags
+    )
+    store = ModelStoreStack(
+        app, "ModelStore", config=config, env=env, stack_name=f"{prefix}-model-store", tags=tags
+    )
+    cluster = ClusterStack(
+        app,
+        "Cluster",
+        config=config,
+        vpc=network.vpc,
+        bucket_name=store.bucket.bucket_name,
+        mountpoint_role=store.mountpoint_role,
+        env=env,
+        stack_name=f"{prefix}-cluster",
+        tags=tags,
+    )
+    observability = ObservabilityStack(
+        app,
+        "Observability",
+        config=config,
+        env=env,
+        stack_name=f"{prefix}-observability",
+        tags=tags,
+    )
+    return [network, store, cluster, observability]

@@ -1,0 +1,114 @@
+"""S3 model store: Hugging Face checkpoints and compiled Neuron artifacts.
+
+Encrypted with a customer-managed KMS key, public access blocked, TLS enforced, versioned,
+server access logs on. The Mountpoint CSI driver's Pod Identity role, defined here next to the
+bucket it may touch, is the only principal granted access (associated in ``addons.py``).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from experiment import ExperimentConfig
+from stacks.nag import acknowledge
+from stacks.pod_identity import pod_identity_role
+
+
+class ModelStoreStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: ExperimentConfig, **kwargs
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        store = config.model_store
+        removal = cdk.RemovalPolicy.RETAIN if store.retain_on_delete else cdk.RemovalPolicy.DESTROY
+        # Objects are only deleted with the bucket when the user chose not to retain it.
+        auto_delete = not store.retain_on_delete
+
+        self.key = kms.Key(
+            self,
+            "Key",
+            description=f"{config.project}: model store (checkpoints, compiled Neuron artifacts)",
+            enable_key_rotation=True,
+            removal_policy=removal,
+        )
+        access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            # S3 server access logging only delivers to SSE-S3 buckets.
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
+            removal_policy=removal,
+            auto_delete_objects=auto_delete,
+        )
+        acknowledge(
+            access_logs,
+            "AwsSolutions-S1",
+            "This bucket is the access-log destination; logging it into itself would loop.",
+        )
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            bucket_name=store.bucket_name,
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=self.key,
+            bucket_key_enabled=True,  # fewer KMS calls while Mountpoint streams large files
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=access_logs,
+            server_access_logs_prefix="model-store/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    noncurrent_version_expiration=cdk.Duration.days(
+                        store.noncurrent_version_expiration_days
+                    ),
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(7),
+                )
+            ],
+            removal_policy=removal,
+            auto_delete_objects=auto_delete,
+        )
+        self.mountpoint_role = pod_identity_role(
+            self, "MountpointRole", "Mountpoint for S3 CSI driver: the model bucket only"
+        )
+        self._grant_mountpoint(self.mountpoint_role)
+        cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name)
+
+    def _grant_mountpoint(self, role: iam.Role) -> None:
+        # What Mountpoint needs, nothing more: list the bucket; read, write (precompile), resume
+        # and delete its objects; use the bucket's KMS key.
+        policy = iam.Policy(
+            self,
+            "MountpointAccess",
+            statements=[
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn]),
+                iam.PolicyStatement(
+                    actions=[
+                        "s3:GetObject",
+                        "s3:PutObject",
+                        "s3:AbortMultipartUpload",
+                        "s3:DeleteObject",
+                    ],
+                    resources=[self.bucket.arn_for_objects("*")],
+                ),
+                iam.PolicyStatement(
+                    actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[self.key.key_arn]
+                ),
+            ],
+        )
+        role.attach_inline_policy(policy)
+        bucket_logical_id = self.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
+        acknowledge(
+            policy,
+            f"AwsSolutions-IAM5[Resource::<{bucket_logical_id}.Arn>/*]",
+            "Object-level actions on the one model bucket: Mountpoint reads checkpoints and "
+            "writes compiled artifacts under any key of that bucket, and nowhere else.",
+        )
