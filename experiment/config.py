@@ -34,12 +34,16 @@ class Arm(StrEnum):
 # Neuron instance shapes the experiment knows: devices (chips) and physical
 # NeuronCores per device. DRA's connected-device groups come in these sizes.
 NEURON_INSTANCE_TYPES: dict[str, dict[str, int]] = {
-    "trn2.48xlarge": {"devices": 16, "physical_cores_per_device": 8},
-    "trn2u.48xlarge": {"devices": 16, "physical_cores_per_device": 8},
-    "trn2.3xlarge": {"devices": 1, "physical_cores_per_device": 8},
+    "trn2.48xlarge": {"devices": 16, "physical_cores_per_device": 8, "efa_interfaces": 16},
+    "trn2u.48xlarge": {"devices": 16, "physical_cores_per_device": 8, "efa_interfaces": 16},
+    "trn2.3xlarge": {"devices": 1, "physical_cores_per_device": 8, "efa_interfaces": 1},
 }
 CONNECTED_DEVICE_GROUP_SIZES = (1, 4, 8, 16)
 MIN_KUBERNETES_VERSION = (1, 34)  # Neuron DRA needs 1.34+
+# The retention periods CloudWatch Logs accepts.
+_UP_TO_18_MONTHS = (30, 60, 90, 120, 150, 180, 365, 400, 545)
+_TWO_TO_TEN_YEARS = (731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, *_UP_TO_18_MONTHS, *_TWO_TO_TEN_YEARS)
 
 
 class NetworkConfig(_Model):
@@ -77,6 +81,16 @@ class NetworkConfig(_Model):
             )
         if len(set(value)) != len(value):
             raise ValueError(f"network.availability_zones has duplicates: {value}")
+        return value
+
+    @field_validator("flow_logs_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError(
+                f"network.flow_logs_retention_days {value} is not a CloudWatch Logs retention; "
+                f"use one of {list(LOG_RETENTION_DAYS)}"
+            )
         return value
 
 
@@ -179,6 +193,11 @@ class NeuronNodeGroupConfig(NodeGroupConfig):
     @property
     def physical_cores_per_device(self) -> int:
         return NEURON_INSTANCE_TYPES[self.instance_type]["physical_cores_per_device"]
+
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA-capable network cards of the instance type (one interface per card)."""
+        return NEURON_INSTANCE_TYPES[self.instance_type]["efa_interfaces"]
 
 
 def _default_system_nodes() -> NodeGroupConfig:
