@@ -324,6 +324,9 @@ class ServingConfig(_Model):
     memory_gib: Annotated[int, Field(ge=1)] = 512
     shm_size_gib: Annotated[int, Field(ge=1)] = 128
     startup_timeout_minutes: Annotated[int, Field(ge=1)] = 60  # load precompiled artifacts
+    precompile_timeout_minutes: Annotated[int, Field(ge=1)] = 360  # first compile, target+draft
+    compile_scratch_gib: Annotated[int, Field(ge=1)] = 256  # node-local disk vLLM compiles into
+    termination_grace_seconds: Annotated[int, Field(ge=1)] = 120  # let in-flight streams finish
     seed: int = 0
 
     @field_validator("num_speculative_tokens")

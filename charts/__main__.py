@@ -1,0 +1,71 @@
+"""Synthesize the charts to plain YAML for kubectl users.
+
+    python -m charts --out dist/ --bucket my-model-store \
+        --loadtest-image 123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:tag
+
+Configuration layers are the same as for ``cdk synth`` (cdk.json, ``--config`` file,
+``-c experiment.a.b=value``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import cdk8s
+
+from charts.app import ArmsDriftError, build_charts
+from charts.inputs import ClusterInputs
+from experiment.loading import ConfigError, build_config, cdk_json_context
+
+EXIT_BAD_INPUT = 2
+
+
+def _context(pairs: list[str]) -> dict[str, str]:
+    context: dict[str, str] = dict(cdk_json_context())
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"-c {pair!r}: write overrides as key=value")
+        context[key] = value
+    return context
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m charts", description=__doc__)
+    parser.add_argument("--out", default="dist", help="directory for the *.k8s.yaml files")
+    parser.add_argument("--bucket", help="model-store bucket (default: model_store.bucket_name)")
+    parser.add_argument("--loadtest-image", help="load-test image URI (ECR)")
+    parser.add_argument("--config", help="experiment config file (YAML or JSON)")
+    parser.add_argument("-c", dest="context", action="append", default=[], metavar="KEY=VALUE")
+    options = parser.parse_args(argv)
+    try:
+        config = build_config(_context(options.context), options.config)
+        bucket = options.bucket or config.model_store.bucket_name
+        if not bucket:
+            raise ConfigError(
+                "no bucket: pass --bucket <name> (the stack's model-store bucket output) or "
+                "set model_store.bucket_name"
+            )
+        if not options.loadtest_image:
+            raise ConfigError(
+                "no load-test image: pass --loadtest-image <ECR URI> (the stack's load-test "
+                "image output)"
+            )
+        inputs = ClusterInputs(bucket_name=bucket, loadtest_image=options.loadtest_image)
+        out = Path(options.out)
+        app = cdk8s.App(outdir=str(out))
+        build_charts(app, config, inputs)
+        app.synth()
+    except (ConfigError, ArmsDriftError) as err:
+        print(f"charts: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for file in sorted(out.glob("*.k8s.yaml")):
+        print(file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+"""What the charts need from the CDK stacks (or from the command line for plain YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ClusterInputs:
+    """Values created by the CDK stacks; CDK token strings are fine (resolved at deploy)."""
+
+    bucket_name: str
+    loadtest_image: str

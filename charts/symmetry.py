@@ -1,0 +1,155 @@
+"""Prove the two arms are identical except for decoding.
+
+``arm_asymmetries`` walks the baseline's and the speculative arm's manifests side by side
+and returns every difference that is not one of the allowed ones:
+
+- names, the arm label and the instance label/selector (each arm is its own object);
+- the reference to the arm's spec ConfigMap;
+- the config checksum annotation (it hashes the arm's spec);
+- in the spec JSON: service name, draft model, k, speculative method, artifacts path;
+- in the rendered vLLM command: only ``--speculative-config`` and the fused-speculation
+  key of the Neuron override JSON.
+
+``python -m charts`` refuses to write manifests that fail this check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from typing import Any
+
+from charts.naming import ARM_LABEL, INSTANCE, SPEC_FILE
+from charts.vllm_service import CHECKSUM_ANNOTATION, COMMAND_ANNOTATION
+from runtime.render import SPECULATIVE_NEURON_OVERRIDES
+
+SPEC_FIELDS_OF_DECODING = {
+    "service_name",
+    "draft_model",
+    "num_speculative_tokens",
+    "speculative_method",
+    "compiled_artifacts_path",  # one artifact set per arm (the speculative one is fused)
+}
+SPECULATIVE_ONLY_FLAGS = {"--speculative-config"}
+NEURON_OVERRIDE_FLAGS = {"--override-neuron-config", "--additional-config"}
+
+_ALLOWED_PATHS = [
+    re.compile(pattern)
+    for pattern in (
+        r"metadata\.name",
+        rf"(.*\.)?labels\.({re.escape(INSTANCE)}|{re.escape(ARM_LABEL)})",
+        rf"(.*\.)?(selector|matchLabels)\.{re.escape(INSTANCE)}",
+        r"spec\.selector\.matchLabels\." + re.escape(INSTANCE),
+        r"spec\.template\.spec\.volumes\[spec\]\.configMap\.name",
+        r"spec\.template\.metadata\.annotations\." + re.escape(CHECKSUM_ANNOTATION),
+    )
+]
+
+
+def _key(item: Any, index: int) -> str:
+    # Lists of named things (containers, volumes, env, ports) are matched by name.
+    if isinstance(item, dict) and isinstance(item.get("name"), str):
+        return item["name"]
+    return str(index)
+
+
+def diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
+    """Paths (dotted, list items by name) where ``a`` and ``b`` differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            child = f"{path}.{key}" if path else key
+            if key not in a or key not in b:
+                yield child
+            else:
+                yield from diff(a[key], b[key], child)
+    elif isinstance(a, list) and isinstance(b, list):
+        keyed_a = {_key(item, i): item for i, item in enumerate(a)}
+        keyed_b = {_key(item, i): item for i, item in enumerate(b)}
+        if list(keyed_a) != list(keyed_b):
+            yield f"{path}[order or membership]"
+            return
+        for key in keyed_a:
+            yield from diff(keyed_a[key], keyed_b[key], f"{path}[{key}]")
+    elif a != b:
+        yield path
+
+
+def _allowed(path: str) -> bool:
+    return any(pattern.fullmatch(path) for pattern in _ALLOWED_PATHS)
+
+
+def _flags(args: list[str]) -> dict[str, str | None]:
+    flags: dict[str, str | None] = {}
+    for index, item in enumerate(args):
+        if item.startswith("--"):
+            following = args[index + 1] if index + 1 < len(args) else None
+            flags[item] = following if following and not following.startswith("--") else None
+    return flags
+
+
+def _strip_speculative_overrides(flag: str, value: str | None) -> Any:
+    if flag not in NEURON_OVERRIDE_FLAGS or value is None:
+        return value
+    data = json.loads(value)
+    overrides = data.get("override_neuron_config", data)
+    for key in SPECULATIVE_NEURON_OVERRIDES:
+        overrides.pop(key, None)
+    return data
+
+
+def command_asymmetries(baseline: str, speculative: str) -> list[str]:
+    """Differences between two rendered commands beyond the decoding flags."""
+    base, spec = _flags(shlex.split(baseline)), _flags(shlex.split(speculative))
+    problems = [f"flag {flag} only on the baseline" for flag in sorted(set(base) - set(spec))]
+    for flag in sorted(set(spec) - set(base) - SPECULATIVE_ONLY_FLAGS):
+        problems.append(f"flag {flag} only on the speculative arm")
+    for flag in sorted(set(base) & set(spec)):
+        if _strip_speculative_overrides(flag, base[flag]) != _strip_speculative_overrides(
+            flag, spec[flag]
+        ):
+            problems.append(f"flag {flag}: {base[flag]!r} != {spec[flag]!r}")
+    if not set(spec) & SPECULATIVE_ONLY_FLAGS:
+        problems.append("the speculative arm's command has no --speculative-config")
+    return problems
+
+
+def _spec_asymmetries(base: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    a, b = json.loads(base["data"][SPEC_FILE]), json.loads(spec["data"][SPEC_FILE])
+    return [
+        f"ConfigMap spec field {path}"
+        for path in diff(a, b)
+        if path.split(".")[0].split("[")[0] not in SPEC_FIELDS_OF_DECODING
+    ]
+
+
+def arm_asymmetries(
+    baseline: list[dict[str, Any]], speculative: list[dict[str, Any]]
+) -> list[str]:
+    """Every difference between the arms' manifests that is not about decoding."""
+    problems: list[str] = []
+    by_kind_a = {obj["kind"]: obj for obj in baseline}
+    by_kind_b = {obj["kind"]: obj for obj in speculative}
+    if sorted(by_kind_a) != sorted(by_kind_b) or len(by_kind_a) != len(baseline):
+        return [f"object kinds differ: {sorted(by_kind_a)} vs {sorted(by_kind_b)}"]
+    for kind, a in by_kind_a.items():
+        b = by_kind_b[kind]
+        if kind == "ConfigMap":
+            problems += _spec_asymmetries(a, b)
+            a = {**a, "data": None}
+            b = {**b, "data": None}
+        for path in diff(a, b):
+            if path == f"spec.template.metadata.annotations.{COMMAND_ANNOTATION}":
+                annotations = "spec", "template", "metadata", "annotations"
+                commands = [_dig(obj, annotations)[COMMAND_ANNOTATION] for obj in (a, b)]
+                problems += [f"{kind} command: {p}" for p in command_asymmetries(*commands)]
+            elif not _allowed(path):
+                problems.append(f"{kind} {path}")
+    return problems
+
+
+def _dig(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    for key in keys:
+        obj = obj[key]
+    return obj
