@@ -474,6 +474,16 @@ class ExperimentConfig(_Model):
     loadtest: LoadTestConfig = Field(default_factory=LoadTestConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
 
+    @field_validator("account", mode="before")
+    @classmethod
+    def _account(cls, value: object) -> object:
+        # `-c experiment.account=012345678901` arrives parsed as a number: keep it a string.
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:012d}"
+        if isinstance(value, str) and not re.fullmatch(r"\d{12}", value):
+            raise ValueError(f"account {value!r} is not a 12-digit AWS account id")
+        return value
+
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
