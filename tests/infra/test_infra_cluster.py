@@ -1,0 +1,317 @@
+"""Targeted checks of the synthesized cluster: what the issue's "done when" promises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk import assertions
+
+from stacks.addons import (
+    CLOUDWATCH_NAMESPACE,
+    CLOUDWATCH_OBSERVABILITY,
+    CLOUDWATCH_SERVICE_ACCOUNT,
+    POD_IDENTITY_AGENT,
+    S3_CSI_DRIVER,
+    S3_CSI_NAMESPACE,
+    S3_CSI_SERVICE_ACCOUNT,
+)
+from stacks.neuron_dra import DRA_HELM_VALUES
+from stacks.node_groups import NEURON_TAINT_KEY
+
+pytestmark = pytest.mark.infra
+
+Match = assertions.Match
+
+
+def _template(synth, stack: str) -> assertions.Template:
+    return assertions.Template.from_json(synth.templates[stack])
+
+
+def _neuron_nodegroup(synth) -> dict:
+    groups = synth.resources("Cluster", "AWS::EKS::Nodegroup")
+    neuron = [g for g in groups.values() if g["Properties"].get("Taints")]
+    assert len(neuron) == 1, "exactly one tainted (Neuron) node group"
+    return neuron[0]["Properties"]
+
+
+def test_cluster_version_logging_encryption_and_private_endpoint(synth) -> None:
+    settings = synth.config.cluster
+    clusters = synth.resources("Cluster", "AWS::EKS::Cluster")
+    assert len(clusters) == 1
+    props = next(iter(clusters.values()))["Properties"]
+    assert props["Name"] == settings.name
+    assert props["Version"] == settings.kubernetes_version
+    enabled = props["Logging"]["ClusterLogging"]["EnabledTypes"]
+    assert sorted(t["Type"] for t in enabled) == sorted(settings.control_plane_log_types)
+    assert props["EncryptionConfig"][0]["Resources"] == ["secrets"]
+    assert "KeyArn" in props["EncryptionConfig"][0]["Provider"]
+    vpc_config = props["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPrivateAccess"] is True
+    assert vpc_config["EndpointPublicAccess"] is False
+    # Managed node groups only: no Auto Mode compute.
+    assert not props.get("ComputeConfig", {}).get("Enabled", False)
+
+
+def test_public_endpoint_is_restricted_to_configured_cidrs(synth_options) -> None:
+    props = next(iter(synth_options.resources("Cluster", "AWS::EKS::Cluster").values()))
+    vpc_config = props["Properties"]["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPublicAccess"] is True
+    assert vpc_config["PublicAccessCidrs"] == synth_options.config.cluster.public_access_cidrs
+
+
+def test_admin_principal_gets_a_cluster_admin_access_entry(synth_options) -> None:
+    arn = synth_options.config.cluster.admin_principal_arns[0]
+    entries = [
+        e["Properties"]
+        for e in synth_options.resources("Cluster", "AWS::EKS::AccessEntry").values()
+        if e["Properties"]["PrincipalArn"] == arn
+    ]
+    assert len(entries) == 1
+    (policy,) = entries[0]["AccessPolicies"]
+    assert policy["AccessScope"] == {"Type": "cluster"}
+    assert "policy/AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
+
+
+def test_trn2_node_group_uses_neuron_ami_launch_template_and_taint(synth) -> None:
+    nodes = synth.config.cluster.neuron_nodes
+    group = _neuron_nodegroup(synth)
+    assert group["AmiType"] == "AL2023_x86_64_NEURON"
+    assert "InstanceTypes" not in group  # the type lives in the launch template
+    assert group["CapacityType"] == "ON_DEMAND"
+    assert group["Taints"] == [{"Key": NEURON_TAINT_KEY, "Effect": "NO_SCHEDULE"}]
+    assert group["ScalingConfig"]["MinSize"] == 0  # scalable to zero
+    assert group["ScalingConfig"]["MaxSize"] == nodes.max_size
+    templates = synth.resources("Cluster", "AWS::EC2::LaunchTemplate")
+    assert len(templates) == 1
+    data = next(iter(templates.values()))["Properties"]["LaunchTemplateData"]
+    assert data["InstanceType"] == nodes.instance_type == "trn2.48xlarge"
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    root = data["BlockDeviceMappings"][0]["Ebs"]
+    assert root["VolumeSize"] == nodes.root_volume_gib
+    assert root["Encrypted"] is True
+    assert "NetworkInterfaces" not in data and "Placement" not in data
+
+
+def test_capacity_block_efa_and_placement_group(synth_options) -> None:
+    nodes = synth_options.config.cluster.neuron_nodes
+    group = _neuron_nodegroup(synth_options)
+    assert group["CapacityType"] == "CAPACITY_BLOCK"
+    data = next(iter(synth_options.resources("Cluster", "AWS::EC2::LaunchTemplate").values()))[
+        "Properties"
+    ]["LaunchTemplateData"]
+    target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert target["CapacityReservationId"] == nodes.capacity_reservation_id
+    interfaces = data["NetworkInterfaces"]
+    assert len(interfaces) == nodes.efa_interfaces == 16
+    assert interfaces[0]["InterfaceType"] == "efa" and interfaces[0]["DeviceIndex"] == 0
+    assert {i["NetworkCardIndex"] for i in interfaces} == set(range(16))
+    assert "GroupName" in data["Placement"]
+    assert len(synth_options.resources("Cluster", "AWS::EC2::PlacementGroup")) == 1
+
+
+def test_system_node_group_is_untainted_and_sized_from_config(synth) -> None:
+    nodes = synth.config.cluster.system_nodes
+    groups = synth.resources("Cluster", "AWS::EKS::Nodegroup").values()
+    system = [g["Properties"] for g in groups if not g["Properties"].get("Taints")]
+    assert len(system) == 1
+    assert system[0]["InstanceTypes"] == [nodes.instance_type]
+    assert system[0]["ScalingConfig"] == {
+        "MinSize": nodes.min_size,
+        "MaxSize": nodes.max_size,
+        "DesiredSize": nodes.desired_size,
+    }
+
+
+def test_addons_and_pod_identity_associations(synth) -> None:
+    addons = {
+        a["Properties"]["AddonName"]: a
+        for a in synth.resources("Cluster", "AWS::EKS::Addon").values()
+    }
+    assert set(addons) == {POD_IDENTITY_AGENT, S3_CSI_DRIVER, CLOUDWATCH_OBSERVABILITY}
+    associations = {
+        (a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"])
+        for a in synth.resources("Cluster", "AWS::EKS::PodIdentityAssociation").values()
+    }
+    assert associations == {
+        (S3_CSI_NAMESPACE, S3_CSI_SERVICE_ACCOUNT),
+        (CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT),
+        (synth.config.serving.namespace, synth.config.loadtest.service_account),
+    }
+    csi_config = json.loads(addons[S3_CSI_DRIVER]["Properties"]["ConfigurationValues"])
+    assert {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in csi_config[
+        "node"
+    ]["tolerations"]
+
+
+def test_dra_driver_chart_has_the_device_plugin_disabled(synth) -> None:
+    settings = synth.config.cluster
+    charts = list(synth.resources("Cluster", "Custom::AWSCDK-EKS-HelmChart").values())
+    assert len(charts) == 1
+    props = charts[0]["Properties"]
+    assert props["Repository"] == settings.neuron_helm_chart
+    assert props["Version"] == settings.neuron_helm_chart_version
+    assert props["Namespace"] == settings.neuron_namespace
+    values = json.loads(props["Values"])
+    assert values == DRA_HELM_VALUES
+    assert values["devicePlugin"]["enabled"] is False
+    assert values["draDriver"]["enabled"] is True
+
+
+def test_no_neuron_device_plugin_anywhere(synth, synth_options) -> None:
+    for result in (synth, synth_options):
+        for obj in result.manifests():
+            name = obj.get("metadata", {}).get("name", "")
+            assert not (obj.get("kind") == "DaemonSet" and "neuron-device-plugin" in name), obj
+        for stack, template in result.templates.items():
+            assert "neuron-device-plugin" not in json.dumps(template), stack
+
+
+def test_charts_apply_after_addons_and_the_dra_driver(synth) -> None:
+    resources = synth.templates["Cluster"]["Resources"]
+    charts = {
+        k: r for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+    }
+    assert charts, "the experiment charts are applied by the cluster stack"
+    helm = next(k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart")
+    addons = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::Addon"]
+    for logical_id, chart in charts.items():
+        depends = set(chart.get("DependsOn", []))
+        assert helm in depends, logical_id
+        assert set(addons) <= depends, logical_id
+
+
+def test_no_s3_star_and_no_full_access_policies(synth, synth_options) -> None:
+    for result in (synth, synth_options):
+        for stack, template in result.templates.items():
+            for logical_id, resource in template["Resources"].items():
+                props = resource.get("Properties", {})
+                documents = [props.get("PolicyDocument")] + [
+                    p.get("PolicyDocument") for p in props.get("Policies", [])
+                ]
+                for document in filter(None, documents):
+                    for statement in document["Statement"]:
+                        if statement["Effect"] != "Allow":
+                            continue  # e.g. the TLS-only Deny on s3:*
+                        actions = statement.get("Action", [])
+                        actions = [actions] if isinstance(actions, str) else actions
+                        assert "s3:*" not in actions and "*" not in actions, (stack, logical_id)
+                managed = json.dumps(props.get("ManagedPolicyArns", []))
+                assert "FullAccess" not in managed, (stack, logical_id)
+
+
+def test_model_store_role_is_scoped_to_the_bucket(synth) -> None:
+    policies = synth.resources("ModelStore", "AWS::IAM::Policy")
+    assert len(policies) == 1
+    statements = next(iter(policies.values()))["Properties"]["PolicyDocument"]["Statement"]
+    actions = sorted(
+        a
+        for s in statements
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    )
+    assert actions == sorted(
+        [
+            "s3:ListBucket",
+            "s3:GetObject",
+            "s3:PutObject",
+            "s3:AbortMultipartUpload",
+            "s3:DeleteObject",
+            "kms:Decrypt",
+            "kms:GenerateDataKey",
+        ]
+    )
+    for statement in statements:
+        assert statement["Resource"] != "*"
+
+
+def test_loadtest_role_can_only_put_metrics_in_its_namespace(synth) -> None:
+    template = _template(synth, "Cluster")
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": {
+                "Statement": [
+                    {
+                        "Action": "cloudwatch:PutMetricData",
+                        "Effect": "Allow",
+                        "Resource": "*",
+                        "Condition": {
+                            "StringEquals": {
+                                "cloudwatch:namespace": synth.config.loadtest.metric_namespace
+                            }
+                        },
+                    }
+                ],
+                "Version": "2012-10-17",
+            }
+        },
+    )
+
+
+def test_model_bucket_is_encrypted_private_versioned_tls_only(synth) -> None:
+    template = _template(synth, "ModelStore")
+    template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": {
+                "ServerSideEncryptionConfiguration": [
+                    Match.object_like(
+                        {
+                            "ServerSideEncryptionByDefault": Match.object_like(
+                                {"SSEAlgorithm": "aws:kms"}
+                            )
+                        }
+                    )
+                ]
+            },
+            "VersioningConfiguration": {"Status": "Enabled"},
+            "PublicAccessBlockConfiguration": {
+                "BlockPublicAcls": True,
+                "BlockPublicPolicy": True,
+                "IgnorePublicAcls": True,
+                "RestrictPublicBuckets": True,
+            },
+        },
+    )
+    template.has_resource_properties(
+        "AWS::S3::BucketPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Effect": "Deny",
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            }
+                        )
+                    ]
+                )
+            }
+        },
+    )
+    buckets = synth.resources("ModelStore", "AWS::S3::Bucket").values()
+    assert all(b["DeletionPolicy"] == "Retain" for b in buckets)  # retain_on_delete default
+
+
+def test_vpc_spans_the_configured_azs_with_s3_endpoint_and_flow_logs(synth) -> None:
+    network = synth.config.network
+    subnets = synth.resources("Network", "AWS::EC2::Subnet").values()
+    assert {s["Properties"]["AvailabilityZone"] for s in subnets} == set(network.availability_zones)
+    template = _template(synth, "Network")
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": network.vpc_cidr})
+    template.has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {"VpcEndpointType": "Gateway", "ServiceName": Match.object_like({})},
+    )
+    template.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL"})
+    template.has_resource_properties(
+        "AWS::Logs::LogGroup", {"RetentionInDays": network.flow_logs_retention_days}
+    )
+    template.resource_count_is("AWS::EC2::NatGateway", network.nat_gateways)
+
+
+def test_explicit_account_needs_no_context_lookup(synth_options) -> None:
+    manifest = json.loads((synth_options.outdir / "manifest.json").read_text())
+    assert not manifest.get("missing"), manifest.get("missing")
