@@ -438,6 +438,76 @@ class LoadTestConfig(_Model):
         return self
 
 
+# Head sizes vLLM's CPU attention backend implements (vllm/v1/attention/backends/cpu_attn.py).
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+class TinyModelShape(_Model):
+    """Shape of one generated Qwen3-architecture model of the local run."""
+
+    hidden_size: Annotated[int, Field(ge=32)]
+    intermediate_size: Annotated[int, Field(ge=32)]
+    num_layers: Annotated[int, Field(ge=1)]
+    num_heads: Annotated[int, Field(ge=1)]
+    num_kv_heads: Annotated[int, Field(ge=1)]
+    head_dim: int = 32
+
+    @model_validator(mode="after")
+    def _heads(self) -> TinyModelShape:
+        if self.head_dim not in CPU_ATTENTION_HEAD_SIZES:
+            raise ValueError(
+                f"head_dim {self.head_dim} is not served by vLLM's CPU attention; use one of "
+                f"{list(CPU_ATTENTION_HEAD_SIZES)}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} must be a multiple of num_kv_heads "
+                f"{self.num_kv_heads} (grouped-query attention)"
+            )
+        return self
+
+    @property
+    def size_score(self) -> int:
+        # Rough per-token cost, to check the draft is smaller than the target.
+        return self.num_layers * (self.hidden_size * self.intermediate_size + self.hidden_size**2)
+
+
+def _default_target_shape() -> TinyModelShape:
+    return TinyModelShape(
+        hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2
+    )
+
+
+def _default_draft_shape() -> TinyModelShape:
+    return TinyModelShape(
+        hidden_size=64, intermediate_size=192, num_layers=2, num_heads=2, num_kv_heads=1
+    )
+
+
+class ModelGeneratorConfig(_Model):
+    """The tiny target/draft pair of the local run: one locally trained tokenizer, a short
+    CPU training pass on structured text. Changing any value generates a new pair."""
+
+    vocab_size: Annotated[int, Field(ge=512, le=65536)] = 2048
+    target: TinyModelShape = Field(default_factory=_default_target_shape)
+    draft: TinyModelShape = Field(default_factory=_default_draft_shape)
+    documents: Annotated[int, Field(ge=100)] = 4000
+    train_steps: Annotated[int, Field(ge=0)] = 300
+    batch_size: Annotated[int, Field(ge=1)] = 16
+    sequence_length: Annotated[int, Field(ge=16)] = 256
+    learning_rate: Annotated[float, Field(gt=0, le=0.1)] = 3e-3
+
+    @model_validator(mode="after")
+    def _draft_smaller(self) -> ModelGeneratorConfig:
+        if self.draft.size_score >= self.target.size_score:
+            raise ValueError(
+                "local.generator.draft must be smaller than local.generator.target (fewer "
+                "layers or a narrower hidden size); a draft as large as its target cannot speed "
+                "it up"
+            )
+        return self
+
+
 class LocalConfig(_Model):
     """The embedded default: both arms on real vLLM (CPU) with tiny generated models."""
 
@@ -455,11 +525,21 @@ class LocalConfig(_Model):
     startup_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     cpu_kvcache_gib: Annotated[int, Field(ge=1)] = 1
     runs_dir: str = "runs"
+    # float32 so the greedy lossless check compares like with like: vLLM's "auto" would
+    # downcast the generated float32 weights to bfloat16, where near-ties flip tokens.
+    dtype: Literal["float32", "bfloat16", "auto"] = "float32"
+    generator: ModelGeneratorConfig = Field(default_factory=ModelGeneratorConfig)
 
     @model_validator(mode="after")
     def _ports(self) -> LocalConfig:
         if self.baseline_port == self.speculative_port:
             raise ValueError("local.baseline_port and local.speculative_port must differ")
+        if self.generator.sequence_length > self.max_model_len:
+            raise ValueError(
+                f"local.generator.sequence_length {self.generator.sequence_length} exceeds "
+                f"local.max_model_len {self.max_model_len}; the models would be trained on "
+                "positions the servers never use. Lower sequence_length or raise max_model_len"
+            )
         return self
 
 
@@ -576,4 +656,5 @@ class ExperimentConfig(_Model):
             speculative_method="draft_model" if speculative else None,
             host=local.host,
             cpu_kvcache_gib=local.cpu_kvcache_gib,
+            dtype=local.dtype,
         )
