@@ -1,0 +1,59 @@
+"""Syrupy snapshots of every synthesized template (reviewed on change; say why in the commit).
+
+Masked: asset hashes (change with any source file) and the cdk8s chart manifests, which
+charts/ owns and tests; here each chart is summarized as the list of objects it applies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from syrupy.extensions.json import JSONSnapshotExtension
+
+from conftest import CHART_RESOURCE, _decode_manifest
+
+pytestmark = pytest.mark.infra
+
+STACKS = ("Network", "ModelStore", "Cluster", "Observability")
+ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _mask(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_mask(item) for item in value]
+    if isinstance(value, str):
+        return ASSET_HASH.sub("<asset-hash>", value)
+    return value
+
+
+def _summarize_charts(template: dict[str, Any]) -> dict[str, Any]:
+    template = json.loads(json.dumps(template))
+    for resource in template["Resources"].values():
+        if resource["Type"] == CHART_RESOURCE:
+            objects = _decode_manifest(resource["Properties"]["Manifest"])
+            resource["Properties"]["Manifest"] = sorted(
+                f"{o['kind']} {o['metadata'].get('namespace', '-')}/{o['metadata']['name']}"
+                for o in objects
+            )
+    return template
+
+
+@pytest.fixture
+def json_snapshot(snapshot):
+    return snapshot.use_extension(JSONSnapshotExtension)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_template_snapshot(synth, json_snapshot, stack: str) -> None:
+    assert _mask(_summarize_charts(synth.templates[stack])) == json_snapshot
+
+
+def test_masking_keeps_everything_but_hashes() -> None:
+    digest = "a" * 64
+    masked = _mask({"Key": f"{digest}.zip", "Count": 3, "List": ["x", digest]})
+    assert masked == {"Key": "<asset-hash>.zip", "Count": 3, "List": ["x", "<asset-hash>"]}
