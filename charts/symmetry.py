@@ -139,12 +139,14 @@ def arm_asymmetries(
             problems += _spec_asymmetries(a, b)
             a = {**a, "data": None}
             b = {**b, "data": None}
+        command_path = f"spec.template.metadata.annotations.{COMMAND_ANNOTATION}"
+        if kind == "Deployment":
+            # Always compared, so that two identical commands (no draft) are caught too.
+            annotations = "spec", "template", "metadata", "annotations"
+            commands = [_dig(obj, annotations).get(COMMAND_ANNOTATION, "") for obj in (a, b)]
+            problems += [f"{kind} command: {p}" for p in command_asymmetries(*commands)]
         for path in diff(a, b):
-            if path == f"spec.template.metadata.annotations.{COMMAND_ANNOTATION}":
-                annotations = "spec", "template", "metadata", "annotations"
-                commands = [_dig(obj, annotations)[COMMAND_ANNOTATION] for obj in (a, b)]
-                problems += [f"{kind} command: {p}" for p in command_asymmetries(*commands)]
-            elif not _allowed(path):
+            if path != command_path and not _allowed(path):
                 problems.append(f"{kind} {path}")
     return problems
 

@@ -1,0 +1,207 @@
+"""The most important test of the product: the two services differ only in decoding.
+
+Both Deployments (and their Service, PDB, spec ConfigMap) come from one construct; the
+checker must report nothing for them, and must report any other field changed on one
+arm only (each mutation below is such a change).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from charts.app import ArmsDriftError, check_arms
+from charts.naming import SPEC_FILE
+from charts.symmetry import arm_asymmetries, command_asymmetries
+from charts.vllm_service import COMMAND_ANNOTATION, arm_manifests
+from experiment import build_config
+from experiment.config import Arm
+
+Manifest = dict[str, Any]
+
+
+def _arms(config=None) -> tuple[list[Manifest], list[Manifest]]:
+    config = config or build_config({})
+    return arm_manifests(config, Arm.BASELINE), arm_manifests(config, Arm.SPECULATIVE)
+
+
+def _kind(manifests: list[Manifest], kind: str) -> Manifest:
+    return next(m for m in manifests if m["kind"] == kind)
+
+
+def _pod(manifests: list[Manifest]) -> dict[str, Any]:
+    return _kind(manifests, "Deployment")["spec"]["template"]["spec"]
+
+
+def _vllm(manifests: list[Manifest]) -> dict[str, Any]:
+    return _pod(manifests)["containers"][0]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"experiment.serving.num_speculative_tokens": 5},
+        {"experiment.serving.replicas": 2, "experiment.serving.max_num_seqs": 8},
+        {"experiment.serving.generation": "neuron-plugin",
+         "experiment.serving.speculative_method": "eagle3"},
+    ],
+)  # fmt: skip
+def test_arms_differ_only_in_names_labels_and_decoding(overrides) -> None:
+    baseline, speculative = _arms(build_config(overrides))
+    assert arm_asymmetries(baseline, speculative) == []
+
+
+def test_the_decoding_difference_is_really_there() -> None:
+    baseline, speculative = _arms()
+    base_cmd = _kind(baseline, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    spec_cmd = _kind(speculative, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "--speculative-config" not in base_cmd[COMMAND_ANNOTATION]
+    assert '"num_speculative_tokens":7' in spec_cmd[COMMAND_ANNOTATION]
+    assert "enable_fused_speculation" in spec_cmd[COMMAND_ANNOTATION]
+    spec = json.loads(_kind(speculative, "ConfigMap")["data"][SPEC_FILE])
+    assert spec["draft_model"].endswith("Qwen/Qwen3-1.7B")
+    assert spec["num_speculative_tokens"] == 7
+
+
+def _set_image(m):
+    _vllm(m)["image"] += "-other"
+
+
+def _set_cpu(m):
+    _vllm(m)["resources"]["limits"]["cpu"] = "91"
+
+
+def _add_env(m):
+    _vllm(m)["env"].append({"name": "VLLM_EXTRA", "value": "1"})
+
+
+def _probe(m):
+    _vllm(m)["startupProbe"]["failureThreshold"] += 1
+
+
+def _shm(m):
+    next(v for v in _pod(m)["volumes"] if v["name"] == "shm")["emptyDir"]["sizeLimit"] = "64Gi"
+
+
+def _toleration(m):
+    _pod(m)["tolerations"] = []
+
+
+def _claim(m):
+    _pod(m)["resourceClaims"][0]["resourceClaimTemplateName"] = "other-claim"
+
+
+def _replicas(m):
+    _kind(m, "Deployment")["spec"]["replicas"] = 2
+
+
+def _init_container(m):
+    _pod(m)["initContainers"][0]["command"].append("--extra")
+
+
+def _service_port(m):
+    _kind(m, "Service")["spec"]["ports"][0]["port"] = 9000
+
+
+def _pdb(m):
+    _kind(m, "PodDisruptionBudget")["spec"]["minAvailable"] = 0
+
+
+def _extra_label(m):
+    _kind(m, "Deployment")["spec"]["template"]["metadata"]["labels"]["canary"] = "yes"
+
+
+def _grace(m):
+    _pod(m)["terminationGracePeriodSeconds"] = 1
+
+
+def _spec_field(m):
+    cm = _kind(m, "ConfigMap")
+    spec = json.loads(cm["data"][SPEC_FILE])
+    spec["max_num_seqs"] = 8
+    cm["data"][SPEC_FILE] = json.dumps(spec)
+
+
+def _command_flag(m):
+    annotations = _kind(m, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    annotations[COMMAND_ANNOTATION] = annotations[COMMAND_ANNOTATION].replace(
+        "--max-num-seqs 4", "--max-num-seqs 8"
+    )
+
+
+def _override_key(m):
+    annotations = _kind(m, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    annotations[COMMAND_ANNOTATION] = annotations[COMMAND_ANNOTATION].replace(
+        '"save_sharded_checkpoint":true', '"save_sharded_checkpoint":false'
+    )
+
+
+def _volume_order(m):
+    _pod(m)["volumes"].reverse()
+
+
+MUTATIONS: dict[str, Callable[[list[Manifest]], None]] = {
+    "image": _set_image,
+    "cpu": _set_cpu,
+    "env": _add_env,
+    "startup probe": _probe,
+    "shm size": _shm,
+    "tolerations": _toleration,
+    "resource claim": _claim,
+    "replicas": _replicas,
+    "init container": _init_container,
+    "service port": _service_port,
+    "disruption budget": _pdb,
+    "extra pod label": _extra_label,
+    "termination grace": _grace,
+    "spec field other than decoding": _spec_field,
+    "shared vLLM flag": _command_flag,
+    "shared Neuron override": _override_key,
+    "volume order": _volume_order,
+}
+
+
+@pytest.mark.parametrize("arm", list(Arm))
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_checker_reports_any_other_field_changed_on_one_arm(name: str, arm: Arm) -> None:
+    baseline, speculative = _arms()
+    target = baseline if arm == Arm.BASELINE else speculative
+    MUTATIONS[name](target)
+    assert arm_asymmetries(baseline, speculative) != [], f"{name} on {arm} went unnoticed"
+
+
+def test_mutating_both_arms_alike_is_fine() -> None:
+    baseline, speculative = _arms()
+    for manifests in (baseline, speculative):
+        _set_image(manifests)
+        _set_cpu(manifests)
+    assert arm_asymmetries(baseline, speculative) == []
+
+
+def test_losing_the_draft_is_reported() -> None:
+    baseline, _ = _arms()
+    assert "no --speculative-config" in " ".join(
+        command_asymmetries("--port 1", "--port 1")
+    )
+    assert arm_asymmetries(baseline, copy.deepcopy(baseline))  # two baselines: no draft
+
+
+def test_synthesis_refuses_drifted_arms(monkeypatch: pytest.MonkeyPatch) -> None:
+    import charts.app as app_module
+
+    real = app_module.arm_manifests
+
+    def drifted(config, arm):
+        manifests = real(config, arm)
+        if arm == Arm.SPECULATIVE:
+            _set_cpu(manifests)
+        return manifests
+
+    monkeypatch.setattr(app_module, "arm_manifests", drifted)
+    with pytest.raises(ArmsDriftError, match=r"limits\.cpu"):
+        check_arms(build_config({}))
