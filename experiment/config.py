@@ -200,10 +200,15 @@ class NeuronNodeGroupConfig(NodeGroupConfig):
         return NEURON_INSTANCE_TYPES[self.instance_type]["efa_interfaces"]
 
 
-def _default_system_nodes() -> NodeGroupConfig:
-    return NodeGroupConfig(
-        instance_type="m7i.2xlarge", min_size=1, max_size=3, desired_size=2, root_volume_gib=100
-    )
+class SystemNodeGroupConfig(NodeGroupConfig):
+    """Add-ons and the load test. Defaults per field, so one override (e.g. only
+    ``max_size``) keeps the others."""
+
+    instance_type: str = "m7i.2xlarge"
+    min_size: Annotated[int, Field(ge=0)] = 1
+    max_size: Annotated[int, Field(ge=1)] = 3
+    desired_size: Annotated[int, Field(ge=0)] = 2
+    root_volume_gib: Annotated[int, Field(ge=20)] = 100
 
 
 class EndpointAccess(StrEnum):
@@ -221,7 +226,7 @@ class ClusterConfig(_Model):
     control_plane_log_types: list[str] = Field(
         default_factory=lambda: ["api", "audit", "authenticator", "controllerManager", "scheduler"]
     )
-    system_nodes: NodeGroupConfig = Field(default_factory=_default_system_nodes)
+    system_nodes: SystemNodeGroupConfig = Field(default_factory=SystemNodeGroupConfig)
     neuron_nodes: NeuronNodeGroupConfig = Field(default_factory=NeuronNodeGroupConfig)
     neuron_helm_chart: str = "oci://public.ecr.aws/neuron/neuron-helm-chart"
     neuron_helm_chart_version: str = "1.4.0"
