@@ -45,11 +45,11 @@ class Synthesized:
         for template in self.templates.values():
             for resource in template["Resources"].values():
                 if resource["Type"] == CHART_RESOURCE:
-                    objects.extend(_decode_manifest(resource["Properties"]["Manifest"]))
+                    objects.extend(decode_manifest(resource["Properties"]["Manifest"]))
         return objects
 
 
-def _decode_manifest(manifest: Any) -> list[dict[str, Any]]:
+def decode_manifest(manifest: Any) -> list[dict[str, Any]]:
     # A manifest with CDK tokens is an Fn::Join of literal pieces and references; replace the
     # references with a placeholder string so the JSON parses.
     if isinstance(manifest, dict) and "Fn::Join" in manifest:

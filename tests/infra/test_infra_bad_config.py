@@ -75,7 +75,7 @@ def test_app_stops_before_creating_any_construct(name: str, tmp_path) -> None:
 def test_cdk_app_entry_point_exits_non_zero_with_the_message(tmp_path) -> None:
     # What `cdk synth -c experiment.serving.num_speculative_tokens=16` runs: app.py with the
     # context in CDK_CONTEXT_JSON and the output directory in CDK_OUTDIR.
-    overrides, message = BAD_CONFIGS["k-above-range"]
+    overrides, _ = BAD_CONFIGS["k-above-range"]
     env = {
         **os.environ,
         "CDK_CONTEXT_JSON": json.dumps({**cdk_json_context(), **overrides}),

@@ -11,9 +11,8 @@ import re
 from typing import Any
 
 import pytest
+from conftest import CHART_RESOURCE, decode_manifest
 from syrupy.extensions.json import JSONSnapshotExtension
-
-from conftest import CHART_RESOURCE, _decode_manifest
 
 pytestmark = pytest.mark.infra
 
@@ -35,7 +34,7 @@ def _summarize_charts(template: dict[str, Any]) -> dict[str, Any]:
     template = json.loads(json.dumps(template))
     for resource in template["Resources"].values():
         if resource["Type"] == CHART_RESOURCE:
-            objects = _decode_manifest(resource["Properties"]["Manifest"])
+            objects = decode_manifest(resource["Properties"]["Manifest"])
             resource["Properties"]["Manifest"] = sorted(
                 f"{o['kind']} {o['metadata'].get('namespace', '-')}/{o['metadata']['name']}"
                 for o in objects
