@@ -19,6 +19,7 @@ from charts.inputs import ClusterInputs
 from charts.loadtest_job import loadtest_manifests
 from charts.model_store import model_store_volumes
 from charts.naming import labels
+from charts.network_policy import network_policies
 from charts.objects import api_object
 from charts.symmetry import arm_asymmetries
 from charts.vllm_service import VllmService, arm_manifests, runtime_configmap
@@ -52,6 +53,7 @@ def shared_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[di
         runtime_configmap(config),
         resource_claim_template(config),
         *model_store_volumes(config, inputs),
+        *network_policies(config),
     ]
 
 

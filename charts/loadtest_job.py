@@ -57,6 +57,8 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
                 "metadata": {"labels": job_labels},
                 "spec": {
                     "serviceAccountName": config.loadtest.service_account,
+                    # No Kubernetes API access needed; Pod Identity mounts its own token.
+                    "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
                     "securityContext": {
                         "runAsNonRoot": True,

@@ -1,0 +1,156 @@
+"""Synthesized manifests: strict schema validation, shapes that matter, snapshot."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import cdk8s
+import kubernetes_validate
+import pytest
+
+from charts import ClusterInputs, build_charts
+from charts.runtime_package import package_files
+from experiment import build_config
+from experiment.config import Arm
+
+CONFIG = build_config({})
+# Custom resources have no upstream schema; none are emitted today (DRA is core v1).
+CRD_KINDS_EXEMPT: set[str] = set()
+
+
+def _version() -> str:
+    return f"{CONFIG.cluster.kubernetes_version}.0"
+
+
+def _find(documents, kind: str, name: str | None = None) -> dict:
+    for doc in documents:
+        if doc["kind"] == kind and name in (None, doc["metadata"]["name"]):
+            return doc
+    raise AssertionError(f"no {kind} {name}")
+
+
+def test_schemas_exist_for_the_configured_version() -> None:
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}, _version(), True
+    )
+
+
+def test_every_manifest_passes_strict_validation(documents) -> None:
+    checked = 0
+    for doc in documents:
+        if doc["kind"] in CRD_KINDS_EXEMPT:
+            continue
+        kubernetes_validate.validate(doc, _version(), strict=True)
+        checked += 1
+    assert checked == len(documents) >= 17
+
+
+def test_strict_validation_catches_a_typo(documents) -> None:
+    deployment = copy.deepcopy(_find(documents, "Deployment", "qwen-vllm"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, _version(), strict=True)
+
+
+def test_resource_claim_template_is_the_ga_shape(documents) -> None:
+    template = _find(documents, "ResourceClaimTemplate")
+    assert template["apiVersion"] == "resource.k8s.io/v1"
+    devices = template["spec"]["spec"]["devices"]
+    exactly = devices["requests"][0]["exactly"]
+    assert exactly["deviceClassName"] == "neuron.aws.com"
+    assert exactly["count"] == CONFIG.serving.neuron_devices == 8
+    assert "trn2.48xlarge" in exactly["selectors"][0]["cel"]["expression"]
+    assert devices["constraints"][0]["matchAttribute"] == "resource.aws.com/devicegroup8_id"
+    assert devices["config"][0]["opaque"]["parameters"]["logicalNeuronCore"] == 2
+
+
+def test_model_store_volumes(documents) -> None:
+    read_only = _find(documents, "PersistentVolume", "qwen-sd-models-ro")["spec"]
+    writable = _find(documents, "PersistentVolume", "qwen-sd-compiled-rw")["spec"]
+    for pv in (read_only, writable):
+        assert pv["csi"]["driver"] == "s3.csi.aws.com"
+        assert pv["csi"]["volumeAttributes"]["bucketName"] == "example-model-store"
+        assert f"region {CONFIG.region}" in pv["mountOptions"]
+        assert pv["storageClassName"] == ""
+        assert not {"allow-delete", "allow-overwrite"} & set(pv["mountOptions"])
+    assert "read-only" in read_only["mountOptions"]
+    assert "prefix compiled/" in writable["mountOptions"]
+    assert read_only["csi"]["volumeHandle"] != writable["csi"]["volumeHandle"]
+
+
+@pytest.mark.parametrize("arm", list(Arm))
+def test_serving_pod(documents, arm: Arm) -> None:
+    name = CONFIG.serving.service_name(arm)
+    pod = _find(documents, "Deployment", name)["spec"]["template"]["spec"]
+    vllm = pod["containers"][0]
+    assert vllm["command"][:3] == ["python3", "-m", "runtime.serve"]
+    assert vllm["resources"]["claims"] == [{"name": "neuron"}]
+    assert vllm["startupProbe"]["failureThreshold"] * vllm["startupProbe"]["periodSeconds"] == (
+        CONFIG.serving.startup_timeout_minutes * 60
+    )
+    assert vllm["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert all(m.get("readOnly") for m in vllm["volumeMounts"] if m["name"] == "models")
+    assert "compiled" not in {m["name"] for m in vllm["volumeMounts"]}  # writes only in init
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
+    assert pod["tolerations"][0]["key"] == "aws.amazon.com/neuron"
+    spec_cm = _find(documents, "ConfigMap", f"{name}-spec")
+    assert json.loads(spec_cm["data"]["spec.json"]) == json.loads(
+        CONFIG.serving_spec(arm).to_json()
+    )
+    service = _find(documents, "Service", name)
+    assert service["spec"]["ports"][0]["port"] == CONFIG.serving.port
+    assert _find(documents, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
+
+
+def test_runtime_configmap_is_the_package_source(documents) -> None:
+    assert _find(documents, "ConfigMap", "qwen-sd-runtime")["data"] == package_files()
+    assert {"__init__.py", "serve.py", "render.py", "spec.py"} <= set(package_files())
+
+
+def test_loadtest_job(documents) -> None:
+    job = next(d for d in documents if d["kind"] == "Job")
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["activeDeadlineSeconds"] == int(CONFIG.loadtest.max_duration_s)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == CONFIG.loadtest.service_account
+    command = pod["containers"][0]["command"]
+    assert command[:4] == ["python", "-m", "loadtest", "run"]
+    assert command[command.index("--baseline") + 1] == "http://qwen-vllm.qwen.svc:8000"
+    assert command[command.index("--speculative") + 1] == "http://qwen-sd-vllm.qwen.svc:8000"
+    sa = _find(documents, "ServiceAccount", CONFIG.loadtest.service_account)
+    assert sa["metadata"]["namespace"] == CONFIG.serving.namespace
+
+
+def test_build_charts_accepts_cdk_tokens() -> None:
+    app = cdk8s.App()
+    inputs = ClusterInputs(bucket_name="${Token[TOKEN.1]}", loadtest_image="${Token[TOKEN.2]}")
+    charts = build_charts(app, CONFIG, inputs)
+    assert [c.node.id for c in charts] == ["qwen-sd-serving", "qwen-sd-loadtest"]
+    text = json.dumps(charts[0].to_json())
+    assert "${Token[TOKEN.1]}" in text
+
+
+def test_plain_yaml_needs_bucket_and_image(tmp_path, capsys) -> None:
+    from charts.__main__ import main
+
+    assert main(["--out", str(tmp_path), "--loadtest-image", "x"]) == 2
+    assert "--bucket" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path), "--bucket", "b"]) == 2
+    assert "--loadtest-image" in capsys.readouterr().err
+
+
+def test_manifests_snapshot(synthesized, snapshot) -> None:
+    # Reviewed by humans: a change here changes what gets deployed. The runtime package
+    # source is compared to the files above, not snapshotted (it would churn on every edit);
+    # the config checksum annotation hashes it, so it is masked too.
+    masked = copy.deepcopy(synthesized)
+    for docs in masked.values():
+        for doc in docs:
+            if doc["metadata"]["name"] == "qwen-sd-runtime":
+                doc["data"] = sorted(doc["data"])
+            annotations = doc.get("spec", {}).get("template", {}).get("metadata", {})
+            if "specdecode.aws/config-checksum" in annotations.get("annotations", {}):
+                annotations["annotations"]["specdecode.aws/config-checksum"] = "<masked>"
+    assert masked == snapshot
