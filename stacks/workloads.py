@@ -19,8 +19,8 @@ from experiment import ExperimentConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The image context is the repository root, but only what the load test imports enters it
-# (never .venv, .cache, cdk.out, runs/...).
-LOADTEST_CONTEXT_INCLUDES = ("pyproject.toml", "experiment", "runtime", "loadtest")
+# (never .venv, .cache, cdk.out, runs/...); README.md because pyproject.toml names it.
+LOADTEST_CONTEXT_INCLUDES = ("pyproject.toml", "README.md", "experiment", "runtime", "loadtest")
 LOADTEST_CONTEXT_EXCLUDE = [
     "*",
     *(f"!{path}" for path in LOADTEST_CONTEXT_INCLUDES),

@@ -18,6 +18,7 @@ from stacks.addons import (
 )
 from stacks.neuron_dra import DRA_HELM_VALUES
 from stacks.node_groups import NEURON_TAINT_KEY
+from stacks.workloads import LOADTEST_CONTEXT_INCLUDES
 
 pytestmark = pytest.mark.infra
 
@@ -315,3 +316,12 @@ def test_vpc_spans_the_configured_azs_with_s3_endpoint_and_flow_logs(synth) -> N
 def test_explicit_account_needs_no_context_lookup(synth_options) -> None:
     manifest = json.loads((synth_options.outdir / "manifest.json").read_text())
     assert not manifest.get("missing"), manifest.get("missing")
+
+
+def test_loadtest_image_context_holds_only_what_the_load_test_needs(synth) -> None:
+    assets = json.loads((synth.outdir / "Cluster.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["dockerFile"] == f"{synth.config.loadtest.image_directory}/Dockerfile"
+    context = synth.outdir / image["source"]["directory"]
+    assert sorted(p.name for p in context.iterdir()) == sorted(LOADTEST_CONTEXT_INCLUDES)
+    assert not list(context.rglob("__pycache__"))
