@@ -29,6 +29,10 @@ NEURON_FRAMEWORK = "neuronx-distributed-inference"
 SHARED_NEURON_OVERRIDES: dict[str, object] = {"save_sharded_checkpoint": True}
 # Draft and target compiled together, speculation on device: the fused path.
 SPECULATIVE_NEURON_OVERRIDES: dict[str, object] = {"enable_fused_speculation": True}
+# The 0.9 fork's loader turns any speculative config into fused speculation with the given
+# draft; "eagle" is the method the published experiment ran with (a plain Qwen3-1.7B draft)
+# and passes the fork's config checks, so it is the default unless the config names another.
+FORK_SPECULATIVE_METHOD = "eagle"
 
 
 @dataclass(frozen=True)
@@ -91,13 +95,11 @@ def _render_neuron_fork(spec: ServingSpec) -> VllmCommand:
     overrides = dict(SHARED_NEURON_OVERRIDES)
     if spec.speculative:
         speculative: dict[str, object] = {
+            "method": spec.speculative_method or FORK_SPECULATIVE_METHOD,
             "model": spec.draft_model,
             "num_speculative_tokens": spec.num_speculative_tokens,
             "max_model_len": spec.max_model_len,
         }
-        # Unset: vLLM infers "draft_model"; the fork's loader fuses any draft regardless.
-        if spec.speculative_method:
-            speculative["method"] = spec.speculative_method
         args += ["--speculative-config", _json(speculative)]
         overrides |= SPECULATIVE_NEURON_OVERRIDES
     args += ["--override-neuron-config", _json(overrides)]

@@ -7,6 +7,7 @@ Every accepted finding is a `checkov.io/skipN` annotation with its reason on the
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -53,7 +54,8 @@ def test_manifests_pass_checkov_with_reasoned_skips_only(synthesized, tmp_path) 
 
 
 def test_checkov_would_catch_a_regression(synthesized, tmp_path) -> None:
-    broken = {name: [dict(d) for d in docs] for name, docs in synthesized.items()}
+    # Deep copy: the session fixture is shared, and the snapshot test must see it unmutated.
+    broken = copy.deepcopy(synthesized)
     for docs in broken.values():
         for doc in docs:
             if doc["kind"] == "Deployment":

@@ -48,6 +48,13 @@ def test_fork_speculative_has_draft_k7_and_fused_speculation_baseline_not() -> N
     assert not any("1.7B" in arg for arg in base.args)
 
 
+def test_fork_method_defaults_to_the_published_experiments_and_config_overrides_it() -> None:
+    _, spec = _pair(build_config({}))
+    assert json.loads(spec.flags()["--speculative-config"])["method"] == "eagle"
+    _, custom = _pair(build_config({"experiment.serving.speculative_method": "draft_model"}))
+    assert json.loads(custom.flags()["--speculative-config"])["method"] == "draft_model"
+
+
 @pytest.mark.parametrize("make_config", [lambda: build_config({}), _plugin_config])
 def test_arms_share_every_other_flag(make_config) -> None:
     base, spec = _pair(make_config())
