@@ -1,0 +1,104 @@
+"""Speculative acceptance from vLLM's Prometheus counters, scraped around the measured window.
+
+vLLM v1 exports ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
+``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total{position}``,
+one series per engine. We sum over every label except ``position``, ignore the
+``*_created`` series, and take after-minus-before deltas:
+
+- acceptance rate = d(accepted) / d(draft_tokens)
+- mean acceptance length = 1 + d(accepted) / d(drafts)   (tokens per target step)
+- per-position rate i = d(per_pos[i]) / d(drafts)
+
+A server that does not export the counters (baseline, or a Neuron build without them) gives
+``None`` ("not available"), never 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIX = "vllm:spec_decode_"
+DRAFTS = "num_drafts"
+DRAFT_TOKENS = "num_draft_tokens"
+ACCEPTED = "num_accepted_tokens"
+PER_POSITION = "num_accepted_tokens_per_pos"
+SCRAPE_TIMEOUT_S = 10.0
+
+Counters = dict[str, Any]  # {"num_drafts": float, ..., "num_accepted_tokens_per_pos": {pos: v}}
+
+
+def parse_counters(text: str) -> Counters:
+    """Spec-decode counters from Prometheus text, summed over engines; {} when absent."""
+    counters: Counters = {}
+    # Go by sample names, not family names: prometheus_client writes each label set's
+    # ``_total`` and ``_created`` samples interleaved, which splits the parsed families.
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith(PREFIX) or not sample.name.endswith("_total"):
+                continue  # ignores *_created and anything else
+            short = sample.name[len(PREFIX) : -len("_total")]
+            if short == PER_POSITION:
+                position = int(sample.labels.get("position", "0"))
+                per_pos = counters.setdefault(PER_POSITION, {})
+                per_pos[position] = per_pos.get(position, 0.0) + sample.value
+            elif short in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
+                counters[short] = counters.get(short, 0.0) + sample.value
+    return counters
+
+
+def scrape(base_url: str, session: requests.Session | None = None) -> Counters | None:
+    """The counters of ``base_url/metrics``; None when the endpoint cannot be read."""
+    getter = session or requests
+    try:
+        response = getter.get(base_url.rstrip("/") + "/metrics", timeout=SCRAPE_TIMEOUT_S)
+        response.raise_for_status()
+        return parse_counters(response.text)
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def acceptance_from_deltas(before: Counters | None, after: Counters | None) -> dict[str, Any]:
+    """The acceptance block of the summary; values are None when not available."""
+    empty: dict[str, Any] = {
+        "available": False,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "per_position_rate": None,
+        "drafts": None,
+        "draft_tokens": None,
+        "accepted_tokens": None,
+    }
+    if not before and not after:
+        empty["reason"] = "no vllm:spec_decode_* counters on /metrics"
+        return empty
+    if before is None or after is None:
+        empty["reason"] = "/metrics could not be scraped before and after the window"
+        return empty
+    needed = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+    if any(name not in after for name in needed):
+        empty["reason"] = f"counters missing on /metrics: {[n for n in needed if n not in after]}"
+        return empty
+    delta = {name: after[name] - before.get(name, 0.0) for name in needed}
+    if delta[DRAFTS] <= 0 or delta[DRAFT_TOKENS] <= 0:
+        empty["reason"] = "no speculative steps during the measured window"
+        empty["drafts"] = delta[DRAFTS]
+        return empty
+    # JSON round trips turn the position keys into strings: normalise to int.
+    per_pos_after = {int(k): v for k, v in after.get(PER_POSITION, {}).items()}
+    per_pos_before = {int(k): v for k, v in before.get(PER_POSITION, {}).items()}
+    per_position = [
+        (per_pos_after[pos] - per_pos_before.get(pos, 0.0)) / delta[DRAFTS]
+        for pos in sorted(per_pos_after)
+    ]
+    return {
+        "available": True,
+        "acceptance_rate": delta[ACCEPTED] / delta[DRAFT_TOKENS],
+        "mean_acceptance_length": 1.0 + delta[ACCEPTED] / delta[DRAFTS],
+        "per_position_rate": per_position or None,
+        "drafts": delta[DRAFTS],
+        "draft_tokens": delta[DRAFT_TOKENS],
+        "accepted_tokens": delta[ACCEPTED],
+    }

@@ -1,0 +1,266 @@
+"""One streamed OpenAI-compatible request, measured as closely to the socket as we can.
+
+Why not Locust's HttpUser response time or FastHttpUser: Locust times a stream at its
+headers, and FastHttpUser reads in fixed blocks that can merge SSE events. Here each
+network chunk is timestamped with ``time.perf_counter`` the moment ``requests`` hands it
+over (``iter_content(chunk_size=None)`` yields each HTTP chunk as it arrives) and the SSE
+events it completes are parsed afterwards. Tokens per chunk come from the server's
+cumulative ``usage.completion_tokens`` (``continuous_usage_stats``), which stays exact when
+speculative decoding puts several tokens into one chunk.
+
+Works unchanged in plain threads and under gevent (Locust).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import requests
+
+from loadtest.records import FailureReason, RequestRecord
+
+Api = Literal["chat", "completions"]
+API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_ERROR_BODY_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class RequestParams:
+    """What every request of both arms shares."""
+
+    model: str
+    max_tokens: int
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    seed: int = 0
+    api: Api = "chat"
+    timeout_s: float = 300.0
+
+
+def build_payload(prompt: str, params: RequestParams) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "model": params.model,
+        "max_tokens": params.max_tokens,
+        # Explicit: vLLM otherwise applies the model's generation_config defaults.
+        "temperature": params.temperature,
+        "seed": params.seed,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if params.ignore_eos:
+        payload["ignore_eos"] = True  # vLLM extension: fixed output length
+    if params.api == "chat":
+        payload["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        payload["prompt"] = prompt
+    return payload
+
+
+def endpoint_url(base_url: str, api: Api) -> str:
+    if api not in API_PATHS:
+        raise ValueError(f"api {api!r} is not supported; use one of {sorted(API_PATHS)}")
+    return base_url.rstrip("/") + API_PATHS[api]
+
+
+def _caused_by_refusal(err: BaseException) -> bool:
+    seen: set[int] = set()
+    stack: list[Any] = [err]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ConnectionRefusedError) or (
+            isinstance(item, OSError) and item.errno == errno.ECONNREFUSED
+        ):
+            return True
+        stack.extend([item.__cause__, item.__context__, *item.args])
+        stack.extend(getattr(item, attr, None) for attr in ("reason", "original_error"))
+    return "Connection refused" in str(err)
+
+
+def _is_timeout(err: BaseException) -> bool:
+    if isinstance(err, requests.Timeout):
+        return True
+    text = str(err)
+    return "timed out" in text or "Read timed out" in text
+
+
+class _StreamError(Exception):
+    def __init__(self, reason: FailureReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class _SseState:
+    """Folds SSE events into the record as they arrive."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self.cumulative = 0
+        self.done = False
+        self.saw_usage = False
+
+    def event(self, block: bytes, offset: float) -> None:
+        data_lines = []
+        for line in block.splitlines():
+            if line.startswith(b"data:"):
+                data_lines.append(line[5:].strip())
+            elif line.startswith(b":") or not line.strip():
+                continue  # SSE comment / keep-alive
+            elif not line.startswith((b"event:", b"id:", b"retry:")):
+                raise _StreamError(FailureReason.MALFORMED_SSE, f"not an SSE line: {line[:120]!r}")
+        if not data_lines:
+            return
+        data = b"\n".join(data_lines)
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise _StreamError(
+                FailureReason.MALFORMED_SSE, f"data is not JSON: {data[:120]!r}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise _StreamError(
+                FailureReason.MALFORMED_SSE, f"data is not an object: {data[:120]!r}"
+            )
+        if "error" in chunk:
+            raise _StreamError(FailureReason.SERVER_ERROR_EVENT, json.dumps(chunk["error"])[:500])
+        self._chunk(chunk, offset)
+
+    def _chunk(self, chunk: dict[str, Any], offset: float) -> None:
+        record = self.record
+        text = ""
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta")
+            if isinstance(delta, dict):  # chat; reasoning parsers put thinking tokens aside
+                for key in ("content", "reasoning_content", "reasoning"):
+                    text += delta.get(key) or ""
+            else:
+                text += choice.get("text") or ""
+            if choice.get("finish_reason"):
+                record.finish_reason = choice["finish_reason"]
+        usage = chunk.get("usage")
+        tokens = 0
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            self.saw_usage = True
+            cumulative = int(usage["completion_tokens"])
+            tokens = cumulative - self.cumulative
+            self.cumulative = cumulative
+            record.output_tokens = cumulative
+            if usage.get("prompt_tokens") is not None:
+                record.prompt_tokens = int(usage["prompt_tokens"])
+        elif text:
+            record.token_accounting = "chunks"  # no usage per chunk: 1 token per chunk, inexact
+            tokens = 1
+        if not chunk.get("choices"):
+            # The final usage-only chunk: generated tokens belong to no content chunk.
+            if tokens and record.chunk_tokens:
+                record.chunk_tokens[-1] += tokens
+            return
+        if tokens > 0 or text:
+            if record.ttft_s is None:
+                record.ttft_s = offset
+            record.chunk_times.append(offset)
+            record.chunk_tokens.append(tokens)
+            record.chunk_texts.append(text)
+
+
+def stream_request(
+    session: requests.Session,
+    base_url: str,
+    prompt: str,
+    params: RequestParams,
+    record: RequestRecord,
+) -> RequestRecord:
+    """Send one streaming request and fill ``record``; never raises for server faults."""
+    payload = build_payload(prompt, params)
+    url = endpoint_url(base_url, params.api)
+    record.max_tokens = params.max_tokens
+    record.wall_start = time.time()
+    start = time.perf_counter()
+    record.start = start
+    deadline = start + params.timeout_s
+    state = _SseState(record)
+    response: requests.Response | None = None
+    try:
+        try:
+            response = session.post(
+                url, json=payload, stream=True, timeout=(params.timeout_s, params.timeout_s)
+            )
+        except requests.RequestException as err:
+            if _is_timeout(err):
+                raise _StreamError(FailureReason.TIMEOUT, f"no response: {err}") from None
+            reason = (
+                FailureReason.CONNECTION_REFUSED
+                if _caused_by_refusal(err)
+                else FailureReason.CONNECTION_ERROR
+            )
+            raise _StreamError(reason, str(err)[:500]) from None
+        record.http_status = response.status_code
+        if response.status_code >= 400:
+            body = response.raw.read(_ERROR_BODY_LIMIT, decode_content=True) or b""
+            server_side = response.status_code >= 500
+            reason = FailureReason.HTTP_5XX if server_side else FailureReason.HTTP_4XX
+            raise _StreamError(
+                reason, f"HTTP {response.status_code}: {body.decode(errors='replace')[:500]}"
+            )
+        buffer = b""
+        try:
+            for raw in response.iter_content(chunk_size=None):
+                now = time.perf_counter()
+                buffer += raw
+                while not state.done:
+                    cut = _event_end(buffer)
+                    if cut is None:
+                        break
+                    block, buffer = buffer[: cut[0]], buffer[cut[1] :]
+                    state.event(block, now - start)
+                if state.done:
+                    record.e2e_s = now - start
+                    break
+                if now > deadline:
+                    raise _StreamError(
+                        FailureReason.TIMEOUT, f"stream still open after {params.timeout_s}s"
+                    )
+        except requests.RequestException as err:
+            if _is_timeout(err):
+                raise _StreamError(
+                    FailureReason.TIMEOUT, f"no data for {params.timeout_s}s: {err}"
+                ) from None
+            raise _StreamError(FailureReason.DISCONNECTED, str(err)[:500]) from None
+        if not state.done:
+            if buffer.strip():
+                raise _StreamError(
+                    FailureReason.TRUNCATED_STREAM,
+                    f"stream ended inside an SSE event: {buffer[:120]!r}",
+                )
+            raise _StreamError(FailureReason.TRUNCATED_STREAM, "stream ended without [DONE]")
+        if not record.chunk_times:
+            raise _StreamError(FailureReason.NO_OUTPUT, "stream finished without generated tokens")
+    except _StreamError as err:
+        record.error = err.reason.value
+        record.error_detail = err.detail
+        if record.e2e_s is None:
+            record.e2e_s = time.perf_counter() - start
+    finally:
+        if response is not None:
+            response.close()
+    return record
+
+
+def _event_end(buffer: bytes) -> tuple[int, int] | None:
+    """(end of event, start of next) for the first complete SSE event in ``buffer``."""
+    best: tuple[int, int] | None = None
+    for separator in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        position = buffer.find(separator)
+        if position >= 0 and (best is None or position < best[0]):
+            best = (position, position + len(separator))
+    return best

@@ -1,0 +1,193 @@
+"""Client-side metrics from raw records: per arm x prompt class, exact percentiles (numpy).
+
+Definitions (the same for both arms; see docs/loadtest.md):
+
+- TTFT: request start -> first chunk carrying generated content.
+- TPOT: (e2e - ttft) / (output_tokens - 1) per request (vLLM's definition).
+- per-token ITL: each chunk after the first contributes ``n`` values of ``gap / n`` where
+  ``gap`` is the time since the previous chunk and ``n`` the tokens it carried.
+- chunk gap: the raw time between consecutive content chunks (not per token).
+- E2E: request start -> ``[DONE]``.
+- output tokens/s per request: output_tokens / e2e; per run: total output tokens / window,
+  where the window runs from the first measured request's start to the last one's end.
+- goodput: requests meeting every SLO (ttft, tpot, e2e) per second of the window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from loadtest.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+ALL_CLASSES = "all"
+# (summary key, unit, lower is better)
+DISTRIBUTIONS: dict[str, tuple[str, bool]] = {
+    "ttft_ms": ("ms", True),
+    "tpot_ms": ("ms", True),
+    "itl_ms": ("ms", True),
+    "chunk_gap_ms": ("ms", True),
+    "e2e_ms": ("ms", True),
+    "output_tokens_per_s": ("tok/s", False),
+    "tokens_per_chunk": ("tokens", False),
+}
+RATES: dict[str, bool] = {  # run-level rates; all higher is better
+    "output_throughput_tok_s": False,
+    "request_throughput_rps": False,
+    "goodput_rps": False,
+}
+
+
+def describe(values: Iterable[float]) -> dict[str, float | int | None]:
+    array = np.asarray(list(values), dtype=float)
+    if array.size == 0:
+        return {"count": 0, "mean": None, **{f"p{p}": None for p in PERCENTILES},
+                "min": None, "max": None}
+    quantiles = np.percentile(array, PERCENTILES)
+    return {
+        "count": int(array.size),
+        "mean": float(array.mean()),
+        **{f"p{p}": float(q) for p, q in zip(PERCENTILES, quantiles, strict=True)},
+        "min": float(array.min()),
+        "max": float(array.max()),
+    }
+
+
+def token_chunks(record: RequestRecord) -> tuple[list[float], list[int]]:
+    """(times, tokens) of the chunks that carried tokens."""
+    pairs = [(t, n) for t, n in zip(record.chunk_times, record.chunk_tokens, strict=False) if n > 0]
+    return [t for t, _ in pairs], [n for _, n in pairs]
+
+
+def per_token_itl_s(record: RequestRecord) -> list[float]:
+    times, tokens = token_chunks(record)
+    values: list[float] = []
+    for j in range(1, len(times)):
+        gap = times[j] - times[j - 1]
+        values.extend([gap / tokens[j]] * tokens[j])
+    return values
+
+
+def chunk_gaps_s(record: RequestRecord) -> list[float]:
+    times, _ = token_chunks(record)
+    return [b - a for a, b in pairwise(times)]
+
+
+def tpot_s(record: RequestRecord) -> float | None:
+    if record.output_tokens is None or record.output_tokens < 2 or record.ttft_s is None:
+        return None
+    return ((record.e2e_s or 0.0) - record.ttft_s) / (record.output_tokens - 1)
+
+
+def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
+    tpot = tpot_s(record)
+    return (
+        record.ok
+        and record.ttft_s is not None
+        and record.ttft_s * 1000 <= slo["ttft_ms"]
+        and (tpot is None or tpot * 1000 <= slo["tpot_ms"])
+        and (record.e2e_s or 0.0) * 1000 <= slo["e2e_ms"]
+    )
+
+
+def window_s(records: list[RequestRecord]) -> float:
+    if not records:
+        return 0.0
+    start = min(r.start for r in records)
+    end = max(r.start + (r.e2e_s or 0.0) for r in records)
+    return max(end - start, 0.0)
+
+
+def length_mismatch(record: RequestRecord) -> bool:
+    return record.ok and record.max_tokens > 0 and record.output_tokens != record.max_tokens
+
+
+def metric_block(
+    records: list[RequestRecord], window: float, slo: dict[str, float]
+) -> dict[str, Any]:
+    ok = [r for r in records if r.ok]
+    failures = Counter(r.error for r in records if not r.ok)
+    output_total = sum(r.output_tokens or 0 for r in ok)
+    good = sum(1 for r in ok if meets_slo(r, slo))
+    per_request_tps = [
+        (r.output_tokens or 0) / r.e2e_s for r in ok if r.e2e_s and r.output_tokens is not None
+    ]
+    return {
+        "requests": len(records),
+        "succeeded": len(ok),
+        "failed": len(records) - len(ok),
+        "failures_by_reason": dict(sorted(failures.items())),
+        "output_tokens_total": output_total,
+        "length_mismatches": sum(1 for r in ok if length_mismatch(r)),
+        "inexact_token_accounting": sum(1 for r in ok if r.token_accounting != "usage"),
+        "slo_met": good,
+        "slo_attainment": good / len(records) if records else None,
+        "ttft_ms": describe(r.ttft_s * 1000 for r in ok if r.ttft_s is not None),
+        "tpot_ms": describe(t * 1000 for r in ok if (t := tpot_s(r)) is not None),
+        "itl_ms": describe(v * 1000 for r in ok for v in per_token_itl_s(r)),
+        "chunk_gap_ms": describe(v * 1000 for r in ok for v in chunk_gaps_s(r)),
+        "e2e_ms": describe((r.e2e_s or 0.0) * 1000 for r in ok),
+        "output_tokens_per_s": describe(per_request_tps),
+        "tokens_per_chunk": describe(n for r in ok for n in token_chunks(r)[1]),
+        "output_throughput_tok_s": output_total / window if window > 0 else None,
+        "request_throughput_rps": len(ok) / window if window > 0 else None,
+        "goodput_rps": good / window if window > 0 else None,
+    }
+
+
+def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> dict[str, Any]:
+    """{"window_s", "overall": block, "by_class": {class: block}} for measured records."""
+    measured = [r for r in records if not r.warmup]
+    window = window_s(measured)
+    by_class: dict[str, list[RequestRecord]] = defaultdict(list)
+    for record in measured:
+        by_class[record.prompt_class].append(record)
+    return {
+        "window_s": window,
+        "warmup_excluded": sum(1 for r in records if r.warmup),
+        "overall": metric_block(measured, window, slo),
+        "by_class": {name: metric_block(rs, window, slo) for name, rs in sorted(by_class.items())},
+        "length_mismatch_examples": [
+            {"index": r.index, "prompt_id": r.prompt_id, "requested": r.max_tokens,
+             "got": r.output_tokens}
+            for r in measured if length_mismatch(r)
+        ][:20],
+    }
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+def speedups(baseline: dict[str, Any], speculative: dict[str, Any]) -> dict[str, Any]:
+    """SD vs baseline, > 1 means SD is better: latency baseline/SD, throughput SD/baseline."""
+    result: dict[str, Any] = {}
+    for name, (_, lower_is_better) in DISTRIBUTIONS.items():
+        if name == "tokens_per_chunk":
+            continue
+        stats: dict[str, float | None] = {}
+        for stat in ("mean", "p50", "p90", "p99"):
+            b, s = baseline[name][stat], speculative[name][stat]
+            stats[stat] = _ratio(b, s) if lower_is_better else _ratio(s, b)
+        result[name] = stats
+    for name in RATES:
+        result[name] = _ratio(speculative[name], baseline[name])
+    return result
+
+
+def compare_arms(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    base, sd = arms.get("baseline"), arms.get("speculative")
+    if base is None or sd is None:
+        return {}
+    classes = sorted(set(base["by_class"]) & set(sd["by_class"]))
+    return {
+        "overall": speedups(base["overall"], sd["overall"]),
+        "by_class": {c: speedups(base["by_class"][c], sd["by_class"][c]) for c in classes},
+    }

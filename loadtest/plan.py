@@ -1,0 +1,134 @@
+"""The plan of one arm's run: what the Locust process executes, derived from the config.
+
+Both arms get plans that differ only in ``arm`` and ``base_url`` (and output paths): same
+request parameters, same schedule, same load shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiment.config import Arm, ExperimentConfig
+from loadtest.client import RequestParams
+from loadtest.prompts import ScheduleItem, build_schedule, load_prompts
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """Closed loop at ``concurrency``; open loop (Poisson at ``request_rate``) when set, with at
+    most ``concurrency`` requests in flight."""
+
+    concurrency: int
+    request_rate: float | None = None
+    max_duration_s: float = 3600.0
+
+
+@dataclass
+class RunPlan:
+    arm: str
+    base_url: str
+    params: RequestParams
+    shape: LoadShape
+    schedule: list[ScheduleItem]
+    records_path: str
+    meta_path: str
+    variant_label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> list[ScheduleItem]:
+        return [item for item in self.schedule if not item.warmup]
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["schedule"] = [item.to_dict() for item in self.schedule]
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunPlan:
+        data = json.loads(text)
+        return cls(
+            arm=data["arm"],
+            base_url=data["base_url"],
+            params=RequestParams(**data["params"]),
+            shape=LoadShape(**data["shape"]),
+            schedule=[ScheduleItem.from_dict(item) for item in data["schedule"]],
+            records_path=data["records_path"],
+            meta_path=data["meta_path"],
+            variant_label=data.get("variant_label", ""),
+            extra=data.get("extra", {}),
+        )
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Per-run overrides of ``config.loadtest`` (the local run passes its small scale here)."""
+
+    max_tokens: int | None = None
+    concurrency: int | None = None
+    requests_per_prompt: int | None = None
+    request_rate: float | None = None
+    warmup_requests: int | None = None
+    max_duration_s: float | None = None
+    max_requests: int | None = None  # cap on measured requests (after the shuffle)
+    request_timeout_s: float | None = None
+    prompt_files: tuple[str, ...] | None = None
+    api: str = "chat"
+
+    def pick(self, name: str, default: Any) -> Any:
+        value = getattr(self, name)
+        return default if value is None else value
+
+
+def build_plan(
+    config: ExperimentConfig,
+    arm: Arm,
+    base_url: str,
+    run_dir: Path,
+    overrides: Overrides | None = None,
+) -> RunPlan:
+    lt = config.loadtest
+    ov = overrides or Overrides()
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"{arm.value} URL {base_url!r} must start with http:// or https://")
+    params = RequestParams(
+        model=config.serving.target_model,
+        max_tokens=ov.pick("max_tokens", lt.max_tokens),
+        temperature=lt.temperature,
+        ignore_eos=lt.ignore_eos,
+        seed=lt.seed,
+        api=ov.api,  # type: ignore[arg-type]
+        timeout_s=ov.pick("request_timeout_s", lt.request_timeout_s),
+    )
+    if params.api not in ("chat", "completions"):
+        raise ValueError(f"api {params.api!r}: use 'chat' or 'completions'")
+    prompts = load_prompts(list(ov.pick("prompt_files", tuple(lt.prompts.files))))
+    schedule = build_schedule(
+        prompts,
+        requests_per_prompt=ov.pick("requests_per_prompt", lt.requests_per_prompt),
+        seed=lt.seed,
+        warmup_requests=ov.pick("warmup_requests", lt.warmup_requests),
+        request_rate=ov.pick("request_rate", lt.request_rate),
+        max_requests=ov.max_requests,
+    )
+    shape = LoadShape(
+        concurrency=ov.pick("concurrency", lt.concurrency),
+        request_rate=ov.pick("request_rate", lt.request_rate),
+        max_duration_s=ov.pick("max_duration_s", lt.max_duration_s),
+    )
+    if shape.concurrency < 1:
+        raise ValueError(f"concurrency {shape.concurrency} must be >= 1")
+    return RunPlan(
+        arm=arm.value,
+        base_url=base_url.rstrip("/"),
+        params=params,
+        shape=shape,
+        schedule=schedule,
+        records_path=str(run_dir / f"records_{arm.value}.jsonl"),
+        meta_path=str(run_dir / f"window_{arm.value}.json"),
+        variant_label=lt.variant_labels[arm],
+    )

@@ -1,0 +1,98 @@
+"""The raw per-request record: what one streamed request looked like on the wire.
+
+Every metric of the report is computed from these records (never from Locust's
+bucketed stats), and the records are kept as JSONL so a report can be rebuilt.
+Times are seconds on the client's monotonic clock (``time.perf_counter``);
+``chunk_times`` are offsets from ``start``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+class FailureReason(StrEnum):
+    """Why a request failed; the report counts failures by these reasons."""
+
+    HTTP_4XX = "http_4xx"
+    HTTP_5XX = "http_5xx"
+    CONNECTION_REFUSED = "connection_refused"
+    CONNECTION_ERROR = "connection_error"
+    DISCONNECTED = "disconnected_mid_stream"
+    MALFORMED_SSE = "malformed_sse"
+    TRUNCATED_STREAM = "truncated_stream"
+    TIMEOUT = "timeout"
+    SERVER_ERROR_EVENT = "server_error_event"
+    NO_OUTPUT = "no_output"
+
+
+@dataclass
+class RequestRecord:
+    arm: str
+    index: int  # position in the shared schedule (same for both arms)
+    prompt_id: str
+    prompt_class: str
+    warmup: bool = False
+    max_tokens: int = 0
+    wall_start: float = 0.0  # time.time() at start, for humans and CloudWatch timestamps
+    start: float = 0.0  # perf_counter at request start
+    scheduled_lag_s: float = 0.0  # open loop: how late the request left vs its arrival time
+    ttft_s: float | None = None  # start -> first chunk carrying generated content
+    e2e_s: float | None = None  # start -> end of stream
+    chunk_times: list[float] = field(default_factory=list)  # content chunks, offsets from start
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens each content chunk carried
+    chunk_texts: list[str] = field(default_factory=list)
+    output_tokens: int | None = None  # final usage.completion_tokens
+    prompt_tokens: int | None = None
+    token_accounting: str = "usage"  # "usage" (exact) or "chunks" (server sent no usage)
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None  # a FailureReason value
+    error_detail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunk_texts)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+def write_records(path: Path, records: Iterable[RequestRecord]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for record in records:
+            out.write(record.to_json() + "\n")
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    return list(iter_records(path))
+
+
+def iter_records(path: Path) -> Iterator[RequestRecord]:
+    with path.open() as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                yield RequestRecord.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError) as err:
+                raise ValueError(
+                    f"{path}:{number} is not a request record ({err}); the records file is "
+                    "written by the load test, do not edit it by hand"
+                ) from None
