@@ -1,0 +1,156 @@
+"""Command line: ``python -m loadtest run|report|publish`` (see docs/loadtest.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from experiment import ConfigError, build_config
+from experiment.config import ExperimentConfig
+from loadtest.plan import Overrides
+
+LOG = logging.getLogger("loadtest")
+
+
+def _config(args: argparse.Namespace) -> ExperimentConfig:
+    context: dict[str, object] = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: write it as loadtest.concurrency=8")
+        context[f"experiment.{key.removeprefix('experiment.')}"] = value
+    from experiment.loading import cdk_json_context
+
+    return build_config({**cdk_json_context(), **context}, config_file=args.config)
+
+
+def _overrides(args: argparse.Namespace, config: ExperimentConfig) -> Overrides:
+    local = config.local if args.local else None
+    prompt_files: tuple[str, ...] | None = None
+    if args.prompts:
+        prompt_files = tuple(args.prompts)
+    if args.add_prompts:
+        prompt_files = (*(prompt_files or config.loadtest.prompts.files), *args.add_prompts)
+    return Overrides(
+        max_tokens=args.max_tokens or (local.max_tokens if local else None),
+        concurrency=args.concurrency or (local.concurrency if local else None),
+        requests_per_prompt=args.requests_per_prompt
+        or (local.requests_per_prompt if local else None),
+        request_rate=args.request_rate,
+        warmup_requests=args.warmup,
+        max_duration_s=args.duration,
+        max_requests=args.max_requests,
+        request_timeout_s=args.timeout,
+        prompt_files=prompt_files,
+        api=args.api,
+    )
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> object:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtest", description=(
+        "Comparative load test of the baseline and speculative-decoding arms."))
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run both arms and write the report")
+    run.add_argument("--baseline", required=True, help="baseline base URL, e.g. http://host:8000")
+    run.add_argument("--speculative", required=True, help="SD arm base URL")
+    run.add_argument("--out", type=Path, help="run directory (default runs/loadtest-<time>)")
+    run.add_argument("--config", help="experiment config file (YAML/JSON) layered on defaults")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="config override, e.g. --set loadtest.concurrency=8 (repeatable)")
+    run.add_argument("--local", action="store_true",
+                     help="use the local run's small scale (config.local.max_tokens, ...)")
+    run.add_argument("--max-tokens", type=_positive(int))
+    run.add_argument("--concurrency", type=_positive(int))
+    run.add_argument("--requests-per-prompt", type=_positive(int))
+    run.add_argument("--request-rate", type=_positive(float),
+                     help="open loop: Poisson arrivals at this rate (req/s)")
+    run.add_argument("--warmup", type=int, help="warm-up requests per arm (excluded)")
+    run.add_argument("--duration", type=_positive(float), help="time bound per arm (s)")
+    run.add_argument("--max-requests", type=_positive(int), help="cap on measured requests")
+    run.add_argument("--timeout", type=_positive(float), help="per-request timeout (s)")
+    run.add_argument("--prompts", action="append", help="prompt file(s) replacing the suite")
+    run.add_argument("--add-prompts", action="append", help="prompt file(s) added to the suite")
+    run.add_argument("--api", choices=["chat", "completions"], default="chat")
+    run.add_argument("--no-cloudwatch", action="store_true",
+                     help="do not publish to CloudWatch (default: publish when credentials exist)")
+    report = sub.add_parser("report", help="rebuild summary and report from a run directory")
+    report.add_argument("run_dir", type=Path)
+    publish = sub.add_parser("publish", help="publish a finished run to CloudWatch")
+    publish.add_argument("run_dir", type=Path)
+    publish.add_argument("--config", help="experiment config file (YAML/JSON)")
+    publish.set_defaults(set=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "report":
+            return _report(args.run_dir)
+        return _publish(args)
+    except (ConfigError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from loadtest.runner import run_comparison
+    from loadtest.table import render_summary_table
+
+    config = _config(args)
+    out = args.out or Path(config.local.runs_dir) / f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
+    summary = run_comparison(config, args.baseline, args.speculative, out,
+                             overrides=_overrides(args, config),
+                             publish_cloudwatch=not args.no_cloudwatch)
+    print(render_summary_table(summary))
+    print(f"\nreport: {out / 'report.html'} (and report.md, summary.json, summary.csv)")
+    return 0
+
+
+def _report(run_dir: Path) -> int:
+    from loadtest.report import write_report
+    from loadtest.runner import summarize
+    from loadtest.table import render_summary_table
+
+    previous = run_dir / "summary.json"
+    cloudwatch = json.loads(previous.read_text()).get("cloudwatch") if previous.is_file() else None
+    summary = summarize(run_dir)
+    if cloudwatch is not None:
+        summary.data["cloudwatch"] = cloudwatch
+        previous.write_text(json.dumps(summary.data, indent=1))
+    paths = write_report(summary)
+    print(render_summary_table(summary))
+    print(f"\nreport: {paths['html']}")
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from loadtest.cloudwatch import publish_run
+    from loadtest.runner import summarize
+
+    config = _config(args)
+    result = publish_run(config, args.run_dir, summarize(args.run_dir))
+    print(json.dumps(result))
+    return 0 if result["published"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The streaming client against the scripted server: timing and token truth, and every fault.
+
+Tolerances: the server records its own send times, so client chunk gaps are compared with
+the *actual* send gaps (tight: 4 ms, loopback + scheduling on a shared 2-core machine) and
+with the *scripted* gaps (looser: 8 ms). Token counts must match exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from loadtest.client import RequestParams, build_payload, stream_request
+from loadtest.metrics import chunk_gaps_s, per_token_itl_s, tpot_s
+from loadtest.records import FailureReason
+from loadtest.scripted_server import Fault, Script, unused_loopback_url
+
+ACTUAL_TOL_S = 0.004
+SCRIPTED_TOL_S = 0.008
+TTFT_OVERHEAD_TOL_S = 0.008
+SPECULATIVE_SCRIPT = Script(ttft_s=0.080, chunk_tokens=[1, 4, 2, 8, 1, 3],
+                            gaps_s=[0.030, 0.050, 0.020, 0.060, 0.040])
+
+
+def test_payload_asks_for_exact_token_accounting(params: RequestParams) -> None:
+    payload = build_payload("hi", replace(params, temperature=0.0))
+    assert payload["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert payload["temperature"] == 0.0 and payload["ignore_eos"] is True
+    assert payload["messages"] == [{"role": "user", "content": "hi"}]
+    completions = build_payload("hi", replace(params, api="completions"))
+    assert completions["prompt"] == "hi" and "messages" not in completions
+    with pytest.raises(ValueError, match="use one of"):
+        from loadtest.client import endpoint_url
+        endpoint_url("http://x", "embeddings")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_multi_token_chunks_match_the_scripted_truth(serve, session, params, new_record, api) -> None:
+    server = serve(SPECULATIVE_SCRIPT)
+    script = SPECULATIVE_SCRIPT
+    # One warm request so the measured one does not pay for process-level first-use costs.
+    stream_request(session, server.url, "warm", replace(params, api=api), new_record())
+    record = stream_request(session, server.url, "hello", replace(params, api=api), new_record())
+    sent = server.log[-1]
+
+    assert record.ok, record.error_detail
+    assert record.chunk_tokens == script.chunk_tokens
+    assert record.output_tokens == script.output_tokens == sum(record.chunk_tokens)
+    assert record.token_accounting == "usage"
+    assert record.text == "".join(script.token_text(i) for i in range(script.output_tokens))
+
+    # TTFT: the client starts its clock before connecting and sending, the server after
+    # reading the body, so the client's TTFT is the server's plus connection setup and the
+    # request's transport (a few ms on a busy loopback).
+    server_ttft = sent.send_times[0] - sent.received
+    assert 0 <= record.ttft_s - server_ttft < TTFT_OVERHEAD_TOL_S
+    assert abs(record.ttft_s - script.ttft_s) < SCRIPTED_TOL_S + TTFT_OVERHEAD_TOL_S
+
+    measured_gaps = chunk_gaps_s(record)
+    actual_gaps = [b - a for a, b in zip(sent.send_times, sent.send_times[1:], strict=False)]
+    assert len(measured_gaps) == len(script.gap_list())
+    for measured, actual, scripted in zip(measured_gaps, actual_gaps, script.gap_list(),
+                                          strict=True):
+        assert abs(measured - actual) < ACTUAL_TOL_S
+        assert abs(measured - scripted) < SCRIPTED_TOL_S
+
+    # Per-token ITL: chunk j's gap divided over the tokens it carried, one value per token.
+    itl = per_token_itl_s(record)
+    expected = [g / n for g, n in zip(script.gap_list(), script.chunk_tokens[1:], strict=True)
+                for _ in range(n)]
+    assert len(itl) == script.output_tokens - script.chunk_tokens[0]
+    for measured, truth in zip(itl, expected, strict=True):
+        assert abs(measured - truth) < SCRIPTED_TOL_S
+    # The chunk gaps are NOT per-token latency under speculation: their mean is much larger.
+    assert sum(measured_gaps) / len(measured_gaps) > 2 * (sum(itl) / len(itl))
+
+    total_scripted = script.ttft_s + sum(script.gap_list())
+    assert abs(record.e2e_s - total_scripted) < SCRIPTED_TOL_S + TTFT_OVERHEAD_TOL_S
+    truth_tpot = sum(script.gap_list()) / (script.output_tokens - 1)
+    assert abs(tpot_s(record) - truth_tpot) < SCRIPTED_TOL_S / 4
+
+
+def test_without_per_chunk_usage_counts_are_flagged_inexact(serve, session, params, new_record) -> None:
+    script = Script(chunk_tokens=[2, 2, 2], gaps_s=0.01, continuous_usage=False)
+    record = stream_request(session, serve(script).url, "x", params, new_record())
+    assert record.ok
+    assert record.token_accounting == "chunks"
+    # The final usage chunk still gives the exact total.
+    assert record.output_tokens == 6
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        (Script(fault=Fault.HTTP_ERROR, http_status=503), FailureReason.HTTP_5XX),
+        (Script(fault=Fault.HTTP_ERROR, http_status=400), FailureReason.HTTP_4XX),
+        (Script(fault=Fault.DISCONNECT, fault_after_chunks=3), FailureReason.DISCONNECTED),
+        (Script(fault=Fault.MALFORMED, fault_after_chunks=1), FailureReason.MALFORMED_SSE),
+        (Script(fault=Fault.TRUNCATE, fault_after_chunks=2), FailureReason.TRUNCATED_STREAM),
+        (Script(fault=Fault.STALL, fault_after_chunks=2, stall_s=5.0), FailureReason.TIMEOUT),
+    ],
+    ids=lambda value: getattr(value, "value", None) if isinstance(value, FailureReason) else None,
+)
+def test_each_fault_is_classified_and_bounded(serve, session, new_record, script, reason) -> None:
+    params = RequestParams(model="m", max_tokens=8, timeout_s=0.8)
+    started = time.monotonic()
+    record = stream_request(session, serve(script).url, "x", params, new_record())
+    elapsed = time.monotonic() - started
+    assert record.error == reason.value, record.error_detail
+    assert not record.ok and record.error_detail
+    assert elapsed < params.timeout_s + 1.0  # never hangs past the timeout
+    if script.fault in (Fault.DISCONNECT, Fault.TRUNCATE):
+        # What arrived before the fault is kept (partial records are still informative).
+        assert sum(record.chunk_tokens) == sum(script.chunk_tokens[: script.fault_after_chunks])
+
+
+def test_refused_connection(session, params, new_record) -> None:
+    record = stream_request(session, unused_loopback_url(), "x", params, new_record())
+    assert record.error == FailureReason.CONNECTION_REFUSED.value
