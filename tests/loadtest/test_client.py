@@ -37,7 +37,9 @@ def test_payload_asks_for_exact_token_accounting(params: RequestParams) -> None:
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
-def test_multi_token_chunks_match_the_scripted_truth(serve, session, params, new_record, api) -> None:
+def test_multi_token_chunks_match_the_scripted_truth(
+    serve, session, params, new_record, api
+) -> None:
     server = serve(SPECULATIVE_SCRIPT)
     script = SPECULATIVE_SCRIPT
     # One warm request so the measured one does not pay for process-level first-use costs.
@@ -82,7 +84,9 @@ def test_multi_token_chunks_match_the_scripted_truth(serve, session, params, new
     assert abs(tpot_s(record) - truth_tpot) < SCRIPTED_TOL_S / 4
 
 
-def test_without_per_chunk_usage_counts_are_flagged_inexact(serve, session, params, new_record) -> None:
+def test_without_per_chunk_usage_counts_are_flagged_inexact(
+    serve, session, params, new_record
+) -> None:
     script = Script(chunk_tokens=[2, 2, 2], gaps_s=0.01, continuous_usage=False)
     record = stream_request(session, serve(script).url, "x", params, new_record())
     assert record.ok

@@ -1,0 +1,67 @@
+"""Summary, CSV, Markdown/HTML report and PNG plots from a run directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+import struct
+
+from loadtest.report import write_report
+from loadtest.runner import summarize
+from loadtest.table import render_summary_table
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return struct.unpack(">II", data[16:24])
+
+
+def test_summary_has_every_section(fake_run_dir) -> None:
+    summary = summarize(fake_run_dir)
+    data = json.loads((fake_run_dir / "summary.json").read_text())
+    assert data == summary.data
+    assert data["schema_version"] == 1
+    for arm in ("baseline", "speculative"):
+        block = data["arms"][arm]
+        assert block["overall"]["failures_by_reason"] == {
+            "disconnected_mid_stream": 1, "http_5xx": 1}
+        assert set(block["by_class"]) == {"structured", "open_ended"}
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "chunk_gap_ms", "e2e_ms",
+                       "output_tokens_per_s"):
+            assert block["overall"][metric]["p99"] is not None
+    assert data["arms"]["baseline"]["acceptance"]["available"] is False
+    assert data["arms"]["baseline"]["acceptance"]["acceptance_rate"] is None
+    assert data["arms"]["speculative"]["acceptance"]["acceptance_rate"] == 120 / 280
+    assert data["lossless"]["exact_match_rate"] is not None
+    assert summary.speedup("itl_ms", "mean") is not None
+    assert summary.speedup("itl_ms", "mean", prompt_class="structured") is not None
+
+
+def test_report_files_and_plots(fake_run_dir) -> None:
+    paths = write_report(summarize(fake_run_dir))
+    for key in ("csv", "markdown", "html", "cdf_plot", "class_plot", "acceptance_plot"):
+        assert paths[key].is_file() and paths[key].stat().st_size > 0, key
+    for plot in ("cdf_plot", "class_plot", "acceptance_plot"):
+        width, height = _png_size(paths[plot])
+        assert width > 400 and height > 200
+    markdown = paths["markdown"].read_text()
+    for text in ("TTFT p50", "ITL per token", "chunk gap", "TPOT", "E2E", "goodput",
+                 "acceptance rate", "lossless", "http_5xx", "disconnected_mid_stream",
+                 "speedup", "latency_cdfs.png", "per_class.png", "structured", "open_ended"):
+        assert text in markdown, text
+    html = paths["html"].read_text()
+    assert "<img src='latency_cdfs.png'" in html and "http_5xx" in html
+    rows = list(csv.DictReader(paths["csv"].open()))
+    failed = [r for r in rows if r["metric"] == "failed_http_5xx" and r["prompt_class"] == "all"]
+    assert [r["value"] for r in failed] == ["1", "1"]
+
+
+def test_terminal_table_shows_both_arms_and_failures(fake_run_dir) -> None:
+    table = render_summary_table(summarize(fake_run_dir))
+    header = table.splitlines()[0]
+    assert "Base" in header and "SD" in header and "speedup" in header
+    assert "failed: http_5xx" in table and "mean acceptance length" in table
+    assert "n/a" in table  # baseline acceptance: not available, never 0
