@@ -34,6 +34,7 @@ from gevent.event import Event
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
+from locust.stats import CSV_STATS_INTERVAL_SEC
 
 from loadtest.acceptance import scrape
 from loadtest.client import stream_request
@@ -199,7 +200,11 @@ class StreamingUser(User):
         if item is None:
             if state.in_flight == 0 and not state.finished:
                 state.finish("schedule_done")
-                gevent.spawn(self.environment.runner.quit)  # type: ignore[union-attr]
+                # Locust's --csv writer only writes every CSV_STATS_INTERVAL_SEC and not at
+                # shutdown: give it one more cycle so the CSV holds every request.
+                csv = getattr(self.environment.parsed_options, "csv_prefix", None)
+                delay = CSV_STATS_INTERVAL_SEC + 0.2 if csv else 0.0
+                gevent.spawn_later(delay, self.environment.runner.quit)  # type: ignore[union-attr]
             raise StopUser()
         if item.arrival_s is not None:  # open loop: wait for the item's arrival time
             gevent.sleep(max(0.0, state.window_start + item.arrival_s - time.perf_counter()))

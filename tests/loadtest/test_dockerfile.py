@@ -1,0 +1,61 @@
+"""The load-test image (no Docker here): parse the Dockerfile for the essentials."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from experiment import build_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _instructions() -> list[tuple[str, str]]:
+    config = build_config({})
+    dockerfile = ROOT / config.loadtest.image_directory / "Dockerfile"
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+            for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_image_installs_the_loadtest_extra_and_runs_as_non_root() -> None:
+    instructions = _instructions()
+    runs = " ".join(arg for op, arg in instructions if op == "RUN")
+    assert '".[loadtest]"' in runs
+    copies = [arg.split()[0] for op, arg in instructions if op == "COPY" and "--from" not in arg]
+    for source in ("pyproject.toml", "experiment/", "runtime/", "loadtest/"):
+        assert source in copies, source
+    # every COPY source exists relative to the build context (the repository root)
+    for op, arg in instructions:
+        if op == "COPY" and "--from" not in arg:
+            for source in arg.split()[:-1]:
+                assert (ROOT / source).exists(), source
+    users = [arg for op, arg in instructions if op == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    entrypoint = [arg for op, arg in instructions if op == "ENTRYPOINT"][-1]
+    assert entrypoint == '["python", "-m", "loadtest"]'
+    froms = [arg for op, arg in instructions if op == "FROM"]
+    assert all(re.match(r"python:3\.1[1-9]-slim", f) for f in froms)
+
+
+def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None:
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["loadtest"]
+    declared = {re.split(r"[<>=\[ ;]", dep)[0].lower().replace("-", "_") for dep in extra}
+    base = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared |= {re.split(r"[<>=\[ ;]", dep)[0].lower().replace("-", "_") for dep in base}
+    aliases = {"yaml": "pyyaml", "botocore": "boto3", "gevent": "locust"}
+    local = {"experiment", "runtime", "loadtest"}
+    imported: set[str] = set()
+    pattern = re.compile(r"^\s*(?:from|import) ([a-zA-Z_][a-zA-Z0-9_]*)", re.M)
+    for path in (ROOT / "loadtest").glob("*.py"):
+        for match in pattern.finditer(path.read_text()):
+            imported.add(match.group(1))
+    import sys
+
+    third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in local
+                   and m != "__future__"}
+    missing = {m for m in third_party if aliases.get(m, m).lower() not in declared}
+    assert not missing, f"imported by loadtest/ but not declared in the loadtest extra: {missing}"

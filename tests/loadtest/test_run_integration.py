@@ -1,0 +1,200 @@
+"""End-to-end: real Locust processes against scripted servers (ground truth and faults).
+
+Integration tier; about 40 s in all on the shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtest.scripted_server import Fault, Script, ScriptedServer, unused_loopback_url
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+MAX_TOKENS = 24
+FAULTS: dict[str, tuple[Script, str]] = {
+    "http500": (Script(fault=Fault.HTTP_ERROR, http_status=500), "http_5xx"),
+    "http429": (Script(fault=Fault.HTTP_ERROR, http_status=429), "http_4xx"),
+    "disconnect": (Script(fault=Fault.DISCONNECT, fault_after_chunks=2), "disconnected_mid_stream"),
+    "malformed": (Script(fault=Fault.MALFORMED, fault_after_chunks=1), "malformed_sse"),
+    "truncate": (Script(fault=Fault.TRUNCATE, fault_after_chunks=2), "truncated_stream"),
+    "stall": (Script(fault=Fault.STALL, fault_after_chunks=1, stall_s=4.0), "timeout"),
+}
+BASE_SCRIPT = Script.fixed(MAX_TOKENS, 1, ttft_s=0.04, gaps_s=0.008)
+SD_SCRIPT = Script.fixed(MAX_TOKENS, 4, ttft_s=0.05, gaps_s=0.040)
+
+
+def _chooser(normal: Script):
+    def choose(_: int, body: dict[str, Any]) -> Script:
+        content = json.dumps(body.get("messages") or body.get("prompt"))
+        for name, (script, _reason) in FAULTS.items():
+            if f"FAULT:{name}" in content:
+                return script
+        return normal
+    return choose
+
+
+def _prompt_file(tmp_path: Path, faults: bool) -> Path:
+    lines = [{"id": f"s{i}", "class": "structured", "prompt": f"count to {i}"} for i in range(3)]
+    lines += [{"id": f"o{i}", "class": "open_ended", "prompt": f"story {i}"} for i in range(3)]
+    if faults:
+        lines += [{"id": f"f-{name}", "class": "faulty", "prompt": f"FAULT:{name}"}
+                  for name in FAULTS]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    return env
+
+
+def _loadtest(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loadtest", *args], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_run_measures_truth_counts_every_fault_and_writes_the_report(tmp_path) -> None:
+    out = tmp_path / "run"
+    with ScriptedServer(_chooser(BASE_SCRIPT)) as base, \
+            ScriptedServer(_chooser(SD_SCRIPT), spec_decode_k=7) as sd:
+        started = time.monotonic()
+        result = _loadtest(
+            "run", "--baseline", base.url, "--speculative", sd.url, "--out", str(out),
+            "--prompts", str(_prompt_file(tmp_path, faults=True)), "--max-tokens",
+            str(MAX_TOKENS), "--concurrency", "3", "--requests-per-prompt", "1", "--warmup", "1",
+            "--timeout", "1.0", "--duration", "60", "--no-cloudwatch", timeout=120)
+        elapsed = time.monotonic() - started
+        sd_truth = sd.spec_decode_truth()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert elapsed < 60
+    summary = json.loads((out / "summary.json").read_text())
+    expected_failures = {reason: 1 for _, reason in FAULTS.values()}
+    expected_failures["http_4xx"] = 1
+    for arm in ("baseline", "speculative"):
+        block = summary["arms"][arm]
+        assert block["stopped_by"] == "schedule_done"
+        assert block["overall"]["failures_by_reason"] == expected_failures, arm
+        assert block["by_class"]["faulty"]["failed"] == len(FAULTS)
+        assert block["overall"]["succeeded"] == 6
+        assert block["overall"]["length_mismatches"] == 0
+        assert block["overall"]["output_tokens_total"] == 6 * MAX_TOKENS  # exact, from usage
+        assert block["warmup_excluded"] == 1
+
+    sd_block = summary["arms"]["speculative"]["overall"]
+    base_block = summary["arms"]["baseline"]["overall"]
+    # Reported numbers vs the scripted truth (Locust/gevent process, concurrency 3).
+    assert sd_block["tokens_per_chunk"]["mean"] == pytest.approx(4.0)
+    assert sd_block["itl_ms"]["p50"] == pytest.approx(10.0, abs=1.5)  # 40 ms / 4 tokens
+    assert sd_block["chunk_gap_ms"]["p50"] == pytest.approx(40.0, abs=4.0)
+    assert sd_block["ttft_ms"]["p50"] == pytest.approx(50.0, abs=10.0)
+    assert base_block["itl_ms"]["p50"] == pytest.approx(8.0, abs=1.5)
+    assert base_block["ttft_ms"]["p50"] == pytest.approx(40.0, abs=10.0)
+    # Acceptance from /metrics deltas: warm-up excluded, fault requests do not count.
+    acceptance = summary["arms"]["speculative"]["acceptance"]
+    assert acceptance["acceptance_rate"] == pytest.approx(3 / 7)
+    assert acceptance["mean_acceptance_length"] == pytest.approx(4.0)
+    assert acceptance["drafts"] == 6 * (MAX_TOKENS // 4) < sd_truth["drafts"]
+    assert summary["arms"]["baseline"]["acceptance"]["acceptance_rate"] is None
+    assert summary["lossless"]["exact_match_rate"] == 1.0
+    assert summary["speedup"]["overall"]["itl_ms"]["p50"] < 1  # SD per-token ITL is worse here
+
+    report = (out / "report.md").read_text()
+    for _, reason in FAULTS.values():
+        assert f"| {reason} |" in report or reason in report
+    assert "| SD | http_5xx | 1 |" in report
+    for name in ("report.html", "latency_cdfs.png", "per_class.png", "summary.csv",
+                 "locust/baseline_stats.csv", "locust/speculative.html"):
+        assert (out / name).stat().st_size > 0, name
+    assert "failed: timeout" in result.stdout
+    # Locust's own CSV keeps working and holds every measured request (warm-up reset away).
+    import csv
+
+    rows = list(csv.DictReader((out / "locust" / "speculative_stats.csv").open()))
+    aggregated = next(r for r in rows if r["Name"] == "Aggregated")
+    assert (aggregated["Request Count"], aggregated["Failure Count"]) == ("12", "6")
+
+    # The report is rebuilt from the records alone.
+    (out / "summary.json").unlink()
+    (out / "report.md").unlink()
+    rebuilt = _loadtest("report", str(out), timeout=60)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    again = json.loads((out / "summary.json").read_text())
+    assert again["arms"] == summary["arms"] and (out / "report.md").is_file()
+
+
+def test_refused_arm_still_completes_with_a_report(tmp_path) -> None:
+    out = tmp_path / "run"
+    with ScriptedServer(BASE_SCRIPT) as base:
+        result = _loadtest(
+            "run", "--baseline", base.url, "--speculative", unused_loopback_url(), "--out",
+            str(out), "--prompts", str(_prompt_file(tmp_path, faults=False)), "--max-tokens",
+            str(MAX_TOKENS), "--requests-per-prompt", "1", "--warmup", "0", "--timeout", "2",
+            "--no-cloudwatch", timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["arms"]["speculative"]["overall"]["failures_by_reason"] == {
+        "connection_refused": 6}
+    assert summary["arms"]["speculative"]["acceptance"]["available"] is False
+    assert summary["lossless"]["exact_match_rate"] is None
+    assert "connection_refused" in (out / "report.md").read_text()
+
+
+def test_run_stops_at_its_time_bound(tmp_path) -> None:
+    slow = Script.fixed(MAX_TOKENS, 1, ttft_s=0.1, gaps_s=0.1)  # 2.4 s per request
+    out = tmp_path / "run"
+    with ScriptedServer(slow) as base, ScriptedServer(slow) as sd:
+        started = time.monotonic()
+        result = _loadtest(
+            "run", "--baseline", base.url, "--speculative", sd.url, "--out", str(out),
+            "--prompts", str(_prompt_file(tmp_path, faults=False)), "--max-tokens",
+            str(MAX_TOKENS), "--requests-per-prompt", "20", "--concurrency", "2", "--warmup",
+            "0", "--duration", "4", "--timeout", "10", "--no-cloudwatch", timeout=120)
+        elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert elapsed < 2 * (4 + 3 + 6)  # two arms: duration + stop timeout + start-up
+    summary = json.loads((out / "summary.json").read_text())
+    for arm in ("baseline", "speculative"):
+        block = summary["arms"][arm]
+        assert block["stopped_by"] == "time_limit"
+        assert block["not_started_requests"] > 100
+        assert 0 < block["overall"]["succeeded"] < 10
+    assert any("stopped by time_limit" in w for w in summary["warnings"])
+
+
+def test_plain_locust_command_with_its_own_csv_and_html(tmp_path) -> None:
+    config = tmp_path / "experiment.yaml"
+    config.write_text(
+        "loadtest:\n  max_tokens: 24\n  warmup_requests: 1\n  requests_per_prompt: 1\n"
+        f"  prompts:\n    files: ['{_prompt_file(tmp_path, faults=False)}']\n")
+    with ScriptedServer(SD_SCRIPT) as server:
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py", "--headless",
+             "-H", server.url, "-u", "2", "-r", "2", "-t", "60s", "--arm", "speculative",
+             "--loadtest-config", str(config), "--records-dir", str(tmp_path / "records"),
+             "--max-requests", "4", "--csv", str(tmp_path / "lc"), "--html",
+             str(tmp_path / "lc.html"), "--only-summary"],
+            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=90, check=False)
+        elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert elapsed < 30  # stopped by itself when the 4 requests were done, not at -t 60s
+    lines = (tmp_path / "records" / "records_speculative.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["warmup"] for r in records].count(True) == 1
+    assert sum(1 for r in records if not r["warmup"] and r["error"] is None) == 4
+    assert all(r["chunk_tokens"] == [4] * 6 for r in records)
+    stats = (tmp_path / "lc_stats.csv").read_text()
+    assert "speculative/structured" in stats or "speculative/open_ended" in stats
+    assert (tmp_path / "lc.html").stat().st_size > 0
