@@ -69,7 +69,7 @@ class _RunState:
         self.window_open = Event()
         self.window_start = 0.0
         self.window_start_wall = 0.0
-        self.in_flight = 0
+        self.pending = 0  # measured requests taken from the schedule and not finished yet
         self.exhausted = False
         self.finished = False
         self.before: dict[str, Any] | None = None
@@ -91,6 +91,8 @@ class _RunState:
         item = next(self._measured, None)
         if item is None:
             self.exhausted = True
+        else:
+            self.pending += 1  # counted from here: an open-loop item may wait for its arrival
         return item
 
     def execute(self, session: requests.Session, item: ScheduleItem) -> RequestRecord:
@@ -99,11 +101,7 @@ class _RunState:
         if item.arrival_s is not None:
             lag = time.perf_counter() - (self.window_start + item.arrival_s)
             record.scheduled_lag_s = max(lag, 0.0)
-        self.in_flight += 1
-        try:
-            stream_request(session, self.plan.base_url, item.prompt.text, self.plan.params, record)
-        finally:
-            self.in_flight -= 1
+        stream_request(session, self.plan.base_url, item.prompt.text, self.plan.params, record)
         # Written after the request completed: file I/O stays off the timed path.
         self._records.write(record.to_json() + "\n")
         self._records.flush()
@@ -132,7 +130,7 @@ class _RunState:
             "window_start_wall": self.window_start_wall,
             "window_end": window_end,
             "window_s": window_end - self.window_start if self.window_open.is_set() else 0.0,
-            "unfinished_requests": self.in_flight,
+            "unfinished_requests": self.pending,
             "not_started_requests": sum(1 for _ in self._measured),
             "metrics_before": self.before,
             "metrics_after": after,
@@ -173,7 +171,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
 def _on_test_stop(environment: Environment, **_: Any) -> None:
     state: _RunState | None = getattr(environment, "loadtest_state", None)
     if state is not None:
-        state.finish("schedule_done" if state.exhausted and state.in_flight == 0 else "time_limit")
+        state.finish("schedule_done" if state.exhausted and state.pending == 0 else "time_limit")
 
 
 class StreamingUser(User):
@@ -198,7 +196,7 @@ class StreamingUser(User):
                 state.window_open.wait()
         item = state.next_item()
         if item is None:
-            if state.in_flight == 0 and not state.finished:
+            if state.pending == 0 and not state.finished:
                 state.finish("schedule_done")
                 # Locust's --csv writer only writes every CSV_STATS_INTERVAL_SEC and not at
                 # shutdown: give it one more cycle so the CSV holds every request.
@@ -209,3 +207,5 @@ class StreamingUser(User):
         if item.arrival_s is not None:  # open loop: wait for the item's arrival time
             gevent.sleep(max(0.0, state.window_start + item.arrival_s - time.perf_counter()))
         state.execute(self.session, item)
+        # Not in a finally: a request killed at the time limit stays counted as unfinished.
+        state.pending -= 1

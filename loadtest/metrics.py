@@ -150,6 +150,8 @@ def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> dict[str
     return {
         "window_s": window,
         "warmup_excluded": sum(1 for r in records if r.warmup),
+        # open loop: how late requests left vs their Poisson arrival (all users busy)
+        "arrival_lag_ms": describe(r.scheduled_lag_s * 1000 for r in measured),
         "overall": metric_block(measured, window, slo),
         "by_class": {name: metric_block(rs, window, slo) for name, rs in sorted(by_class.items())},
         "length_mismatch_examples": [

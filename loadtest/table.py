@@ -83,5 +83,6 @@ def render_summary_table(summary: Any) -> str:
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell.strip() or " " for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell.strip().replace("|", "\\|") or " " for cell in row) + " |"
+              for row in rows]
     return "\n".join(lines)

@@ -198,3 +198,27 @@ def test_plain_locust_command_with_its_own_csv_and_html(tmp_path) -> None:
     stats = (tmp_path / "lc_stats.csv").read_text()
     assert "speculative/structured" in stats or "speculative/open_ended" in stats
     assert (tmp_path / "lc.html").stat().st_size > 0
+
+
+def test_open_loop_sends_at_the_scheduled_poisson_arrivals(tmp_path) -> None:
+    quick = Script.fixed(8, 1, ttft_s=0.02, gaps_s=0.005)
+    out = tmp_path / "run"
+    with ScriptedServer(quick) as base, ScriptedServer(quick) as sd:
+        result = _loadtest(
+            "run", "--baseline", base.url, "--speculative", sd.url, "--out", str(out),
+            "--prompts", str(_prompt_file(tmp_path, faults=False)), "--max-tokens", "8",
+            "--requests-per-prompt", "2", "--concurrency", "4", "--request-rate", "10",
+            "--warmup", "0", "--no-cloudwatch", timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = json.loads((out / "plan_baseline.json").read_text())
+    arrivals = {item["index"]: item["arrival_s"] for item in plan["schedule"]}
+    window = json.loads((out / "window_baseline.json").read_text())
+    records = [json.loads(line) for line in (out / "records_baseline.jsonl").open()]
+    assert len(records) == 12
+    for record in records:
+        offset = record["start"] - window["window_start"]
+        assert offset == pytest.approx(arrivals[record["index"]], abs=0.03)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["load_shape"]["request_rate"] == 10
+    assert summary["arms"]["baseline"]["arrival_lag_ms"]["p99"] < 30
+    assert "open loop at 10" in (out / "report.md").read_text()
