@@ -477,16 +477,21 @@ class TinyModelShape(_Model):
         return self.num_layers * (self.hidden_size * self.intermediate_size + self.hidden_size**2)
 
 
-def _default_target_shape() -> TinyModelShape:
-    return TinyModelShape(
-        hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2
-    )
+# Defaults per role, so `-c experiment.local.generator.draft.num_layers=3` changes one field.
+class TargetShape(TinyModelShape):
+    hidden_size: Annotated[int, Field(ge=32)] = 128
+    intermediate_size: Annotated[int, Field(ge=32)] = 384
+    num_layers: Annotated[int, Field(ge=1)] = 4
+    num_heads: Annotated[int, Field(ge=1)] = 4
+    num_kv_heads: Annotated[int, Field(ge=1)] = 2
 
 
-def _default_draft_shape() -> TinyModelShape:
-    return TinyModelShape(
-        hidden_size=64, intermediate_size=192, num_layers=2, num_heads=2, num_kv_heads=1
-    )
+class DraftShape(TinyModelShape):
+    hidden_size: Annotated[int, Field(ge=32)] = 64
+    intermediate_size: Annotated[int, Field(ge=32)] = 192
+    num_layers: Annotated[int, Field(ge=1)] = 2
+    num_heads: Annotated[int, Field(ge=1)] = 2
+    num_kv_heads: Annotated[int, Field(ge=1)] = 1
 
 
 class ModelGeneratorConfig(_Model):
@@ -494,8 +499,8 @@ class ModelGeneratorConfig(_Model):
     CPU training pass on structured text. Changing any value generates a new pair."""
 
     vocab_size: Annotated[int, Field(ge=512, le=65536)] = 2048
-    target: TinyModelShape = Field(default_factory=_default_target_shape)
-    draft: TinyModelShape = Field(default_factory=_default_draft_shape)
+    target: TargetShape = Field(default_factory=TargetShape)
+    draft: DraftShape = Field(default_factory=DraftShape)
     documents: Annotated[int, Field(ge=100)] = 4000
     train_steps: Annotated[int, Field(ge=0)] = 300
     batch_size: Annotated[int, Field(ge=1)] = 16
