@@ -180,8 +180,9 @@ class Server:
                 next_progress += PROGRESS_EVERY_S
             time.sleep(POLL_INTERVAL_S)
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
         """Terminate the whole process group; SIGKILL whatever is left after the grace."""
+        grace_s = STOP_GRACE_S if grace_s is None else grace_s
         process = self.process
         if process is not None:
             pgid = process.pid  # start_new_session: the group id is the leader's pid

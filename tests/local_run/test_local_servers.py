@@ -1,0 +1,200 @@
+"""The launcher against a stand-in server: readiness, failure reporting, teardown, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from local_run import servers as servers_module
+from local_run.servers import (
+    LocalServers,
+    Server,
+    ServerError,
+    free_port,
+    host_env,
+    port_is_free,
+)
+from runtime.render import VllmCommand
+
+HERE = Path(__file__).resolve().parent
+FAKE = "fake_vllm_server"
+
+
+def fake_server(tmp_path: Path, name: str = "baseline", *extra: str, model: str = "tiny") -> Server:
+    port = free_port()
+    command = VllmCommand(
+        FAKE, ("--port", str(port), "--model-name", model, *extra), {"PYTHONPATH": str(HERE)}
+    )
+    return Server(
+        name=name,
+        command=command,
+        host="127.0.0.1",
+        port=port,
+        served_model_name="tiny",
+        log_path=tmp_path / "logs" / f"{name}.log",
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): count it as gone.
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
+
+
+def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(autouse=True)
+def quick_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(servers_module, "POLL_INTERVAL_S", 0.1)
+    monkeypatch.setattr(servers_module, "PROGRESS_EVERY_S", 0.5)
+
+
+def test_starts_waits_logs_and_stops_every_process(tmp_path: Path) -> None:
+    child_file = tmp_path / "child.pid"
+    server = fake_server(tmp_path, "baseline", "--delay", "1", "--child-pid-file", str(child_file))
+    messages: list[str] = []
+    with LocalServers([server], startup_timeout_s=30, log=messages.append) as running:
+        assert running["baseline"].probe()
+        assert server.ready_after_s is not None and server.ready_after_s >= 1
+        child = int(child_file.read_text())
+        assert alive(child)
+        leader = server.process.pid  # type: ignore[union-attr]
+    assert wait_gone(leader) and wait_gone(child), "the server's process group outlived the run"
+    assert port_is_free("127.0.0.1", server.port)
+    log = server.log_path.read_text()
+    assert log.startswith(f"$ {sys.executable} -m {FAKE} --port {server.port}")
+    assert "fake vllm listening" in log
+    assert any("waiting for baseline" in m for m in messages)  # progress while it starts
+    assert any("baseline ready" in m for m in messages)
+
+
+def test_not_ready_until_the_served_model_is_listed(tmp_path: Path) -> None:
+    server = fake_server(tmp_path, "baseline", model="some-other-model")
+    with pytest.raises(ServerError, match=r"not ready after 2s .*startup_timeout_s"):
+        LocalServers([server], startup_timeout_s=2, log=lambda _: None).__enter__()
+    assert wait_gone(server.process.pid)  # type: ignore[union-attr]
+
+
+def test_a_server_that_dies_is_reported_with_its_log_and_the_others_are_stopped(
+    tmp_path: Path,
+) -> None:
+    first = fake_server(tmp_path, "baseline")
+    second = fake_server(tmp_path, "speculative", "--exit-code", "3")
+    with (
+        pytest.raises(ServerError) as raised,
+        LocalServers([first, second], startup_timeout_s=30, log=lambda _: None),
+    ):
+        pytest.fail("must not get here")
+    message = str(raised.value)
+    assert "speculative: vLLM exited with code 3" in message
+    assert "failing on purpose" in message  # the log tail is in the error
+    assert str(second.log_path) in message
+    assert wait_gone(first.process.pid)  # type: ignore[union-attr]
+
+
+def test_parallel_start_waits_for_all(tmp_path: Path) -> None:
+    servers = [fake_server(tmp_path, "baseline", "--delay", "1"), fake_server(tmp_path, "sd")]
+    with LocalServers(servers, startup_timeout_s=30, log=lambda _: None, sequential=False):
+        assert all(s.probe() for s in servers)
+    assert all(wait_gone(s.process.pid) for s in servers)  # type: ignore[union-attr]
+
+
+def test_an_exception_in_the_body_stops_the_servers(tmp_path: Path) -> None:
+    server = fake_server(tmp_path)
+    with pytest.raises(RuntimeError, match="boom"), LocalServers([server], 30, lambda _: None):
+        raise RuntimeError("boom")
+    assert wait_gone(server.process.pid)  # type: ignore[union-attr]
+
+
+def test_a_server_ignoring_sigterm_is_killed_after_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(servers_module, "STOP_GRACE_S", 1.0)
+    server = fake_server(tmp_path, "baseline", "--ignore-sigterm")
+    started = time.monotonic()
+    with LocalServers([server], 30, lambda _: None):
+        pass
+    assert wait_gone(server.process.pid)  # type: ignore[union-attr]
+    assert time.monotonic() - started < 15
+
+
+def test_port_in_use_is_an_actionable_error(tmp_path: Path) -> None:
+    server = fake_server(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", server.port))
+        busy.listen()
+        with pytest.raises(ServerError, match=r"already in use.*experiment\.local\.baseline_port"):
+            server.start()
+    assert server.process is None
+
+
+def test_host_env_is_offline_and_preloads_intel_openmp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    env = host_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    if servers_module.IOMP_LIBRARY.is_file():
+        assert env["LD_PRELOAD"].split(":")[0] == str(servers_module.IOMP_LIBRARY)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_to_the_launcher_stop_the_servers(tmp_path: Path, signum: int) -> None:
+    """SIGTERM (kill, CI cancel) and SIGINT (Ctrl-C) both leave no server behind."""
+    port = free_port()
+    child_file = tmp_path / "child.pid"
+    ready_file = tmp_path / "ready"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from local_run.servers import LocalServers, Server, sigterm_raises
+        from runtime.render import VllmCommand
+        args = ("--port", "{port}", "--child-pid-file", {str(child_file)!r})
+        command = VllmCommand({FAKE!r}, args, {{"PYTHONPATH": {str(HERE)!r}}})
+        server = Server("baseline", command, "127.0.0.1", {port}, "tiny",
+                        Path({str(tmp_path / "server.log")!r}))
+        try:
+            with sigterm_raises(), LocalServers([server], 30, print):
+                Path({str(ready_file)!r}).write_text(str(server.process.pid))
+                time.sleep(120)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=HERE.parent.parent,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ready_file.exists(), "the launcher did not get its server ready"
+        server_pid, child_pid = int(ready_file.read_text()), int(child_file.read_text())
+        launcher.send_signal(signum)
+        code = launcher.wait(timeout=60)
+        assert code == (128 + signal.SIGTERM if signum == signal.SIGTERM else 130)
+        assert wait_gone(server_pid) and wait_gone(child_pid)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
