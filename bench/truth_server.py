@@ -1,0 +1,125 @@
+"""The ground-truth server process: ``loadtest.scripted_server`` serving a bench Workload.
+
+Runs in its own process so the instrument under test never shares a GIL with it; send times
+are ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process on Linux), so they
+compare directly with the instruments' timestamps. Two adjustments, made in this process
+only and applied before the server socket exists:
+
+- pacing sleeps without the ~1 ms busy-spin: the truth is the *recorded* send time, not
+  the scripted one, and 256 spinning threads would steal the CPU the client needs;
+- a listen backlog of 1024 instead of socketserver's 5, so 256 simultaneous connects are
+  not dropped into SYN retransmits (a 1 s stall that is the server's, not the client's);
+- every response says ``Connection: close``: the scripted server closes the socket after
+  each stream, and without the header aiohttp (vllm bench serve) reuses the closed
+  connection and fails ~15% of its requests with "Cannot write to closing transport".
+
+``python -m bench.truth_server --workload JSON`` prints ``{"url", "port"}``;
+``GET /_scripted/log`` returns what was sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.workload import Workload
+
+LISTEN_BACKLOG = 1024
+START_TIMEOUT_S = 30.0
+
+
+def _sleep_until(target: float) -> None:
+    remaining = target - time.perf_counter()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+def serve(workload: Workload) -> None:
+    from loadtest import scripted_server
+
+    scripted_server._sleep_until = _sleep_until  # type: ignore[assignment]
+    scripted_server._Server.request_queue_size = LISTEN_BACKLOG
+    send_response = scripted_server._Handler.send_response
+
+    def send_response_closing(self: Any, code: int, message: str | None = None) -> None:
+        send_response(self, code, message)
+        self.send_header("Connection", "close")
+
+    scripted_server._Handler.send_response = send_response_closing  # type: ignore[method-assign]
+    server = scripted_server.ScriptedServer(lambda index, _body: workload.script(index))
+    print(json.dumps({"url": server.url, "port": server.port}), flush=True)
+    try:
+        server._httpd.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stopping.set()
+        server._httpd.server_close()
+
+
+class TruthServer:
+    """Start/stop the server process; ``log()`` fetches its send log."""
+
+    def __init__(self, workload: Workload, log_path: Path) -> None:
+        self.workload = workload
+        self.log_path = log_path
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> TruthServer:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = json.dumps({k: v for k, v in self.workload.to_dict().items()
+                           if k in ("ttft_s", "gap_s", "chunk_tokens")})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.truth_server", "--workload", args],
+            stdout=subprocess.PIPE, stderr=self.log_path.open("w"), text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            self.stop()
+            raise RuntimeError(f"truth server did not start; see {self.log_path}")
+        self.url = json.loads(line)["url"]
+        return self
+
+    def log(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.url + "/_scripted/log", timeout=60) as response:
+            return json.loads(response.read())
+
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="bench ground-truth scripted server")
+    parser.add_argument("--workload", required=True,
+                        help='JSON: {"ttft_s": .., "gap_s": .., "chunk_tokens": [..]}')
+    args = parser.parse_args(argv)
+    fields = json.loads(args.workload)
+    fields["chunk_tokens"] = tuple(fields["chunk_tokens"])
+    serve(Workload(**fields))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
