@@ -1,0 +1,164 @@
+"""Integration tier: the local run on real vLLM (CPU) servers with the generated tiny pair.
+
+Both arms serve every request; the speculative arm's acceptance counters are present and
+consistent and the baseline has none; greedy speculative output equals the baseline's
+(lossless); the client's per-token accounting adds up to the server's own totals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from experiment.config import Arm, ExperimentConfig
+from loadtest import Overrides, Summary, run_comparison
+from loadtest.prompts import load_prompts
+from loadtest.records import read_records
+from local_run.run import headline
+from local_run.smoke import SMOKE_PROMPT, check_arm, request_params, smoke_problems
+
+pytestmark = pytest.mark.integration
+
+STRUCTURED_PROMPT = SMOKE_PROMPT  # a counting task: the pair drafts it well
+OPEN_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """Every counter sample on /metrics, summed over labels except ``position``."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            key = sample.name
+            if "position" in sample.labels:
+                key += f"[{sample.labels['position']}]"
+            totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+@pytest.fixture(scope="module")
+def comparison(
+    local_config: ExperimentConfig, running_servers: dict[Arm, str], tmp_path_factory: Any
+) -> Summary:
+    local = local_config.local
+    return run_comparison(
+        local_config,
+        running_servers[Arm.BASELINE],
+        running_servers[Arm.SPECULATIVE],
+        tmp_path_factory.mktemp("comparison"),
+        overrides=Overrides(
+            max_tokens=local.max_tokens,
+            concurrency=local.concurrency,
+            requests_per_prompt=local.requests_per_prompt,
+        ),
+    )
+
+
+def test_both_arms_served_every_request(
+    comparison: Summary, local_config: ExperimentConfig
+) -> None:
+    prompts = load_prompts(local_config.loadtest.prompts.files)
+    expected = len(prompts) * local_config.local.requests_per_prompt
+    for arm in Arm:
+        overall = comparison.arm(arm)["overall"]
+        assert overall["requests"] == expected, arm
+        assert overall["succeeded"] == expected, (arm, overall["failures_by_reason"])
+        assert overall["failed"] == 0
+        assert comparison.arm(arm)["stopped_by"] == "schedule_done"
+
+
+def test_acceptance_counters_present_and_consistent_for_sd_only(
+    comparison: Summary, running_servers: dict[Arm, str], local_config: ExperimentConfig
+) -> None:
+    k = local_config.local_serving_spec(Arm.SPECULATIVE, "t", "d").num_speculative_tokens
+    assert k is not None
+    sd = comparison.arm(Arm.SPECULATIVE)["acceptance"]
+    assert sd["available"], sd.get("reason")
+    assert sd["drafts"] > 0
+    assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"] <= sd["drafts"] * k
+    assert 0.0 <= sd["acceptance_rate"] <= 1.0
+    assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
+    rates = sd["per_position_rate"]
+    assert len(rates) == k
+    # Position i is accepted only if every earlier one was: the rates cannot increase.
+    assert all(a >= b for a, b in itertools.pairwise(rates))
+    assert sum(rates) * sd["drafts"] == pytest.approx(sd["accepted_tokens"])
+    assert comparison.arm(Arm.BASELINE)["acceptance"]["available"] is False
+    baseline_metrics = server_counters(running_servers[Arm.BASELINE])
+    assert not [name for name in baseline_metrics if name.startswith("vllm:spec_decode")]
+    assert any(
+        name.startswith("vllm:spec_decode")
+        for name in server_counters(running_servers[Arm.SPECULATIVE])
+    )
+
+
+def test_greedy_speculative_output_equals_baseline(comparison: Summary) -> None:
+    lossless = comparison.data["lossless"]
+    assert lossless["applicable"]
+    assert lossless["prompts_compared"] == comparison.arm(Arm.BASELINE)["overall"]["succeeded"]
+    assert lossless["exact_match_rate"] == 1.0, lossless.get("mismatches")
+
+
+def test_per_token_accounting_matches_the_usage_totals(
+    comparison: Summary, local_config: ExperimentConfig
+) -> None:
+    max_tokens = local_config.local.max_tokens
+    for arm in Arm:
+        records = read_records(comparison.run_dir / f"records_{arm.value}.jsonl")
+        assert records
+        for record in records:
+            assert record.token_accounting == "usage"
+            assert sum(record.chunk_tokens) == record.output_tokens == max_tokens, record.index
+            assert len(record.chunk_tokens) == len(record.chunk_times)
+        if arm == Arm.SPECULATIVE:  # speculation puts several tokens into some chunks
+            assert any(tokens > 1 for r in records for tokens in r.chunk_tokens)
+
+
+@pytest.mark.parametrize("prompt", [STRUCTURED_PROMPT, OPEN_PROMPT], ids=["structured", "open"])
+def test_direct_requests_match_the_servers_own_token_counters(
+    prompt: str, running_servers: dict[Arm, str], local_config: ExperimentConfig
+) -> None:
+    """Outside Locust: the server's Prometheus totals move by exactly what usage reported,
+    and the greedy outputs of the two arms are identical."""
+    params = request_params(local_config)
+    checks = {}
+    for arm, url in running_servers.items():
+        before = server_counters(url)
+        checks[arm] = check = check_arm(arm, url, prompt, params)
+        after = server_counters(url)
+        record = check.record
+        assert record.ok, record.error_detail
+        generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+        prompt_tokens = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+        assert generated == record.output_tokens == sum(record.chunk_tokens) == params.max_tokens
+        assert prompt_tokens == record.prompt_tokens
+        if arm == Arm.SPECULATIVE:
+            drafts = check.counter_delta("num_drafts")
+            accepted = check.counter_delta("num_accepted_tokens")
+            # Every target step emits one token plus the drafts it accepted.
+            assert drafts > 0
+            assert params.max_tokens <= drafts + accepted + 1
+    assert smoke_problems(checks) == []
+
+
+def test_local_headline_states_acceptance_speedups_and_lossless_rate(
+    comparison: Summary, tmp_path: Path
+) -> None:
+    numbers = headline(comparison.data)
+    assert (
+        numbers["acceptance_rate"]
+        == comparison.arm(Arm.SPECULATIVE)["acceptance"]["acceptance_rate"]
+    )
+    assert numbers["speedup_e2e_mean"] and numbers["speedup_e2e_mean"] > 0
+    assert numbers["speedup_output_throughput"] and numbers["speedup_output_throughput"] > 0
+    assert numbers["lossless_exact_match_rate"] == 1.0
+    assert set(numbers["speedup_by_class"]) == {"open_ended", "structured"}
+    json.dumps(numbers)  # serialisable into local_run.json
