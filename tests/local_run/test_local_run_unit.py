@@ -1,0 +1,122 @@
+"""The local run's wiring without servers: rendered arm commands, headline, CLI errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiment import build_config
+from experiment.config import Arm
+from local_run.__main__ import main
+from local_run.arms import arm_commands, arm_servers
+from local_run.models import ModelPair
+from local_run.run import _problems, headline, headline_text, new_run_dir
+
+PAIR = ModelPair(Path("/models/abc"), {})
+
+
+def test_arms_differ_only_in_port_and_speculative_flags() -> None:
+    config = build_config({})
+    commands = arm_commands(config, PAIR)
+    base, sd = commands[Arm.BASELINE].flags(), commands[Arm.SPECULATIVE].flags()
+    assert set(sd) - set(base) == {"--speculative-config"}
+    assert {k for k in base if base[k] != sd[k]} == {"--port"}
+    assert base["--model"] == "/models/abc/target"
+    assert '"model":"/models/abc/draft"' in (sd["--speculative-config"] or "")
+    assert '"method":"draft_model"' in (sd["--speculative-config"] or "")
+    assert base["--dtype"] == config.local.dtype
+    assert commands[Arm.BASELINE].env == commands[Arm.SPECULATIVE].env
+    assert commands[Arm.BASELINE].env["VLLM_CPU_KVCACHE_SPACE"] == str(config.local.cpu_kvcache_gib)
+
+
+def test_servers_listen_on_the_configured_ports_and_log_per_arm(tmp_path: Path) -> None:
+    config = build_config(
+        {"experiment.local.baseline_port": 18001, "experiment.local.speculative_port": 18002}
+    )
+    servers = arm_servers(config, PAIR, tmp_path)
+    assert [(s.name, s.port) for s in servers] == [("baseline", 18001), ("speculative", 18002)]
+    assert [s.log_path for s in servers] == [
+        tmp_path / "baseline.log",
+        tmp_path / "speculative.log",
+    ]
+    assert all(s.served_model_name == config.serving.target_model for s in servers)
+
+
+def summary_data(failed: int = 0) -> dict:
+    def arm(acceptance: dict) -> dict:
+        return {
+            "overall": {
+                "requests": 16,
+                "succeeded": 16 - failed,
+                "failed": failed,
+                "failures_by_reason": {"timeout": failed} if failed else {},
+            },
+            "acceptance": acceptance,
+        }
+
+    return {
+        "arms": {
+            "baseline": arm({"available": False, "reason": "no counters"}),
+            "speculative": arm(
+                {"available": True, "acceptance_rate": 0.4, "mean_acceptance_length": 3.8}
+            ),
+        },
+        "speedup": {
+            "overall": {
+                "e2e_ms": {"mean": 0.5},
+                "tpot_ms": {"mean": 0.25},
+                "ttft_ms": {"mean": 2.0},
+                "output_throughput_tok_s": 0.55,
+            },
+            "by_class": {"structured": {"e2e_ms": {"mean": 0.6}, "tpot_ms": {"mean": 0.3}}},
+        },
+        "lossless": {"exact_match_rate": 1.0, "prompts_compared": 16},
+    }
+
+
+def test_headline_pulls_the_numbers_the_report_must_state() -> None:
+    numbers = headline(summary_data())
+    assert numbers["acceptance_rate"] == 0.4
+    assert numbers["speedup_e2e_mean"] == 0.5
+    assert numbers["speedup_output_throughput"] == 0.55
+    assert numbers["lossless_exact_match_rate"] == 1.0
+    text = headline_text(numbers)
+    assert "acceptance rate: 40.0%" in text
+    assert "E2E mean 0.50x" in text and "structured: E2E mean 0.60x" in text
+    assert "100% of 16 prompts" in text
+
+
+def test_missing_numbers_read_not_available() -> None:
+    data = summary_data()
+    data["arms"]["speculative"]["acceptance"] = {"available": False, "reason": "none"}
+    data["speedup"] = {}
+    text = headline_text(headline(data))
+    assert "acceptance rate: n/a" in text and "E2E mean n/a" in text
+
+
+def test_failed_requests_are_problems() -> None:
+    assert _problems(summary_data()) == []
+    problems = _problems(summary_data(failed=2))
+    assert problems[0].startswith("baseline: 14 of 16 requests succeeded")
+
+
+def test_run_dirs_are_unique(tmp_path: Path) -> None:
+    config = build_config({"experiment.local.runs_dir": str(tmp_path)})
+    first, second = new_run_dir(config), new_run_dir(config)
+    assert first != second and first.parent == second.parent == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-c", "experiment.local.max_tokens"], "write it as key=value"),
+        (["-c", "experiment.local.max_tokens=0"], "local.max_tokens"),
+        (["-c", "experiment.local.no_such_key=1"], "unknown key"),
+    ],
+)
+def test_bad_overrides_exit_2_with_a_hint(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
