@@ -65,8 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run both arms and write the report")
-    run.add_argument("--baseline", required=True, help="baseline base URL, e.g. http://host:8000")
-    run.add_argument("--speculative", required=True, help="SD arm base URL")
+    run.add_argument("--baseline", help="baseline base URL, e.g. http://host:8000 "
+                     "(with --local: default http://<local.host>:<local.baseline_port>)")
+    run.add_argument("--speculative", help="SD arm base URL (with --local: local.speculative_port)")
     run.add_argument("--out", type=Path, help="run directory (default runs/loadtest-<time>)")
     run.add_argument("--config", help="experiment config file (YAML/JSON) layered on defaults")
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -116,6 +117,13 @@ def _run(args: argparse.Namespace) -> int:
     from loadtest.table import render_summary_table
 
     config = _config(args)
+    local = config.local
+    if args.local:
+        args.baseline = args.baseline or f"http://{local.host}:{local.baseline_port}"
+        args.speculative = args.speculative or f"http://{local.host}:{local.speculative_port}"
+    if not args.baseline or not args.speculative:
+        raise ConfigError("give both --baseline URL and --speculative URL (or --local for the "
+                          "local run's ports)")
     out = args.out or Path(config.local.runs_dir) / f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
     summary = run_comparison(config, args.baseline, args.speculative, out,
                              overrides=_overrides(args, config),

@@ -159,6 +159,13 @@ def _on_init(environment: Environment, **_: Any) -> None:
     options = environment.parsed_options
     if options is None:  # imported as a library (no command line): nothing to set up
         return
+    if getattr(options, "processes", None) or getattr(options, "master", False) or getattr(
+        options, "worker", False
+    ):
+        # The shared schedule and the records live in one process; several would each send
+        # the whole schedule and break "same requests in the same order" between the arms.
+        raise SystemExit("loadtest/locustfile.py runs in one process: drop --processes, "
+                         "--master and --worker (one Locust process drives 4-64 streams fine)")
     if options.loadtest_plan:
         plan = RunPlan.from_json(Path(options.loadtest_plan).read_text())
     else:

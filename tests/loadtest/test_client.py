@@ -1,8 +1,9 @@
 """The streaming client against the scripted server: timing and token truth, and every fault.
 
 Tolerances: the server records its own send times, so client chunk gaps are compared with
-the *actual* send gaps (tight: 4 ms, loopback + scheduling on a shared 2-core machine) and
-with the *scripted* gaps (looser: 8 ms). Token counts must match exactly.
+the *actual* send gaps (tight: 5 ms, loopback + scheduling on a shared 2-core machine) and
+with the *scripted* gaps (looser: 15 ms; the server's own pacing suffers on a busy machine).
+Token counts must match exactly.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from loadtest.metrics import chunk_gaps_s, per_token_itl_s, tpot_s
 from loadtest.records import FailureReason
 from loadtest.scripted_server import Fault, Script, unused_loopback_url
 
-ACTUAL_TOL_S = 0.004
-SCRIPTED_TOL_S = 0.008
+ACTUAL_TOL_S = 0.005
+SCRIPTED_TOL_S = 0.015
 TTFT_OVERHEAD_TOL_S = 0.008
 SPECULATIVE_SCRIPT = Script(ttft_s=0.080, chunk_tokens=[1, 4, 2, 8, 1, 3],
                             gaps_s=[0.030, 0.050, 0.020, 0.060, 0.040])

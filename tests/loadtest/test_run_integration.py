@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from loadtest.scripted_server import Fault, Script, ScriptedServer, unused_loopback_url
@@ -77,6 +78,7 @@ def test_run_measures_truth_counts_every_fault_and_writes_the_report(tmp_path) -
             "--timeout", "1.0", "--duration", "60", "--no-cloudwatch", timeout=120)
         elapsed = time.monotonic() - started
         sd_truth = sd.spec_decode_truth()
+        sd_log, base_log = list(sd.log), list(base.log)
     assert result.returncode == 0, result.stderr[-3000:]
     assert elapsed < 60
     summary = json.loads((out / "summary.json").read_text())
@@ -92,15 +94,43 @@ def test_run_measures_truth_counts_every_fault_and_writes_the_report(tmp_path) -
         assert block["overall"]["output_tokens_total"] == 6 * MAX_TOKENS  # exact, from usage
         assert block["warmup_excluded"] == 1
 
-    sd_block = summary["arms"]["speculative"]["overall"]
-    base_block = summary["arms"]["baseline"]["overall"]
-    # Reported numbers vs the scripted truth (Locust/gevent process, concurrency 3).
-    assert sd_block["tokens_per_chunk"]["mean"] == pytest.approx(4.0)
-    assert sd_block["itl_ms"]["p50"] == pytest.approx(10.0, abs=1.5)  # 40 ms / 4 tokens
-    assert sd_block["chunk_gap_ms"]["p50"] == pytest.approx(40.0, abs=4.0)
-    assert sd_block["ttft_ms"]["p50"] == pytest.approx(50.0, abs=10.0)
-    assert base_block["itl_ms"]["p50"] == pytest.approx(8.0, abs=1.5)
-    assert base_block["ttft_ms"]["p50"] == pytest.approx(40.0, abs=10.0)
+    # Reported numbers vs the truth (Locust/gevent process, concurrency 3). The truth is what
+    # the servers really sent (their send times), so a CPU-starved machine that delays the
+    # server itself does not fail the test; the scripted schedule is checked loosely.
+    for arm, log, script in (("speculative", sd_log, SD_SCRIPT), ("baseline", base_log,
+                                                                   BASE_SCRIPT)):
+        block = summary["arms"][arm]["overall"]
+        measured = [e for e in log if len(e.send_times) == len(script.chunk_tokens)][1:]
+        true_itl = [(b - a) / n * 1000 for e in measured for a, b, n in
+                    zip(e.send_times, e.send_times[1:], e.chunk_tokens[1:], strict=False)
+                    for _ in range(n)]
+        true_ttft = [(e.send_times[0] - e.received) * 1000 for e in measured]
+        assert block["tokens_per_chunk"]["mean"] == pytest.approx(script.chunk_tokens[0])
+        assert block["itl_ms"]["count"] == len(true_itl)
+        assert block["itl_ms"]["p50"] == pytest.approx(float(np.median(true_itl)), abs=1.0)
+        assert block["itl_ms"]["mean"] == pytest.approx(float(np.mean(true_itl)), abs=1.0)
+        # client TTFT = server TTFT + connect/send overhead (a few ms)
+        overhead = block["ttft_ms"]["p50"] - float(np.median(true_ttft))
+        assert 0 <= overhead < 10, arm
+        gap = script.gap_list()[0] * 1000 / script.chunk_tokens[1]
+        assert block["itl_ms"]["p50"] == pytest.approx(gap, abs=3.0)
+    # Request by request, the Locust (gevent) client's chunk gaps follow the server's real
+    # send gaps: the instrument adds no merging or skew of its own.
+    plan = json.loads((out / "plan_speculative.json").read_text())
+    prompt_of = {item["index"]: item["prompt"]["text"] for item in plan["schedule"]}
+    sent_for = {json.dumps(e.body["messages"][0]["content"]): e for e in sd_log}  # last wins
+    errors = []
+    for line in (out / "records_speculative.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["error"] or record["warmup"]:
+            continue
+        sent = sent_for[json.dumps(prompt_of[record["index"]])]
+        assert record["chunk_tokens"] == sent.chunk_tokens
+        client = record["chunk_times"]
+        errors += [abs((c2 - c1) - (s2 - s1)) for c1, c2, s1, s2 in
+                   zip(client, client[1:], sent.send_times, sent.send_times[1:], strict=False)]
+    assert len(errors) == 6 * (MAX_TOKENS // 4 - 1)
+    assert sorted(errors)[int(0.95 * len(errors))] < 0.005 and max(errors) < 0.015
     # Acceptance from /metrics deltas: warm-up excluded, fault requests do not count.
     acceptance = summary["arms"]["speculative"]["acceptance"]
     assert acceptance["acceptance_rate"] == pytest.approx(3 / 7)
