@@ -162,6 +162,17 @@ def _class_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _distribution_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["metric", "arm", "count", *STATS, "max"]
+    rows = []
+    for name in DISTRIBUTIONS:
+        for arm in data["arms"].values():
+            stats = arm["overall"][name]
+            rows.append([f"{name}", arm["label"], str(stats["count"]), *(
+                "n/a" if stats[key] is None else f"{stats[key]:.2f}" for key in (*STATS, "max"))])
+    return header, rows
+
+
 def _failure_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["arm", "reason", "count"]
     rows = [[arm["label"], reason, str(count)]
@@ -219,6 +230,7 @@ def _sections(data: dict[str, Any], plots: list[str]) -> list[tuple[str, Any]]:
         ("Run", intro),
         ("Both arms", summary_rows(data)),
         ("Per prompt class", _class_rows(data)),
+        ("All statistics (overall; ms, tok/s, tokens per chunk)", _distribution_rows(data)),
         ("Speculative acceptance (server /metrics deltas)", _acceptance_rows(data)),
         ("Lossless check", lossless_text),
     ]

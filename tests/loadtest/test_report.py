@@ -52,6 +52,8 @@ def test_report_files_and_plots(fake_run_dir) -> None:
                  "acceptance rate", "lossless", "http_5xx", "disconnected_mid_stream",
                  "speedup", "latency_cdfs.png", "per_class.png", "structured", "open_ended"):
         assert text in markdown, text
+    for stat in ("p90", "p95", "p99"):
+        assert f"| {stat} " in markdown or f" {stat} |" in markdown, stat
     html = paths["html"].read_text()
     assert "<img src='latency_cdfs.png'" in html and "http_5xx" in html
     rows = list(csv.DictReader(paths["csv"].open()))
