@@ -54,31 +54,52 @@ def machine() -> dict[str, Any]:
     }
 
 
-def instruments_for(level: int, processes: list[int], with_vllm: bool) -> list[Instrument]:
+def instruments_for(level: int, processes: list[int], with_vllm: bool,
+                    with_fasthttp: bool) -> list[Instrument]:
     out = [Instrument("locust", p) for p in processes if p <= level and level % p == 0]
+    if with_fasthttp:
+        out.append(Instrument("locust", 1, transport="fasthttp"))
     if with_vllm:
         out.append(Instrument("vllm"))
     return out
 
 
+def split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, client CPUs): the server alone on the last CPU when pinning."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None, None
+    return {cpus[-1]}, set(cpus[:-1])
+
+
 def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Path,
-            tokenizer_dir: Path) -> dict[str, Any]:
+            tokenizer_dir: Path, pin: bool = False) -> dict[str, Any]:
     run_dir = out_dir / f"c{level}" / instrument.key
-    with TruthServer(workload, run_dir / "truth_server.log") as server:
+    server_cpus, client_cpus = split_cpus(pin)
+    own_cpus = os.sched_getaffinity(0)
+    with TruthServer(workload, run_dir / "truth_server.log", server_cpus) as server:
         exclude = {server.pid() or -1}
         load_before = os.getloadavg()
-        with CpuSampler(exclude) as sampler:
-            if instrument.name == "vllm":
-                observations, meta = run_vllm_bench(workload, level, server.url, run_dir,
-                                                    tokenizer_dir)
-            else:
-                observations, meta = run_locust(workload, level, server.url, run_dir,
-                                                instrument.processes)
-        truths = [Truth.from_log(entry) for entry in server.log()]
+        if client_cpus:  # the instruments' subprocesses inherit this process's affinity
+            os.sched_setaffinity(0, client_cpus)
+        try:
+            observations, meta, sampler = _run_instrument(
+                workload, level, instrument, run_dir, tokenizer_dir, server.url, exclude)
+        finally:
+            os.sched_setaffinity(0, own_cpus)
+        log = server.log()
+    (run_dir / "truth_log.json").write_text(json.dumps(log))
+    truths = [Truth.from_log(entry) for entry in log]
     errors = compute_errors(observations, truths)
     load = load_figures(observations, truths)
-    cores = (sampler.window_cores(load["window_start"], load["window_end"])
-             if load["window_s"] > 0 else None)
+    cores = server_cores = None
+    if load["window_s"] > 0:
+        cores = sampler.window_cores(load["window_start"], load["window_end"])
+        server_cores = sampler.excluded_window_cores(load["window_start"], load["window_end"])
+    chunks = sum(len(obs.chunk_arrivals) for obs in observations if obs.ok)
+    # The cause of most tail error: a burst of N streams' chunks is handled one by one, so
+    # the last is stamped ~N x this late.
+    cpu_us_per_chunk = cores * load["window_s"] / chunks * 1e6 if cores and chunks else None
     result = {
         "level": level,
         "instrument": instrument.key,
@@ -89,6 +110,10 @@ def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Pat
         **summarize_errors(errors),
         "load": {k: v for k, v in load.items() if k not in ("window_start", "window_end")},
         "client_cpu_cores": cores,
+        "server_cpu_cores": server_cores,
+        "client_cpu_us_per_chunk": cpu_us_per_chunk,
+        "server_cpus": sorted(server_cpus) if server_cpus else "any",
+        "client_cpus": sorted(client_cpus) if client_cpus else "any",
         "loadavg_1m_before": load_before[0],
         "meta": meta,
     }
@@ -97,6 +122,18 @@ def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Pat
              _fmt(result["ttft_ms"]["p50"]), _fmt(result["ttft_ms"]["p99"]),
              _fmt(result["itl_token_ms"]["p50"]), _fmt(result["itl_token_ms"]["p99"]))
     return result
+
+
+def _run_instrument(workload: Workload, level: int, instrument: Instrument, run_dir: Path,
+                    tokenizer_dir: Path, url: str, exclude: set[int]) -> tuple[
+                        list[Any], dict[str, Any], CpuSampler]:
+    with CpuSampler(exclude) as sampler:
+        if instrument.name == "vllm":
+            observations, meta = run_vllm_bench(workload, level, url, run_dir, tokenizer_dir)
+        else:
+            observations, meta = run_locust(workload, level, url, run_dir,
+                                            instrument.processes, instrument.transport)
+    return observations, meta, sampler
 
 
 def _fmt(value: float | None) -> str:
@@ -110,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", default="1,2",
                         help="Locust process counts to compare (default: 1,2)")
     parser.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
+    parser.add_argument("--no-fasthttp", action="store_true",
+                        help="skip the FastHttpUser transport comparison")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin the truth server alone on the last CPU and the instruments on "
+                        "the others (default: no pinning; on a shared machine pinning made the "
+                        "tails worse, whoever else lands on a pinned CPU halves it)")
     parser.add_argument("--quick", action="store_true",
                         help="a quarter of the requests per level (smoke run; noisier p99)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "runs" / "bench",
@@ -137,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     results = []
     for level in levels:
-        for instrument in instruments_for(level, processes, not args.no_vllm):
+        for instrument in instruments_for(level, processes, not args.no_vllm,
+                                          not args.no_fasthttp):
             try:
-                results.append(measure(workload, level, instrument, args.out, tokenizer_dir))
+                results.append(measure(workload, level, instrument, args.out, tokenizer_dir,
+                                       pin=args.pin))
             except (RuntimeError, ValueError) as err:
                 LOG.error("c=%d %s failed: %s", level, instrument.label, err)
                 results.append({"level": level, "instrument": instrument.key,
@@ -153,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),
         "workload": workload.to_dict(),
+        "pinned": args.pin,
         "results": results,
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)

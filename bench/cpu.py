@@ -20,6 +20,7 @@ class CpuSampler:
         self.exclude = exclude_pids
         self.interval_s = interval_s
         self.samples: list[tuple[float, dict[int, float]]] = []
+        self.excluded_samples: list[tuple[float, dict[int, float]]] = []  # e.g. the server
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -33,15 +34,16 @@ class CpuSampler:
     def _sample(self) -> None:
         now = time.perf_counter()
         usage: dict[int, float] = {}
+        excluded: dict[int, float] = {}
         for proc in psutil.Process().children(recursive=True):
-            if self._excluded(proc):
-                continue
             try:
                 times = proc.cpu_times()
             except psutil.Error:
                 continue
-            usage[proc.pid] = times.user + times.system
+            target = excluded if self._excluded(proc) else usage
+            target[proc.pid] = times.user + times.system
         self.samples.append((now, usage))
+        self.excluded_samples.append((now, excluded))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -58,6 +60,9 @@ class CpuSampler:
 
     def window_cores(self, start: float, end: float) -> float | None:
         return window_cores(self.samples, start, end)
+
+    def excluded_window_cores(self, start: float, end: float) -> float | None:
+        return window_cores(self.excluded_samples, start, end)
 
 
 def window_cores(samples: list[tuple[float, dict[int, float]]], start: float,

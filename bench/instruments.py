@@ -28,20 +28,32 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = "scripted-model"
 
 
+TRANSPORTS = ("requests", "fasthttp")
+
+
 @dataclass(frozen=True)
 class Instrument:
     name: str  # "locust" or "vllm"
     processes: int = 1
+    transport: str = "requests"  # locust only: requests (the default) or fasthttp
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport {self.transport!r}: use one of {TRANSPORTS}")
 
     @property
     def label(self) -> str:
         if self.name == "vllm":
             return "vllm bench serve"
-        return f"locust ({self.processes} proc)"
+        user = "FastHttpUser" if self.transport == "fasthttp" else "requests"
+        return f"locust {user} ({self.processes} proc)"
 
     @property
     def key(self) -> str:
-        return self.name if self.name == "vllm" else f"locust_p{self.processes}"
+        if self.name == "vllm":
+            return self.name
+        prefix = "locust_fast" if self.transport == "fasthttp" else "locust"
+        return f"{prefix}_p{self.processes}"
 
 
 def observations_from_records(records: list[Any]) -> list[Observation]:
@@ -113,10 +125,15 @@ def _bound_s(workload: Workload, level: int, requests: int) -> float:
     return 60.0 + 10.0 * waves * per_request
 
 
+FASTHTTP_LOCUSTFILE = Path(__file__).resolve().parent / "locustfile_fasthttp.py"
+_LOCUSTFILE_LOCK = threading.Lock()
+
+
 def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
-               processes: int = 1) -> tuple[list[Observation], dict[str, Any]]:
+               processes: int = 1, transport: str = "requests") -> tuple[
+                   list[Observation], dict[str, Any]]:
+    from loadtest import runner
     from loadtest.records import read_records
-    from loadtest.runner import run_arm
 
     if processes < 1 or level % processes:
         raise ValueError(f"{processes} Locust processes cannot split {level} users evenly; "
@@ -133,19 +150,27 @@ def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
     metas: list[dict[str, Any]] = [{} for _ in plans]
 
     def run(number: int) -> None:
-        metas[number] = run_arm(plans[number], Path(plans[number].records_path).parent)
+        metas[number] = runner.run_arm(plans[number], Path(plans[number].records_path).parent)
 
     threads = [threading.Thread(target=run, args=(n,)) for n in range(len(plans))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with _LOCUSTFILE_LOCK:
+        default_locustfile = runner.LOCUSTFILE
+        if transport == "fasthttp":
+            # run_arm has no locustfile parameter; it reads this module global per call.
+            runner.LOCUSTFILE = FASTHTTP_LOCUSTFILE
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            runner.LOCUSTFILE = default_locustfile
     observations: list[Observation] = []
     for plan in plans:
         path = Path(plan.records_path)
         if path.is_file():
             observations += observations_from_records(read_records(path))
-    meta = {"processes": processes, "locust": [
+    meta = {"processes": processes, "transport": transport, "locust": [
         {k: m.get(k) for k in ("stopped_by", "locust_returncode", "unfinished_requests",
                                "not_started_requests", "elapsed_s")} for m in metas]}
     return observations, meta
@@ -154,6 +179,7 @@ def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
 def run_vllm_bench(workload: Workload, level: int, url: str, run_dir: Path,
                    tokenizer_dir: Path) -> tuple[list[Observation], dict[str, Any]]:
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "vllm_bench.log").unlink(missing_ok=True)
     requests = workload.requests[level]
     command = [
         sys.executable, "-m", "bench.vllm_bench_cli",
@@ -171,15 +197,23 @@ def run_vllm_bench(workload: Workload, level: int, url: str, run_dir: Path,
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_LOGGING_LEVEL="WARNING", TOKENIZERS_PARALLELISM="false")
     log_path = run_dir / "vllm_bench.log"
-    with log_path.open("w") as log:
-        try:
-            result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=PROJECT_ROOT, check=False,
-                                    timeout=_bound_s(workload, level, requests) + 120)
-            returncode: int | None = result.returncode
-        except subprocess.TimeoutExpired:
-            returncode = None
     result_path = run_dir / "vllm_bench.json"
+    returncode: int | None = None
+    # Two attempts: on this shared machine a concurrent `make install` briefly installs
+    # torchaudio, whose import crashes vLLM before it sends anything.
+    for attempt in range(2):
+        with log_path.open("a") as log:
+            log.write(f"--- attempt {attempt + 1}\n")
+            log.flush()
+            try:
+                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        cwd=PROJECT_ROOT, check=False,
+                                        timeout=_bound_s(workload, level, requests) + 120)
+                returncode = result.returncode
+            except subprocess.TimeoutExpired:
+                returncode = None
+        if returncode == 0 and result_path.is_file():
+            break
     if returncode != 0 or not result_path.is_file():
         raise RuntimeError(f"vllm bench serve failed (exit {returncode}); see {log_path}")
     data = json.loads(result_path.read_text())

@@ -29,26 +29,29 @@ def render_table(data: dict[str, Any]) -> str:
     lines = [
         "| streams | instrument | TTFT err p50 / p99 (ms) | per-token ITL err p50 / p99 (ms) "
         "| chunk-gap err p50 / p99 (ms) | E2E err p50 / p99 (ms) | token-count err "
-        "| achieved streams | tokens/s | client CPU (cores) | failed |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| achieved streams | tokens/s | client CPU (cores) | client CPU per chunk (µs) "
+        "| failed |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     by_level: dict[int, dict[str, dict[str, Any]]] = {}
     for result in data["results"]:
         by_level.setdefault(result["level"], {})[result["instrument"]] = result
         if "error" in result:
             lines.append(f"| {result['level']} | {result['label']} | run failed: "
-                         f"{result['error'][:80]} |||||||||")
+                         f"{result['error'][:80]} ||||||||||")
             continue
         tokens = result["token_count"]
         token_cell = (f"{tokens['mismatched_requests']}/{tokens['requests_with_count']} off"
                       if tokens["requests_with_count"] else "not reported")
         cpu = result.get("client_cpu_cores")
+        per_chunk = result.get("client_cpu_us_per_chunk")
         load = result["load"]
         lines.append(
             f"| {result['level']} | {result['label']} | {_pair(result['ttft_ms'])} "
             f"| {_pair(result['itl_token_ms'])} | {_pair(result['chunk_gap_ms'])} "
             f"| {_pair(result['e2e_ms'])} | {token_cell} | {load['achieved_streams']:.1f} "
             f"| {load['tokens_per_s']:.0f} | {'-' if cpu is None else f'{cpu:.2f}'} "
+            f"| {'-' if per_chunk is None else f'{per_chunk:.0f}'} "
             f"| {result['failed'] + result['untagged']} |"
         )
     ratio_lines = [

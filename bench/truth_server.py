@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,8 +67,9 @@ def serve(workload: Workload) -> None:
 class TruthServer:
     """Start/stop the server process; ``log()`` fetches its send log."""
 
-    def __init__(self, workload: Workload, log_path: Path) -> None:
+    def __init__(self, workload: Workload, log_path: Path, cpus: set[int] | None = None) -> None:
         self.workload = workload
+        self.cpus = cpus  # CPU affinity of the server process (None: inherit)
         self.log_path = log_path
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
@@ -80,6 +82,7 @@ class TruthServer:
             [sys.executable, "-m", "bench.truth_server", "--workload", args],
             stdout=subprocess.PIPE, stderr=self.log_path.open("w"), text=True,
             cwd=Path(__file__).resolve().parent.parent,
+            preexec_fn=(lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         assert self.process.stdout is not None

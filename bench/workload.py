@@ -47,7 +47,7 @@ class Workload:
     levels: tuple[int, ...] = DEFAULT_LEVELS
     # Requests per level: enough for a p99 and at least three waves of the level's streams.
     requests: dict[int, int] = field(
-        default_factory=lambda: {1: 30, 16: 160, 64: 384, 256: 768}
+        default_factory=lambda: {1: 60, 16: 320, 64: 768, 256: 1536}
     )
 
     def __post_init__(self) -> None:

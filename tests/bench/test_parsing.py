@@ -83,6 +83,7 @@ def _result(instrument: str, label: str, ttft: float, itl: float) -> dict:
         "itl_token_ms": itl_stat, "chunk_gap_ms": stat, "e2e_ms": stat,
         "token_count": {"requests_with_count": 10, "mismatched_requests": 0},
         "load": {"achieved_streams": 60.0, "tokens_per_s": 3000.0}, "client_cpu_cores": 0.5,
+        "client_cpu_us_per_chunk": 120.0,
         "failed": 0, "untagged": 0,
     }
 
