@@ -13,6 +13,12 @@ from charts.naming import labels, metadata, short_hash
 from experiment.config import Arm, ExperimentConfig
 
 COMPONENT = "loadtest"
+# The resolved experiment config the stack was synthesized with, so the Job measures with
+# the same names, scale and metric namespace (its IAM condition) as cdk.json says.
+CONFIG_DIR = "/etc/specdecode/experiment"
+CONFIG_FILE = "config.json"
+# The image's root filesystem is read-only in the pod; records and reports go here.
+RESULTS_DIR = "/results"
 
 
 def service_url(config: ExperimentConfig, arm: Arm) -> str:
@@ -25,7 +31,23 @@ def loadtest_command(config: ExperimentConfig) -> list[str]:
         "python", "-m", "loadtest", "run",
         "--baseline", service_url(config, Arm.BASELINE),
         "--speculative", service_url(config, Arm.SPECULATIVE),
+        "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
+        "--out", f"{RESULTS_DIR}/run",
     ]  # fmt: skip
+
+
+def config_map_name(config: ExperimentConfig) -> str:
+    return f"{config.project}-loadtest-config"
+
+
+def config_map(config: ExperimentConfig) -> dict[str, Any]:
+    name = config_map_name(config)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(config, name, labels(config, COMPONENT, name)),
+        "data": {CONFIG_FILE: config.model_dump_json(indent=2)},
+    }
 
 
 def service_account(config: ExperimentConfig) -> dict[str, Any]:
@@ -40,8 +62,8 @@ def service_account(config: ExperimentConfig) -> dict[str, Any]:
 
 def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
     command = loadtest_command(config)
-    # Jobs are immutable: a changed command gets a new Job name instead of a failed patch.
-    name = f"{config.project}-loadtest-{short_hash(command)}"
+    # Jobs are immutable: a changed command or config gets a new Job name, not a failed patch.
+    name = f"{config.project}-loadtest-{short_hash([*command, config.model_dump_json()])}"
     job_labels = labels(config, COMPONENT, config.project)
     return {
         "apiVersion": "batch/v1",
@@ -82,10 +104,18 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
                                 "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]},
                             },
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                            "volumeMounts": [
+                                {"name": "tmp", "mountPath": "/tmp"},
+                                {"name": "results", "mountPath": RESULTS_DIR},
+                                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                            ],
                         }
                     ],
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    "volumes": [
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                        {"name": "results", "emptyDir": {"sizeLimit": "2Gi"}},
+                        {"name": "config", "configMap": {"name": config_map_name(config)}},
+                    ],
                 },
             },
         },
@@ -99,4 +129,4 @@ CHECKOV_SKIPS: dict[str, str] = {
 
 
 def loadtest_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[dict[str, Any]]:
-    return [service_account(config), job(config, inputs)]
+    return [service_account(config), config_map(config), job(config, inputs)]

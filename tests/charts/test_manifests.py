@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import cdk8s
 import kubernetes_validate
@@ -121,6 +122,30 @@ def test_loadtest_job(documents) -> None:
     assert command[command.index("--speculative") + 1] == "http://qwen-sd-vllm.qwen.svc:8000"
     sa = _find(documents, "ServiceAccount", CONFIG.loadtest.service_account)
     assert sa["metadata"]["namespace"] == CONFIG.serving.namespace
+
+
+def test_loadtest_job_measures_with_the_synthesized_config(documents, tmp_path) -> None:
+    """The Job must not fall back to defaults: a cdk.json override (e.g. the metric
+    namespace its IAM condition names) has to reach the container."""
+    from loadtest.__main__ import _parser
+
+    job = next(d for d in documents if d["kind"] == "Job")
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    command = container["command"]
+    config_path = Path(command[command.index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    data = _find(documents, "ConfigMap", volume["configMap"]["name"])["data"]
+    written = tmp_path / config_path.name
+    written.write_text(data[config_path.name])
+    assert build_config({}, config_file=written) == CONFIG
+    # Results go to a writable volume: the image's root filesystem is read-only in the pod.
+    out = Path(command[command.index("--out") + 1])
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert any(out.is_relative_to(m["mountPath"]) for m in container["volumeMounts"]
+               if not m.get("readOnly"))  # fmt: skip
+    assert _parser().parse_args(command[3:]).command == "run"  # the real CLI accepts it
 
 
 def test_build_charts_accepts_cdk_tokens() -> None:
