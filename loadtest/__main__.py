@@ -56,29 +56,45 @@ def _positive(kind: type) -> object:
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text} must be > 0")
         return value
+
     return parse
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loadtest", description=(
-        "Comparative load test of the baseline and speculative-decoding arms."))
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest",
+        description=("Comparative load test of the baseline and speculative-decoding arms."),
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run both arms and write the report")
-    run.add_argument("--baseline", help="baseline base URL, e.g. http://host:8000 "
-                     "(with --local: default http://<local.host>:<local.baseline_port>)")
+    run.add_argument(
+        "--baseline",
+        help="baseline base URL, e.g. http://host:8000 "
+        "(with --local: default http://<local.host>:<local.baseline_port>)",
+    )
     run.add_argument("--speculative", help="SD arm base URL (with --local: local.speculative_port)")
     run.add_argument("--out", type=Path, help="run directory (default runs/loadtest-<time>)")
     run.add_argument("--config", help="experiment config file (YAML/JSON) layered on defaults")
-    run.add_argument("--set", action="append", metavar="KEY=VALUE",
-                     help="config override, e.g. --set loadtest.concurrency=8 (repeatable)")
-    run.add_argument("--local", action="store_true",
-                     help="use the local run's small scale (config.local.max_tokens, ...)")
+    run.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="config override, e.g. --set loadtest.concurrency=8 (repeatable)",
+    )
+    run.add_argument(
+        "--local",
+        action="store_true",
+        help="use the local run's small scale (config.local.max_tokens, ...)",
+    )
     run.add_argument("--max-tokens", type=_positive(int))
     run.add_argument("--concurrency", type=_positive(int))
     run.add_argument("--requests-per-prompt", type=_positive(int))
-    run.add_argument("--request-rate", type=_positive(float),
-                     help="open loop: Poisson arrivals at this rate (req/s)")
+    run.add_argument(
+        "--request-rate",
+        type=_positive(float),
+        help="open loop: Poisson arrivals at this rate (req/s)",
+    )
     run.add_argument("--warmup", type=int, help="warm-up requests per arm (excluded)")
     run.add_argument("--duration", type=_positive(float), help="time bound per arm (s)")
     run.add_argument("--max-requests", type=_positive(int), help="cap on measured requests")
@@ -86,8 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--prompts", action="append", help="prompt file(s) replacing the suite")
     run.add_argument("--add-prompts", action="append", help="prompt file(s) added to the suite")
     run.add_argument("--api", choices=["chat", "completions"], default="chat")
-    run.add_argument("--no-cloudwatch", action="store_true",
-                     help="do not publish to CloudWatch (default: publish when credentials exist)")
+    run.add_argument(
+        "--no-cloudwatch",
+        action="store_true",
+        help="do not publish to CloudWatch (default: publish when credentials exist)",
+    )
     report = sub.add_parser("report", help="rebuild summary and report from a run directory")
     report.add_argument("run_dir", type=Path)
     publish = sub.add_parser("publish", help="publish a finished run to CloudWatch")
@@ -99,8 +118,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     try:
         if args.command == "run":
             return _run(args)
@@ -122,12 +143,18 @@ def _run(args: argparse.Namespace) -> int:
         args.baseline = args.baseline or f"http://{local.host}:{local.baseline_port}"
         args.speculative = args.speculative or f"http://{local.host}:{local.speculative_port}"
     if not args.baseline or not args.speculative:
-        raise ConfigError("give both --baseline URL and --speculative URL (or --local for the "
-                          "local run's ports)")
+        raise ConfigError(
+            "give both --baseline URL and --speculative URL (or --local for the local run's ports)"
+        )
     out = args.out or Path(config.local.runs_dir) / f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
-    summary = run_comparison(config, args.baseline, args.speculative, out,
-                             overrides=_overrides(args, config),
-                             publish_cloudwatch=not args.no_cloudwatch)
+    summary = run_comparison(
+        config,
+        args.baseline,
+        args.speculative,
+        out,
+        overrides=_overrides(args, config),
+        publish_cloudwatch=not args.no_cloudwatch,
+    )
     print(render_summary_table(summary))
     print(f"\nreport: {out / 'report.html'} (and report.md, summary.json, summary.csv)")
     return 0

@@ -38,26 +38,49 @@ ALL_CLASSES = None
 _warned_no_credentials = False
 
 
-def _value_datums(name: str, unit: str, dimensions: list[dict[str, str]],
-                  values: Iterable[float], timestamp: datetime) -> Iterator[dict[str, Any]]:
+def _value_datums(
+    name: str,
+    unit: str,
+    dimensions: list[dict[str, str]],
+    values: Iterable[float],
+    timestamp: datetime,
+) -> Iterator[dict[str, Any]]:
     counts = Counter(round(v, VALUE_DECIMALS) for v in values)
     items = sorted(counts.items())
     for start in range(0, len(items), MAX_VALUES_PER_DATUM):
         part = items[start : start + MAX_VALUES_PER_DATUM]
-        yield {"MetricName": name, "Dimensions": dimensions, "Timestamp": timestamp,
-               "Unit": unit, "Values": [v for v, _ in part], "Counts": [float(c) for _, c in part]}
+        yield {
+            "MetricName": name,
+            "Dimensions": dimensions,
+            "Timestamp": timestamp,
+            "Unit": unit,
+            "Values": [v for v, _ in part],
+            "Counts": [float(c) for _, c in part],
+        }
 
 
-def _scalar(name: str, unit: str, dimensions: list[dict[str, str]], value: float | None,
-            timestamp: datetime) -> list[dict[str, Any]]:
+def _scalar(
+    name: str, unit: str, dimensions: list[dict[str, str]], value: float | None, timestamp: datetime
+) -> list[dict[str, Any]]:
     if value is None:
         return []
-    return [{"MetricName": name, "Dimensions": dimensions, "Timestamp": timestamp, "Unit": unit,
-             "Value": float(value)}]
+    return [
+        {
+            "MetricName": name,
+            "Dimensions": dimensions,
+            "Timestamp": timestamp,
+            "Unit": unit,
+            "Value": float(value),
+        }
+    ]
 
 
-def build_metric_data(config: ExperimentConfig, run_dir: Path, summary: dict[str, Any],
-                      timestamp: datetime | None = None) -> list[dict[str, Any]]:
+def build_metric_data(
+    config: ExperimentConfig,
+    run_dir: Path,
+    summary: dict[str, Any],
+    timestamp: datetime | None = None,
+) -> list[dict[str, Any]]:
     lt = config.loadtest
     names = lt.metric_names
     timestamp = timestamp or datetime.now(UTC)
@@ -70,7 +93,8 @@ def build_metric_data(config: ExperimentConfig, run_dir: Path, summary: dict[str
         records = [r for r in read_records(path) if not r.warmup]
         variant = {"Name": lt.variant_dimension, "Value": lt.variant_labels[arm]}
         scopes: list[tuple[list[dict[str, str]], list[RequestRecord], dict[str, Any]]] = [
-            ([variant], records, arm_summary["overall"])]
+            ([variant], records, arm_summary["overall"])
+        ]
         for cls, block in arm_summary["by_class"].items():
             dims = [variant, {"Name": lt.prompt_class_dimension, "Value": cls}]
             scopes.append((dims, [r for r in records if r.prompt_class == cls], block))
@@ -78,28 +102,53 @@ def build_metric_data(config: ExperimentConfig, run_dir: Path, summary: dict[str
             ok = [r for r in scoped if r.ok]
             per_request = [
                 (names.ttft, "Milliseconds", [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
-                (names.inter_token_latency, "Milliseconds",
-                 [v * 1000 for r in ok for v in per_token_itl_s(r)]),
-                (names.time_per_output_token, "Milliseconds",
-                 [t * 1000 for r in ok if (t := tpot_s(r)) is not None]),
+                (
+                    names.inter_token_latency,
+                    "Milliseconds",
+                    [v * 1000 for r in ok for v in per_token_itl_s(r)],
+                ),
+                (
+                    names.time_per_output_token,
+                    "Milliseconds",
+                    [t * 1000 for r in ok if (t := tpot_s(r)) is not None],
+                ),
                 (names.e2e_latency, "Milliseconds", [(r.e2e_s or 0.0) * 1000 for r in ok]),
-                (names.output_tokens_per_second, "Count/Second",
-                 [(r.output_tokens or 0) / r.e2e_s for r in ok if r.e2e_s]),
+                (
+                    names.output_tokens_per_second,
+                    "Count/Second",
+                    [(r.output_tokens or 0) / r.e2e_s for r in ok if r.e2e_s],
+                ),
             ]
             for name, unit, values in per_request:
                 data.extend(_value_datums(name, unit, dims, values, timestamp))
-            data += _scalar(names.output_throughput, "Count/Second", dims,
-                            block["output_throughput_tok_s"], timestamp)
-            data += _scalar(names.request_throughput, "Count/Second", dims,
-                            block["request_throughput_rps"], timestamp)
+            data += _scalar(
+                names.output_throughput,
+                "Count/Second",
+                dims,
+                block["output_throughput_tok_s"],
+                timestamp,
+            )
+            data += _scalar(
+                names.request_throughput,
+                "Count/Second",
+                dims,
+                block["request_throughput_rps"],
+                timestamp,
+            )
             data += _scalar(names.goodput, "Count/Second", dims, block["goodput_rps"], timestamp)
             data += _scalar(names.failed_requests, "Count", dims, block["failed"], timestamp)
         acceptance = arm_summary["acceptance"]
         if acceptance.get("available"):
-            data += _scalar(names.acceptance_rate, "None", [variant],
-                            acceptance["acceptance_rate"], timestamp)
-            data += _scalar(names.mean_acceptance_length, "None", [variant],
-                            acceptance["mean_acceptance_length"], timestamp)
+            data += _scalar(
+                names.acceptance_rate, "None", [variant], acceptance["acceptance_rate"], timestamp
+            )
+            data += _scalar(
+                names.mean_acceptance_length,
+                "None",
+                [variant],
+                acceptance["mean_acceptance_length"],
+                timestamp,
+            )
     return data
 
 
@@ -110,8 +159,9 @@ def _has_credentials(session: boto3.Session) -> bool:
         return False
 
 
-def publish_run(config: ExperimentConfig, run_dir: Path, summary: Any,
-                client: Any = None) -> dict[str, Any]:
+def publish_run(
+    config: ExperimentConfig, run_dir: Path, summary: Any, client: Any = None
+) -> dict[str, Any]:
     """Publish the run; returns what happened (stored under "cloudwatch" in summary.json)."""
     global _warned_no_credentials
     data_dict = summary.data if hasattr(summary, "data") else summary
@@ -122,19 +172,28 @@ def publish_run(config: ExperimentConfig, run_dir: Path, summary: Any,
                 LOG.warning("CloudWatch publishing disabled: no AWS credentials found")
                 _warned_no_credentials = True
             return {"published": False, "reason": "no AWS credentials"}
-        client = session.client("cloudwatch", config=Config(
-            connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}))
+        client = session.client(
+            "cloudwatch",
+            config=Config(
+                connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}
+            ),
+        )
     data = build_metric_data(config, Path(run_dir), data_dict)
     namespace = config.loadtest.metric_namespace
     calls = 0
     try:
         for start in range(0, len(data), DATUMS_PER_CALL):
-            client.put_metric_data(Namespace=namespace,
-                                   MetricData=data[start : start + DATUMS_PER_CALL])
+            client.put_metric_data(
+                Namespace=namespace, MetricData=data[start : start + DATUMS_PER_CALL]
+            )
             calls += 1
     except (BotoCoreError, ClientError) as err:
         LOG.warning("CloudWatch publishing failed after %d calls: %s", calls, err)
-        return {"published": False, "reason": str(err)[:500], "calls": calls,
-                "namespace": namespace}
+        return {
+            "published": False,
+            "reason": str(err)[:500],
+            "calls": calls,
+            "namespace": namespace,
+        }
     LOG.info("published %d metric data to CloudWatch %s in %d calls", len(data), namespace, calls)
     return {"published": True, "namespace": namespace, "datums": len(data), "calls": calls}

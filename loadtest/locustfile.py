@@ -46,15 +46,24 @@ from loadtest.records import RequestRecord
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("loadtest (speculative decoding comparison)")
-    group.add_argument("--loadtest-plan", default="",
-                       help="plan JSON written by python -m loadtest")
-    group.add_argument("--arm", default="baseline", choices=["baseline", "speculative"],
-                       help="which arm this endpoint is (standalone use)")
+    group.add_argument(
+        "--loadtest-plan", default="", help="plan JSON written by python -m loadtest"
+    )
+    group.add_argument(
+        "--arm",
+        default="baseline",
+        choices=["baseline", "speculative"],
+        help="which arm this endpoint is (standalone use)",
+    )
     group.add_argument("--loadtest-config", default="", help="experiment config file (YAML/JSON)")
     group.add_argument("--records-dir", default="", help="where records go (standalone use)")
     group.add_argument("--api", default="chat", choices=["chat", "completions"])
-    group.add_argument("--max-requests", type=int, default=0,
-                       help="cap on measured requests (0: prompts x requests_per_prompt)")
+    group.add_argument(
+        "--max-requests",
+        type=int,
+        default=0,
+        help="cap on measured requests (0: prompts x requests_per_prompt)",
+    )
 
 
 class _RunState:
@@ -96,8 +105,13 @@ class _RunState:
         return item
 
     def execute(self, session: requests.Session, item: ScheduleItem) -> RequestRecord:
-        record = RequestRecord(arm=self.plan.arm, index=item.index, prompt_id=item.prompt.id,
-                               prompt_class=item.prompt.prompt_class, warmup=item.warmup)
+        record = RequestRecord(
+            arm=self.plan.arm,
+            index=item.index,
+            prompt_id=item.prompt.id,
+            prompt_class=item.prompt.prompt_class,
+            warmup=item.warmup,
+        )
         if item.arrival_s is not None:
             lag = time.perf_counter() - (self.window_start + item.arrival_s)
             record.scheduled_lag_s = max(lag, 0.0)
@@ -159,13 +173,17 @@ def _on_init(environment: Environment, **_: Any) -> None:
     options = environment.parsed_options
     if options is None:  # imported as a library (no command line): nothing to set up
         return
-    if getattr(options, "processes", None) or getattr(options, "master", False) or getattr(
-        options, "worker", False
+    if (
+        getattr(options, "processes", None)
+        or getattr(options, "master", False)
+        or getattr(options, "worker", False)
     ):
         # The shared schedule and the records live in one process; several would each send
         # the whole schedule and break "same requests in the same order" between the arms.
-        raise SystemExit("loadtest/locustfile.py runs in one process: drop --processes, "
-                         "--master and --worker (one Locust process drives 4-64 streams fine)")
+        raise SystemExit(
+            "loadtest/locustfile.py runs in one process: drop --processes, "
+            "--master and --worker (one Locust process drives 4-64 streams fine)"
+        )
     if options.loadtest_plan:
         plan = RunPlan.from_json(Path(options.loadtest_plan).read_text())
     else:

@@ -39,8 +39,9 @@ def _token_at(record: RequestRecord, char_offset: int) -> tuple[int, str]:
 
 def first_difference(baseline: RequestRecord, speculative: RequestRecord) -> dict[str, Any]:
     a, b = baseline.text, speculative.text
-    offset = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-                  min(len(a), len(b)))
+    offset = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
     token_index, baseline_token = _token_at(baseline, offset)
     _, speculative_token = _token_at(speculative, offset)
     return {
@@ -60,8 +61,11 @@ def _self_consistency(records: list[RequestRecord]) -> float | None:
     for record in records:
         if record.ok and not record.warmup:
             texts.setdefault(record.prompt_id, set()).add(record.text)
-    repeated = [variants for pid, variants in texts.items()
-                if sum(1 for r in records if r.prompt_id == pid and r.ok and not r.warmup) > 1]
+    repeated = [
+        variants
+        for pid, variants in texts.items()
+        if sum(1 for r in records if r.prompt_id == pid and r.ok and not r.warmup) > 1
+    ]
     if not repeated:
         return None
     return sum(1 for variants in repeated if len(variants) == 1) / len(repeated)
@@ -75,8 +79,9 @@ def lossless_check(
     mismatches = [first_difference(base[p], sd[p]) for p in common if base[p].text != sd[p].text]
     return {
         "applicable": temperature == 0.0,
-        "note": None if temperature == 0.0 else
-        f"temperature {temperature} > 0: outputs may differ legitimately",
+        "note": None
+        if temperature == 0.0
+        else f"temperature {temperature} > 0: outputs may differ legitimately",
         "prompts_compared": len(common),
         "exact_matches": len(common) - len(mismatches),
         "exact_match_rate": (len(common) - len(mismatches)) / len(common) if common else None,

@@ -46,8 +46,13 @@ RATES: dict[str, bool] = {  # run-level rates; all higher is better
 def describe(values: Iterable[float]) -> dict[str, float | int | None]:
     array = np.asarray(list(values), dtype=float)
     if array.size == 0:
-        return {"count": 0, "mean": None, **{f"p{p}": None for p in PERCENTILES},
-                "min": None, "max": None}
+        return {
+            "count": 0,
+            "mean": None,
+            **{f"p{p}": None for p in PERCENTILES},
+            "min": None,
+            "max": None,
+        }
     quantiles = np.percentile(array, PERCENTILES)
     return {
         "count": int(array.size),
@@ -155,9 +160,14 @@ def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> dict[str
         "overall": metric_block(measured, window, slo),
         "by_class": {name: metric_block(rs, window, slo) for name, rs in sorted(by_class.items())},
         "length_mismatch_examples": [
-            {"index": r.index, "prompt_id": r.prompt_id, "requested": r.max_tokens,
-             "got": r.output_tokens}
-            for r in measured if length_mismatch(r)
+            {
+                "index": r.index,
+                "prompt_id": r.prompt_id,
+                "requested": r.max_tokens,
+                "got": r.output_tokens,
+            }
+            for r in measured
+            if length_mismatch(r)
         ][:20],
     }
 

@@ -73,8 +73,12 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
                 f'{where}: missing {missing}; each line needs {{"id", "class", "prompt"}}'
             )
         prompts.append(
-            Prompt(id=str(data["id"]), prompt_class=str(data["class"]), text=str(data["prompt"]),
-                   kind=str(data.get("kind", "")))
+            Prompt(
+                id=str(data["id"]),
+                prompt_class=str(data["class"]),
+                text=str(data["prompt"]),
+                kind=str(data.get("kind", "")),
+            )
         )
     if not prompts:
         raise ValueError(f"prompt file {file} holds no prompts")
@@ -122,7 +126,5 @@ def build_schedule(
         for i in range(len(measured)):
             arrivals[i] = clock
             clock += rng.expovariate(request_rate)  # Poisson arrivals
-    items = [
-        ScheduleItem(index=i, prompt=p, arrival_s=arrivals[i]) for i, p in enumerate(measured)
-    ]
+    items = [ScheduleItem(index=i, prompt=p, arrival_s=arrivals[i]) for i, p in enumerate(measured)]
     return warmup + items

@@ -52,11 +52,15 @@ class Summary:
     def arm(self, arm: Arm | str) -> dict[str, Any]:
         return self.data["arms"][str(arm)]
 
-    def speedup(self, metric: str = "e2e_ms", stat: str = "mean",
-                prompt_class: str | None = None) -> float | None:
+    def speedup(
+        self, metric: str = "e2e_ms", stat: str = "mean", prompt_class: str | None = None
+    ) -> float | None:
         block = self.data.get("speedup") or {}
-        block = block.get("overall") if prompt_class is None else block.get("by_class", {}).get(
-            prompt_class)
+        block = (
+            block.get("overall")
+            if prompt_class is None
+            else block.get("by_class", {}).get(prompt_class)
+        )
         if not block or metric not in block:
             return None
         value = block[metric]
@@ -72,24 +76,55 @@ def run_arm(plan: RunPlan, run_dir: Path) -> dict[str, Any]:
     users = plan.shape.concurrency
     run_time = max(1, math.ceil(plan.shape.max_duration_s))
     command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "-u", str(users), "-r", str(users), "-t", f"{run_time}s",
-        "--stop-timeout", str(STOP_TIMEOUT_S),
-        "--loadtest-plan", str(plan_path),
-        "--csv", str(locust_dir / plan.arm), "--html", str(locust_dir / f"{plan.arm}.html"),
-        "--only-summary", "--exit-code-on-error", "0", "--loglevel", "WARNING",
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{run_time}s",
+        "--stop-timeout",
+        str(STOP_TIMEOUT_S),
+        "--loadtest-plan",
+        str(plan_path),
+        "--csv",
+        str(locust_dir / plan.arm),
+        "--html",
+        str(locust_dir / f"{plan.arm}.html"),
+        "--only-summary",
+        "--exit-code-on-error",
+        "0",
+        "--loglevel",
+        "WARNING",
     ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    LOG.info("%s: %d measured requests at concurrency %d against %s (at most %ss)",
-             plan.arm, len(plan.measured), users, plan.base_url, run_time)
+    LOG.info(
+        "%s: %d measured requests at concurrency %d against %s (at most %ss)",
+        plan.arm,
+        len(plan.measured),
+        users,
+        plan.base_url,
+        run_time,
+    )
     log_path = locust_dir / f"{plan.arm}.log"
     started = time.monotonic()
     with log_path.open("w") as log:
         try:
-            result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=PROJECT_ROOT, timeout=run_time + STOP_TIMEOUT_S +
-                                    KILL_MARGIN_S + plan.params.timeout_s, check=False)
+            result = subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=PROJECT_ROOT,
+                timeout=run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s,
+                check=False,
+            )
             returncode: int | None = result.returncode
         except subprocess.TimeoutExpired:
             returncode = None
@@ -97,15 +132,24 @@ def run_arm(plan: RunPlan, run_dir: Path) -> dict[str, Any]:
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
     else:
-        meta = {"arm": plan.arm, "stopped_by": "killed" if returncode is None else "crashed",
-                "metrics_before": None, "metrics_after": None}
+        meta = {
+            "arm": plan.arm,
+            "stopped_by": "killed" if returncode is None else "crashed",
+            "metrics_before": None,
+            "metrics_after": None,
+        }
         meta_path.write_text(json.dumps(meta, indent=1))
     meta["locust_returncode"] = returncode
     meta["elapsed_s"] = time.monotonic() - started
     meta_path.write_text(json.dumps(meta, indent=1))
     if returncode not in (0, None) or meta["stopped_by"] in ("killed", "crashed"):
-        LOG.warning("%s: Locust ended with %s (%s); see %s", plan.arm, returncode,
-                    meta["stopped_by"], log_path)
+        LOG.warning(
+            "%s: Locust ended with %s (%s); see %s",
+            plan.arm,
+            returncode,
+            meta["stopped_by"],
+            log_path,
+        )
     return meta
 
 
@@ -193,21 +237,29 @@ def summarize(run_dir: Path) -> Summary:
                 f"{arms[arm.value]['not_started_requests']} not started"
             )
         if overall["length_mismatches"]:
-            warnings.append(f"{arm.value}: {overall['length_mismatches']} responses differ from "
-                            f"max_tokens={run_info['request']['max_tokens']} (ignore_eos ignored?)")
+            warnings.append(
+                f"{arm.value}: {overall['length_mismatches']} responses differ from "
+                f"max_tokens={run_info['request']['max_tokens']} (ignore_eos ignored?)"
+            )
         if overall["inexact_token_accounting"]:
-            warnings.append(f"{arm.value}: {overall['inexact_token_accounting']} responses had no "
-                            "per-chunk usage; their tokens per chunk are counted as 1 (inexact)")
+            warnings.append(
+                f"{arm.value}: {overall['inexact_token_accounting']} responses had no "
+                "per-chunk usage; their tokens per chunk are counted as 1 (inexact)"
+            )
         if overall["failed"]:
-            warnings.append(f"{arm.value}: {overall['failed']} failed requests "
-                            f"{overall['failures_by_reason']}")
+            warnings.append(
+                f"{arm.value}: {overall['failed']} failed requests {overall['failures_by_reason']}"
+            )
     data = {
         "schema_version": SCHEMA_VERSION,
         "run": run_info,
         "arms": arms,
         "speedup": compare_arms(arms),
-        "lossless": lossless_check(records_by_arm["baseline"], records_by_arm["speculative"],
-                                   run_info["request"]["temperature"]),
+        "lossless": lossless_check(
+            records_by_arm["baseline"],
+            records_by_arm["speculative"],
+            run_info["request"]["temperature"],
+        ),
         "warnings": warnings,
     }
     (run_dir / "summary.json").write_text(json.dumps(data, indent=1))

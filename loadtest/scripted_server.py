@@ -23,8 +23,9 @@ line ``{"url": ...}``; ``GET /_scripted/log`` returns what was sent. A script fi
 script object or a list (used in turn); fields are those of :class:`Script`.
 
 Sending is paced with a sleep that ends ~1 ms early plus a short spin, each chunk is one
-``sendall`` on a ``TCP_NODELAY`` socket with HTTP/1.1 chunked encoding (what vLLM's
-uvicorn sends), so a client sees each event as its own read.
+``sendall`` on a ``TCP_NODELAY`` socket with HTTP/1.1 chunked encoding and keep-alive (what
+vLLM's uvicorn does), so a client sees each event as its own read. Responses that end in a
+fault say ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -145,11 +146,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
 
-    def _send_json(self, status: int, payload: Any) -> None:
+    def _send_json(self, status: int, payload: Any, close: bool = False) -> None:
         body = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if close:
+            # Say so: a client that pooled the connection must not reuse it (a race otherwise).
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
@@ -184,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
         entry, script = owner.begin(self.path, body, received)
         if script.fault == Fault.HTTP_ERROR:
             entry.status = script.http_status
-            self._send_json(script.http_status, {"error": {"message": "scripted failure"}})
-            self.close_connection = True
+            self._send_json(
+                script.http_status, {"error": {"message": "scripted failure"}}, close=True
+            )
             return
         self._stream(script, body, entry, received, chat=self.path.endswith("chat/completions"))
 
@@ -199,6 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        if script.fault is not None:
+            self.send_header("Connection", "close")  # normal streams keep alive, like uvicorn
         self.end_headers()
         self.wfile.flush()
         options = body.get("stream_options") or {}
@@ -208,12 +216,18 @@ class _Handler(BaseHTTPRequestHandler):
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def event(choices: list[dict[str, Any]], completion: int | None) -> bytes:
-            payload: dict[str, Any] = {"id": f"cmpl-{entry.index}", "object": obj,
-                                       "model": model, "choices": choices}
+            payload: dict[str, Any] = {
+                "id": f"cmpl-{entry.index}",
+                "object": obj,
+                "model": model,
+                "choices": choices,
+            }
             if completion is not None:
-                payload["usage"] = {"prompt_tokens": prompt_tokens,
-                                    "completion_tokens": completion,
-                                    "total_tokens": prompt_tokens + completion}
+                payload["usage"] = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt_tokens + completion,
+                }
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
         def choice(text: str, finish: str | None) -> dict[str, Any]:
@@ -234,11 +248,15 @@ class _Handler(BaseHTTPRequestHandler):
                 text = "".join(script.token_text(emitted + i) for i in range(tokens))
                 emitted += tokens
                 last = number == len(script.chunk_tokens) - 1
-                data = event([choice(text, "length" if last else None)],
-                             emitted if continuous else None)
+                data = event(
+                    [choice(text, "length" if last else None)], emitted if continuous else None
+                )
                 if number == 0 and chat:  # vLLM's first chunk: the role, no tokens yet
-                    role = {"index": 0, "delta": {"role": "assistant", "content": ""},
-                            "finish_reason": None}
+                    role = {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "finish_reason": None,
+                    }
                     data = event([role], 0 if continuous else None) + data
                 _sleep_until(target)
                 self._write_chunk(data)
@@ -251,7 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             entry.fault = entry.fault or "client_went_away"
-        self.close_connection = True
+            self.close_connection = True
 
     def _fault(self, script: Script, entry: SentLog) -> None:
         entry.fault = script.fault.value if script.fault else None
@@ -303,8 +321,9 @@ class ScriptedServer:
         self.log: list[SentLog] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
-        self._counters = [{"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": {}}
-                          for _ in range(engines)]
+        self._counters = [
+            {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": {}} for _ in range(engines)
+        ]
         self._httpd = _Server(("127.0.0.1", port), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -318,8 +337,9 @@ class ScriptedServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ScriptedServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
-                                        kwargs={"poll_interval": 0.05})
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}
+        )
         self._thread.start()
         return self
 
@@ -385,8 +405,11 @@ class ScriptedServer:
             return "\n".join(lines) + "\n"
         created = 1.7e9
         with self._lock:
-            for name, key in (("drafts", "drafts"), ("draft_tokens", "draft_tokens"),
-                              ("accepted_tokens", "accepted")):
+            for name, key in (
+                ("drafts", "drafts"),
+                ("draft_tokens", "draft_tokens"),
+                ("accepted_tokens", "accepted"),
+            ):
                 metric = f"vllm:spec_decode_num_{name}"
                 lines += [f"# HELP {metric} Spec decode counter.", f"# TYPE {metric} counter"]
                 for number, engine in enumerate(self._counters):
@@ -397,8 +420,9 @@ class ScriptedServer:
             lines += [f"# HELP {metric} Accepted tokens per position.", f"# TYPE {metric} counter"]
             for number, engine in enumerate(self._counters):
                 for position in range(self.spec_decode_k):
-                    labels = (f'engine="{number}",model_name="{self.model_name}",'
-                              f'position="{position}"')
+                    labels = (
+                        f'engine="{number}",model_name="{self.model_name}",position="{position}"'
+                    )
                     value = float(engine["per_pos"].get(position, 0))
                     lines.append(f"{metric}_total{{{labels}}} {value}")
                     lines.append(f"{metric}_created{{{labels}}} {created}")
@@ -417,16 +441,24 @@ def load_scripts(path: Path) -> list[Script]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--script", type=Path, help="JSON script (object or list); default: "
-                        "8 one-token chunks, 50 ms TTFT, 20 ms gaps")
+    parser.add_argument(
+        "--script",
+        type=Path,
+        help="JSON script (object or list); default: 8 one-token chunks, 50 ms TTFT, 20 ms gaps",
+    )
     parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
-    parser.add_argument("--spec-decode-k", type=int, default=None,
-                        help="export spec_decode counters on /metrics with this k")
+    parser.add_argument(
+        "--spec-decode-k",
+        type=int,
+        default=None,
+        help="export spec_decode counters on /metrics with this k",
+    )
     parser.add_argument("--model-name", default="scripted-model")
     args = parser.parse_args(argv)
     scripts = load_scripts(args.script) if args.script else [Script()]
-    server = ScriptedServer(scripts, spec_decode_k=args.spec_decode_k,
-                            model_name=args.model_name, port=args.port)
+    server = ScriptedServer(
+        scripts, spec_decode_k=args.spec_decode_k, model_name=args.model_name, port=args.port
+    )
     print(json.dumps({"url": server.url, "port": server.port}), flush=True)
     try:
         server._httpd.serve_forever(poll_interval=0.05)

@@ -17,10 +17,18 @@ ROWS: list[tuple[str, tuple[str, ...], tuple[str, ...] | None, str]] = [
     ("tokens per chunk mean", ("overall", "tokens_per_chunk", "mean"), None, "{:.2f}"),
     ("E2E p50 (ms)", ("overall", "e2e_ms", "p50"), ("e2e_ms", "p50"), "{:.0f}"),
     ("E2E p99 (ms)", ("overall", "e2e_ms", "p99"), ("e2e_ms", "p99"), "{:.0f}"),
-    ("output tok/s per request", ("overall", "output_tokens_per_s", "mean"),
-     ("output_tokens_per_s", "mean"), "{:.1f}"),
-    ("output tok/s (run)", ("overall", "output_throughput_tok_s"), ("output_throughput_tok_s",),
-     "{:.1f}"),
+    (
+        "output tok/s per request",
+        ("overall", "output_tokens_per_s", "mean"),
+        ("output_tokens_per_s", "mean"),
+        "{:.1f}",
+    ),
+    (
+        "output tok/s (run)",
+        ("overall", "output_throughput_tok_s"),
+        ("output_throughput_tok_s",),
+        "{:.1f}",
+    ),
     ("requests/s", ("overall", "request_throughput_rps"), ("request_throughput_rps",), "{:.3f}"),
     ("goodput (req/s in SLO)", ("overall", "goodput_rps"), ("goodput_rps",), "{:.3f}"),
     ("failed requests", ("overall", "failed"), None, "{}"),
@@ -52,17 +60,27 @@ def summary_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for label, path, speedup_path, fmt in ROWS:
         if fmt == "count":
-            cells = [f"{a['overall']['succeeded']} / {a['overall']['requests']}"
-                     for a in (base, sd)]
+            cells = [
+                f"{a['overall']['succeeded']} / {a['overall']['requests']}" for a in (base, sd)
+            ]
         else:
             cells = [_fmt(_get(a, path), fmt) for a in (base, sd)]
-        speedup = _get(data.get("speedup", {}).get("overall", {}), speedup_path) if speedup_path \
-            else None
+        speedup = (
+            _get(data.get("speedup", {}).get("overall", {}), speedup_path) if speedup_path else None
+        )
         rows.append([label, *cells, f"{speedup:.2f}x" if speedup is not None else ""])
     lossless = data.get("lossless", {})
     rate = lossless.get("exact_match_rate")
-    rows.append(["lossless exact-match rate", "", "" if rate is None else
-                 f"{rate:.0%} ({lossless['exact_matches']}/{lossless['prompts_compared']})", ""])
+    rows.append(
+        [
+            "lossless exact-match rate",
+            "",
+            ""
+            if rate is None
+            else f"{rate:.0%} ({lossless['exact_matches']}/{lossless['prompts_compared']})",
+            "",
+        ]
+    )
     reasons = sorted({reason for a in (base, sd) for reason in a["overall"]["failures_by_reason"]})
     for reason in reasons:
         counts = [str(a["overall"]["failures_by_reason"].get(reason, 0)) for a in (base, sd)]
@@ -75,14 +93,20 @@ def render_summary_table(summary: Any) -> str:
     data = summary.data if hasattr(summary, "data") else summary
     header, rows = summary_rows(data)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
-                       for i, cell in enumerate(r)) for r in [header, *rows]]
+    lines = [
+        "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(r)
+        )
+        for r in [header, *rows]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell.strip().replace("|", "\\|") or " " for cell in row) + " |"
-              for row in rows]
+    lines += [
+        "| " + " | ".join(cell.strip().replace("|", "\\|") or " " for cell in row) + " |"
+        for row in rows
+    ]
     return "\n".join(lines)

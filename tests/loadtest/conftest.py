@@ -45,19 +45,36 @@ def serve() -> Iterator:
         server.stop()
 
 
-
-def _record(arm: str, index: int, cls: str, *, ttft: float, gap: float, tokens_per_chunk: int,
-            total: int, start: float, error: str | None = None) -> RequestRecord:
+def _record(
+    arm: str,
+    index: int,
+    cls: str,
+    *,
+    ttft: float,
+    gap: float,
+    tokens_per_chunk: int,
+    total: int,
+    start: float,
+    error: str | None = None,
+) -> RequestRecord:
     chunks = [tokens_per_chunk] * (total // tokens_per_chunk)
     times = [ttft + i * gap for i in range(len(chunks))]
     return RequestRecord(
-        arm=arm, index=index, prompt_id=f"{cls}-{index % 3}", prompt_class=cls,
-        max_tokens=total, start=start, ttft_s=None if error else ttft,
-        e2e_s=times[-1] if not error else 0.01, chunk_times=[] if error else times,
+        arm=arm,
+        index=index,
+        prompt_id=f"{cls}-{index % 3}",
+        prompt_class=cls,
+        max_tokens=total,
+        start=start,
+        ttft_s=None if error else ttft,
+        e2e_s=times[-1] if not error else 0.01,
+        chunk_times=[] if error else times,
         chunk_tokens=[] if error else chunks,
         chunk_texts=[] if error else [f" w{i}" for i in range(len(chunks))],
-        output_tokens=None if error else total, error=error,
-        error_detail="scripted" if error else None)
+        output_tokens=None if error else total,
+        error=error,
+        error_detail="scripted" if error else None,
+    )
 
 
 @pytest.fixture
@@ -70,34 +87,94 @@ def fake_run_dir(tmp_path):
 
     config = build_config({})
     run = {
-        "started_at": "2026-01-01T00:00:00Z", "model": config.serving.target_model,
+        "started_at": "2026-01-01T00:00:00Z",
+        "model": config.serving.target_model,
         "urls": {"baseline": "http://b", "speculative": "http://s"},
         "variant_labels": {"baseline": "Base", "speculative": "SD"},
-        "request": {"model": "m", "max_tokens": 16, "temperature": 0.0, "ignore_eos": True,
-                    "seed": 0, "api": "chat", "timeout_s": 5.0},
+        "request": {
+            "model": "m",
+            "max_tokens": 16,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "seed": 0,
+            "api": "chat",
+            "timeout_s": 5.0,
+        },
         "load_shape": {"concurrency": 2, "request_rate": None, "max_duration_s": 60.0},
-        "measured_requests": 12, "warmup_requests": 0, "seed": 0, "prompt_files": [],
-        "slo": config.loadtest.slo.model_dump(), "overrides": {}, "loadtest_config": {},
+        "measured_requests": 12,
+        "warmup_requests": 0,
+        "seed": 0,
+        "prompt_files": [],
+        "slo": config.loadtest.slo.model_dump(),
+        "overrides": {},
+        "loadtest_config": {},
     }
     (tmp_path / "run.json").write_text(json.dumps(run))
     for arm, tpc, gap in (("baseline", 1, 0.02), ("speculative", 4, 0.04)):
         records = [
-            _record(arm, i, "structured" if i % 2 else "open_ended", ttft=0.05 + 0.001 * i,
-                    gap=gap, tokens_per_chunk=tpc, total=16, start=i * 0.5)
+            _record(
+                arm,
+                i,
+                "structured" if i % 2 else "open_ended",
+                ttft=0.05 + 0.001 * i,
+                gap=gap,
+                tokens_per_chunk=tpc,
+                total=16,
+                start=i * 0.5,
+            )
             for i in range(10)
         ]
-        records.append(_record(arm, 10, "structured", ttft=0, gap=0, tokens_per_chunk=1,
-                               total=1, start=5.0, error="http_5xx"))
-        records.append(_record(arm, 11, "open_ended", ttft=0, gap=0, tokens_per_chunk=1,
-                               total=1, start=5.5, error="disconnected_mid_stream"))
+        records.append(
+            _record(
+                arm,
+                10,
+                "structured",
+                ttft=0,
+                gap=0,
+                tokens_per_chunk=1,
+                total=1,
+                start=5.0,
+                error="http_5xx",
+            )
+        )
+        records.append(
+            _record(
+                arm,
+                11,
+                "open_ended",
+                ttft=0,
+                gap=0,
+                tokens_per_chunk=1,
+                total=1,
+                start=5.5,
+                error="disconnected_mid_stream",
+            )
+        )
         write_records(tmp_path / f"records_{arm}.jsonl", records)
         before = after = {}
         if arm == "speculative":
-            before = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0,
-                      "num_accepted_tokens_per_pos": {"0": 0.0, "1": 0.0, "2": 0.0}}
-            after = {"num_drafts": 40.0, "num_draft_tokens": 280.0, "num_accepted_tokens": 120.0,
-                     "num_accepted_tokens_per_pos": {"0": 40.0, "1": 40.0, "2": 40.0}}
-        (tmp_path / f"window_{arm}.json").write_text(json.dumps({
-            "arm": arm, "stopped_by": "schedule_done", "unfinished_requests": 0,
-            "not_started_requests": 0, "metrics_before": before, "metrics_after": after}))
+            before = {
+                "num_drafts": 0.0,
+                "num_draft_tokens": 0.0,
+                "num_accepted_tokens": 0.0,
+                "num_accepted_tokens_per_pos": {"0": 0.0, "1": 0.0, "2": 0.0},
+            }
+            after = {
+                "num_drafts": 40.0,
+                "num_draft_tokens": 280.0,
+                "num_accepted_tokens": 120.0,
+                "num_accepted_tokens_per_pos": {"0": 40.0, "1": 40.0, "2": 40.0},
+            }
+        (tmp_path / f"window_{arm}.json").write_text(
+            json.dumps(
+                {
+                    "arm": arm,
+                    "stopped_by": "schedule_done",
+                    "unfinished_requests": 0,
+                    "not_started_requests": 0,
+                    "metrics_before": before,
+                    "metrics_after": after,
+                }
+            )
+        )
     return tmp_path

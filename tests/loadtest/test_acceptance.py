@@ -39,8 +39,12 @@ def test_parse_sums_engines_and_ignores_created() -> None:
 
 
 def test_deltas_give_rate_length_and_positions() -> None:
-    before = {"num_drafts": 10.0, "num_draft_tokens": 70.0, "num_accepted_tokens": 20.0,
-              "num_accepted_tokens_per_pos": {0: 5.0, 1: 2.0}}
+    before = {
+        "num_drafts": 10.0,
+        "num_draft_tokens": 70.0,
+        "num_accepted_tokens": 20.0,
+        "num_accepted_tokens_per_pos": {0: 5.0, 1: 2.0},
+    }
     after = parse_counters(VLLM_TEXT)
     result = acceptance_from_deltas(before, after)
     assert result["available"] is True
@@ -51,10 +55,18 @@ def test_deltas_give_rate_length_and_positions() -> None:
 
 
 def test_json_round_tripped_positions_still_match() -> None:
-    before = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0,
-              "num_accepted_tokens_per_pos": {"0": 1.0, "2": 0.0, "10": 0.0}}
-    after = {"num_drafts": 4.0, "num_draft_tokens": 28.0, "num_accepted_tokens": 6.0,
-             "num_accepted_tokens_per_pos": {"0": 5.0, "2": 2.0, "10": 0.0}}
+    before = {
+        "num_drafts": 0.0,
+        "num_draft_tokens": 0.0,
+        "num_accepted_tokens": 0.0,
+        "num_accepted_tokens_per_pos": {"0": 1.0, "2": 0.0, "10": 0.0},
+    }
+    after = {
+        "num_drafts": 4.0,
+        "num_draft_tokens": 28.0,
+        "num_accepted_tokens": 6.0,
+        "num_accepted_tokens_per_pos": {"0": 5.0, "2": 2.0, "10": 0.0},
+    }
     assert acceptance_from_deltas(before, after)["per_position_rate"] == [1.0, 0.5, 0.0]
 
 
@@ -64,9 +76,11 @@ def test_json_round_tripped_positions_still_match() -> None:
         ({}, {}, "no vllm:spec_decode"),
         (None, None, "no vllm:spec_decode"),
         ({"num_drafts": 1.0}, None, "could not be scraped"),
-        ({"num_drafts": 5.0, "num_draft_tokens": 35.0, "num_accepted_tokens": 9.0},
-         {"num_drafts": 5.0, "num_draft_tokens": 35.0, "num_accepted_tokens": 9.0},
-         "no speculative steps"),
+        (
+            {"num_drafts": 5.0, "num_draft_tokens": 35.0, "num_accepted_tokens": 9.0},
+            {"num_drafts": 5.0, "num_draft_tokens": 35.0, "num_accepted_tokens": 9.0},
+            "no speculative steps",
+        ),
     ],
 )
 def test_not_available_is_none_never_zero(before, after, reason) -> None:
@@ -87,8 +101,13 @@ def test_scrape_the_scripted_server_matches_its_truth() -> None:
 
         with requests.Session() as session:
             for i in range(3):
-                stream_request(session, server.url, "x", RequestParams(model="m", max_tokens=14),
-                               RequestRecord("speculative", i, "p", "c"))
+                stream_request(
+                    session,
+                    server.url,
+                    "x",
+                    RequestParams(model="m", max_tokens=14),
+                    RequestRecord("speculative", i, "p", "c"),
+                )
         after = scrape(server.url)
         truth = server.spec_decode_truth()
         assert scrape(baseline.url) == {}

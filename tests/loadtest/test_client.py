@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from itertools import pairwise
+from statistics import median, quantiles
 
 import pytest
 
@@ -21,8 +23,9 @@ from loadtest.scripted_server import Fault, Script, unused_loopback_url
 ACTUAL_TOL_S = 0.005
 SCRIPTED_TOL_S = 0.015
 TTFT_OVERHEAD_TOL_S = 0.008
-SPECULATIVE_SCRIPT = Script(ttft_s=0.080, chunk_tokens=[1, 4, 2, 8, 1, 3],
-                            gaps_s=[0.030, 0.050, 0.020, 0.060, 0.040])
+SPECULATIVE_SCRIPT = Script(
+    ttft_s=0.080, chunk_tokens=[1, 4, 2, 8, 1, 3], gaps_s=[0.030, 0.050, 0.020, 0.060, 0.040]
+)
 
 
 def test_payload_asks_for_exact_token_accounting(params: RequestParams) -> None:
@@ -34,6 +37,7 @@ def test_payload_asks_for_exact_token_accounting(params: RequestParams) -> None:
     assert completions["prompt"] == "hi" and "messages" not in completions
     with pytest.raises(ValueError, match="use one of"):
         from loadtest.client import endpoint_url
+
         endpoint_url("http://x", "embeddings")  # type: ignore[arg-type]
 
 
@@ -43,46 +47,56 @@ def test_multi_token_chunks_match_the_scripted_truth(
 ) -> None:
     server = serve(SPECULATIVE_SCRIPT)
     script = SPECULATIVE_SCRIPT
-    # One warm request so the measured one does not pay for process-level first-use costs.
-    stream_request(session, server.url, "warm", replace(params, api=api), new_record())
-    record = stream_request(session, server.url, "hello", replace(params, api=api), new_record())
-    sent = server.log[-1]
+    params = replace(params, api=api)
+    # One warm request so the measured ones do not pay for process-level first-use costs.
+    stream_request(session, server.url, "warm", params, new_record())
+    records = [stream_request(session, server.url, "hi", params, new_record(i)) for i in range(5)]
+    sent = server.log[-5:]
 
-    assert record.ok, record.error_detail
-    assert record.chunk_tokens == script.chunk_tokens
-    assert record.output_tokens == script.output_tokens == sum(record.chunk_tokens)
-    assert record.token_accounting == "usage"
-    assert record.text == "".join(script.token_text(i) for i in range(script.output_tokens))
+    for record in records:  # token accounting is exact, request by request
+        assert record.ok, record.error_detail
+        assert record.chunk_tokens == script.chunk_tokens
+        assert record.output_tokens == script.output_tokens == sum(record.chunk_tokens)
+        assert record.token_accounting == "usage"
+        assert record.text == "".join(script.token_text(i) for i in range(script.output_tokens))
 
-    # TTFT: the client starts its clock before connecting and sending, the server after
-    # reading the body, so the client's TTFT is the server's plus connection setup and the
-    # request's transport (a few ms on a busy loopback).
-    server_ttft = sent.send_times[0] - sent.received
-    assert 0 <= record.ttft_s - server_ttft < TTFT_OVERHEAD_TOL_S
-    assert abs(record.ttft_s - script.ttft_s) < SCRIPTED_TOL_S + TTFT_OVERHEAD_TOL_S
+    # Timing errors are judged on medians over 5 requests (plus a bound on the worst 10%):
+    # strict about systematic bias, tolerant of one request descheduled by a busy machine.
+    # TTFT: the client starts its clock before sending, the server after reading the body,
+    # so the client's TTFT is the server's plus the request's transport (ms on loopback).
+    overheads = [
+        r.ttft_s - (e.send_times[0] - e.received) for r, e in zip(records, sent, strict=True)
+    ]
+    assert 0 <= median(overheads) < TTFT_OVERHEAD_TOL_S
+    assert abs(median(r.ttft_s for r in records) - script.ttft_s) < SCRIPTED_TOL_S
 
-    measured_gaps = chunk_gaps_s(record)
-    actual_gaps = [b - a for a, b in zip(sent.send_times, sent.send_times[1:], strict=False)]
-    assert len(measured_gaps) == len(script.gap_list())
-    for measured, actual, scripted in zip(measured_gaps, actual_gaps, script.gap_list(),
-                                          strict=True):
-        assert abs(measured - actual) < ACTUAL_TOL_S
-        assert abs(measured - scripted) < SCRIPTED_TOL_S
-
-    # Per-token ITL: chunk j's gap divided over the tokens it carried, one value per token.
-    itl = per_token_itl_s(record)
-    expected = [g / n for g, n in zip(script.gap_list(), script.chunk_tokens[1:], strict=True)
-                for _ in range(n)]
-    assert len(itl) == script.output_tokens - script.chunk_tokens[0]
-    for measured, truth in zip(itl, expected, strict=True):
-        assert abs(measured - truth) < SCRIPTED_TOL_S
-    # The chunk gaps are NOT per-token latency under speculation: their mean is much larger.
-    assert sum(measured_gaps) / len(measured_gaps) > 2 * (sum(itl) / len(itl))
+    to_actual, to_scripted, itl_errors = [], [], []
+    for record, entry in zip(records, sent, strict=True):
+        measured_gaps = chunk_gaps_s(record)
+        actual_gaps = [b - a for a, b in pairwise(entry.send_times)]
+        assert len(measured_gaps) == len(actual_gaps) == len(script.gap_list())
+        to_actual += [abs(m - a) for m, a in zip(measured_gaps, actual_gaps, strict=True)]
+        to_scripted += [abs(m - g) for m, g in zip(measured_gaps, script.gap_list(), strict=True)]
+        # Per-token ITL: chunk j's gap divided over the tokens it carried, one value per token.
+        itl = per_token_itl_s(record)
+        expected = [
+            g / n
+            for g, n in zip(script.gap_list(), script.chunk_tokens[1:], strict=True)
+            for _ in range(n)
+        ]
+        assert len(itl) == script.output_tokens - script.chunk_tokens[0]
+        itl_errors += [abs(m - t) for m, t in zip(itl, expected, strict=True)]
+        # The chunk gaps are NOT per-token latency under speculation: much larger on average.
+        assert sum(measured_gaps) / len(measured_gaps) > 2 * (sum(itl) / len(itl))
+    assert median(to_actual) < ACTUAL_TOL_S / 2
+    assert quantiles(to_actual, n=10)[-1] < 2 * ACTUAL_TOL_S
+    assert median(to_scripted) < SCRIPTED_TOL_S / 3
+    assert median(itl_errors) < SCRIPTED_TOL_S / 3
 
     total_scripted = script.ttft_s + sum(script.gap_list())
-    assert abs(record.e2e_s - total_scripted) < SCRIPTED_TOL_S + TTFT_OVERHEAD_TOL_S
+    assert abs(median(r.e2e_s for r in records) - total_scripted) < SCRIPTED_TOL_S
     truth_tpot = sum(script.gap_list()) / (script.output_tokens - 1)
-    assert abs(tpot_s(record) - truth_tpot) < SCRIPTED_TOL_S / 4
+    assert abs(median(tpot_s(r) for r in records) - truth_tpot) < SCRIPTED_TOL_S / 4
 
 
 def test_without_per_chunk_usage_counts_are_flagged_inexact(

@@ -15,8 +15,12 @@ from loadtest.runner import summarize
 
 @pytest.fixture
 def aws_env(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-2"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-2",
+    }.items():
         monkeypatch.setenv(key, value)
 
 
@@ -33,16 +37,30 @@ def test_publishes_raw_values_with_config_names(fake_run_dir, aws_env) -> None:
             dims = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
             by_name.setdefault(metric["MetricName"], []).append(dims)
         stats = client.get_metric_statistics(
-            Namespace=lt.metric_namespace, MetricName=lt.metric_names.ttft,
-            Dimensions=[{"Name": lt.variant_dimension, "Value": "SD"},
-                        {"Name": lt.prompt_class_dimension, "Value": "structured"}],
-            StartTime="2000-01-01T00:00:00Z", EndTime="2100-01-01T00:00:00Z", Period=86400,
-            Statistics=["SampleCount", "Maximum"])
+            Namespace=lt.metric_namespace,
+            MetricName=lt.metric_names.ttft,
+            Dimensions=[
+                {"Name": lt.variant_dimension, "Value": "SD"},
+                {"Name": lt.prompt_class_dimension, "Value": "structured"},
+            ],
+            StartTime="2000-01-01T00:00:00Z",
+            EndTime="2100-01-01T00:00:00Z",
+            Period=86400,
+            Statistics=["SampleCount", "Maximum"],
+        )
     assert result["published"] is True and result["calls"] >= 1
     names = lt.metric_names
-    for name in (names.ttft, names.inter_token_latency, names.time_per_output_token,
-                 names.e2e_latency, names.output_tokens_per_second, names.output_throughput,
-                 names.request_throughput, names.goodput, names.failed_requests):
+    for name in (
+        names.ttft,
+        names.inter_token_latency,
+        names.time_per_output_token,
+        names.e2e_latency,
+        names.output_tokens_per_second,
+        names.output_throughput,
+        names.request_throughput,
+        names.goodput,
+        names.failed_requests,
+    ):
         dims = by_name[name]
         assert {"Variant": "Base"} in dims and {"Variant": "SD"} in dims, name
         assert {"Variant": "SD", "PromptClass": "structured"} in dims, name
@@ -63,18 +81,24 @@ def test_value_arrays_respect_the_api_limits(fake_run_dir) -> None:
         assert len(datum.get("Values", [])) <= cloudwatch.MAX_VALUES_PER_DATUM
         assert len(datum.get("Values", [])) == len(datum.get("Counts", []))
         assert datum["Unit"] in ("Milliseconds", "Count/Second", "Count", "None")
-    many = list(cloudwatch._value_datums("X", "Milliseconds", [], [i * 0.5 for i in range(400)],
-                                         timestamp=None))  # type: ignore[arg-type]
+    many = list(
+        cloudwatch._value_datums(
+            "X", "Milliseconds", [], [i * 0.5 for i in range(400)], timestamp=None
+        )
+    )  # type: ignore[arg-type]
     assert [len(d["Values"]) for d in many] == [150, 150, 100]
-    variant_only = [d for d in data if d["MetricName"] == config.loadtest.metric_names.ttft
-                    and d["Dimensions"] == [{"Name": "Variant", "Value": "SD"}]]
+    variant_only = [
+        d
+        for d in data
+        if d["MetricName"] == config.loadtest.metric_names.ttft
+        and d["Dimensions"] == [{"Name": "Variant", "Value": "SD"}]
+    ]
     assert sum(sum(d["Counts"]) for d in variant_only) == 10  # every successful SD request
     assert sum(sum(d["Counts"]) for d in many) == 400
 
 
 def test_no_credentials_disables_publishing_once(fake_run_dir, monkeypatch, caplog) -> None:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                "AWS_PROFILE"):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
@@ -96,6 +120,7 @@ def test_cloudwatch_errors_are_reported_not_raised(fake_run_dir) -> None:
         def put_metric_data(self, **_: object) -> None:
             raise EndpointConnectionError(endpoint_url="https://monitoring.invalid")
 
-    result = cloudwatch.publish_run(build_config({}), fake_run_dir, summarize(fake_run_dir),
-                                    client=Failing())
+    result = cloudwatch.publish_run(
+        build_config({}), fake_run_dir, summarize(fake_run_dir), client=Failing()
+    )
     assert result["published"] is False and "monitoring.invalid" in result["reason"]

@@ -14,8 +14,11 @@ def _instructions() -> list[tuple[str, str]]:
     config = build_config({})
     dockerfile = ROOT / config.loadtest.image_directory / "Dockerfile"
     text = re.sub(r"\\\n", " ", dockerfile.read_text())
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1])
-            for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
 
 def test_image_installs_the_loadtest_extra_and_runs_as_non_root() -> None:
@@ -42,7 +45,8 @@ def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None
     import tomllib
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]["loadtest"]
+        "optional-dependencies"
+    ]["loadtest"]
     declared = {re.split(r"[<>=\[ ;]", dep)[0].lower().replace("-", "_") for dep in extra}
     base = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     declared |= {re.split(r"[<>=\[ ;]", dep)[0].lower().replace("-", "_") for dep in base}
@@ -55,7 +59,10 @@ def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None
             imported.add(match.group(1))
     import sys
 
-    third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in local
-                   and m != "__future__"}
+    third_party = {
+        m
+        for m in imported
+        if m not in sys.stdlib_module_names and m not in local and m != "__future__"
+    }
     missing = {m for m in third_party if aliases.get(m, m).lower() not in declared}
     assert not missing, f"imported by loadtest/ but not declared in the loadtest extra: {missing}"

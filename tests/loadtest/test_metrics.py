@@ -12,17 +12,36 @@ from loadtest.records import RequestRecord
 SLO = {"ttft_ms": 100.0, "tpot_ms": 50.0, "e2e_ms": 1000.0}
 
 
-def make(index: int, *, ttft: float, gaps: list[float], tokens: list[int], start: float = 0.0,
-         cls: str = "structured", error: str | None = None, arm: str = "baseline",
-         texts: list[str] | None = None, max_tokens: int | None = None) -> RequestRecord:
+def make(
+    index: int,
+    *,
+    ttft: float,
+    gaps: list[float],
+    tokens: list[int],
+    start: float = 0.0,
+    cls: str = "structured",
+    error: str | None = None,
+    arm: str = "baseline",
+    texts: list[str] | None = None,
+    max_tokens: int | None = None,
+) -> RequestRecord:
     times = [ttft]
     for gap in gaps:
         times.append(times[-1] + gap)
     return RequestRecord(
-        arm=arm, index=index, prompt_id=f"p{index}", prompt_class=cls, start=start,
-        ttft_s=ttft, e2e_s=times[-1], chunk_times=times, chunk_tokens=tokens,
+        arm=arm,
+        index=index,
+        prompt_id=f"p{index}",
+        prompt_class=cls,
+        start=start,
+        ttft_s=ttft,
+        e2e_s=times[-1],
+        chunk_times=times,
+        chunk_tokens=tokens,
         chunk_texts=texts or [f"t{i}" for i in range(len(tokens))],
-        output_tokens=sum(tokens), max_tokens=max_tokens or sum(tokens), error=error,
+        output_tokens=sum(tokens),
+        max_tokens=max_tokens or sum(tokens),
+        error=error,
     )
 
 
@@ -66,13 +85,16 @@ def test_failures_slo_and_length_mismatch() -> None:
     assert overall["slo_met"] == 2
     assert overall["length_mismatches"] == 1
     assert result["length_mismatch_examples"] == [
-        {"index": 2, "prompt_id": "p2", "requested": 4, "got": 2}]
+        {"index": 2, "prompt_id": "p2", "requested": 4, "got": 2}
+    ]
 
 
 def test_warmup_is_excluded_and_classes_are_split() -> None:
-    records = [make(0, ttft=0.01, gaps=[0.01], tokens=[1, 1], cls="structured"),
-               make(1, ttft=0.02, gaps=[0.01], tokens=[1, 1], cls="open_ended"),
-               make(-1, ttft=9.0, gaps=[0.01], tokens=[1, 1])]
+    records = [
+        make(0, ttft=0.01, gaps=[0.01], tokens=[1, 1], cls="structured"),
+        make(1, ttft=0.02, gaps=[0.01], tokens=[1, 1], cls="open_ended"),
+        make(-1, ttft=9.0, gaps=[0.01], tokens=[1, 1]),
+    ]
     records[2].warmup = True
     result = arm_metrics(records, SLO)
     assert result["warmup_excluded"] == 1
@@ -81,10 +103,12 @@ def test_warmup_is_excluded_and_classes_are_split() -> None:
 
 
 def test_speedups_point_the_right_way() -> None:
-    base = arm_metrics([make(i, ttft=0.05, gaps=[0.02] * 7, tokens=[1] * 8, start=i)
-                        for i in range(4)], SLO)
-    sd = arm_metrics([make(i, ttft=0.05, gaps=[0.04], tokens=[4, 4], start=i / 2)
-                      for i in range(4)], SLO)
+    base = arm_metrics(
+        [make(i, ttft=0.05, gaps=[0.02] * 7, tokens=[1] * 8, start=i) for i in range(4)], SLO
+    )
+    sd = arm_metrics(
+        [make(i, ttft=0.05, gaps=[0.04], tokens=[4, 4], start=i / 2) for i in range(4)], SLO
+    )
     speedup = compare_arms({"baseline": base, "speculative": sd})["overall"]
     assert speedup["e2e_ms"]["mean"] == pytest.approx(0.19 / 0.09)  # > 1: SD faster
     assert speedup["itl_ms"]["mean"] == pytest.approx(2.0)
@@ -92,11 +116,14 @@ def test_speedups_point_the_right_way() -> None:
 
 
 def test_lossless_reports_first_differing_token() -> None:
-    base = [make(0, ttft=0.1, gaps=[0.01] * 4, tokens=[1] * 5, texts=["a", " b", " c", " d", " e"]),
-            make(1, ttft=0.1, gaps=[0.01], tokens=[1, 1], texts=["x", "y"])]
-    sd = [make(0, ttft=0.1, gaps=[0.01], tokens=[2, 3], texts=["a b", " c Z e"],
-               arm="speculative"),
-          make(1, ttft=0.1, gaps=[], tokens=[2], texts=["xy"], arm="speculative")]
+    base = [
+        make(0, ttft=0.1, gaps=[0.01] * 4, tokens=[1] * 5, texts=["a", " b", " c", " d", " e"]),
+        make(1, ttft=0.1, gaps=[0.01], tokens=[1, 1], texts=["x", "y"]),
+    ]
+    sd = [
+        make(0, ttft=0.1, gaps=[0.01], tokens=[2, 3], texts=["a b", " c Z e"], arm="speculative"),
+        make(1, ttft=0.1, gaps=[], tokens=[2], texts=["xy"], arm="speculative"),
+    ]
     result = lossless_check(base, sd, temperature=0.0)
     assert result["prompts_compared"] == 2 and result["exact_matches"] == 1
     assert result["exact_match_rate"] == 0.5

@@ -27,10 +27,18 @@ def test_summary_has_every_section(fake_run_dir) -> None:
     for arm in ("baseline", "speculative"):
         block = data["arms"][arm]
         assert block["overall"]["failures_by_reason"] == {
-            "disconnected_mid_stream": 1, "http_5xx": 1}
+            "disconnected_mid_stream": 1,
+            "http_5xx": 1,
+        }
         assert set(block["by_class"]) == {"structured", "open_ended"}
-        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "chunk_gap_ms", "e2e_ms",
-                       "output_tokens_per_s"):
+        for metric in (
+            "ttft_ms",
+            "tpot_ms",
+            "itl_ms",
+            "chunk_gap_ms",
+            "e2e_ms",
+            "output_tokens_per_s",
+        ):
             assert block["overall"][metric]["p99"] is not None
     assert data["arms"]["baseline"]["acceptance"]["available"] is False
     assert data["arms"]["baseline"]["acceptance"]["acceptance_rate"] is None
@@ -48,9 +56,23 @@ def test_report_files_and_plots(fake_run_dir) -> None:
         width, height = _png_size(paths[plot])
         assert width > 400 and height > 200
     markdown = paths["markdown"].read_text()
-    for text in ("TTFT p50", "ITL per token", "chunk gap", "TPOT", "E2E", "goodput",
-                 "acceptance rate", "lossless", "http_5xx", "disconnected_mid_stream",
-                 "speedup", "latency_cdfs.png", "per_class.png", "structured", "open_ended"):
+    for text in (
+        "TTFT p50",
+        "ITL per token",
+        "chunk gap",
+        "TPOT",
+        "E2E",
+        "goodput",
+        "acceptance rate",
+        "lossless",
+        "http_5xx",
+        "disconnected_mid_stream",
+        "speedup",
+        "latency_cdfs.png",
+        "per_class.png",
+        "structured",
+        "open_ended",
+    ):
         assert text in markdown, text
     for stat in ("p90", "p95", "p99"):
         assert f"| {stat} " in markdown or f" {stat} |" in markdown, stat
