@@ -5,7 +5,7 @@ instrument on the workload, fetch the server's send log, match and compute the e
 sample the client's CPU during the measured window. Writes ``bench/results.json`` and the
 results table into ``bench/README.md`` (between the RESULTS markers).
 
-    python -m bench                       # everything (~10 min on 2 cores)
+    python -m bench                       # everything (~12 min on 2 cores)
     python -m bench --levels 1,16 --quick # a smoke run
 """
 
@@ -26,6 +26,7 @@ from typing import Any
 from bench.accuracy import Truth, compute_errors, load_figures, summarize_errors
 from bench.cpu import CpuSampler
 from bench.instruments import Instrument, run_locust, run_vllm_bench
+from bench.repeat import combine
 from bench.report import render_table, update_readme
 from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
@@ -153,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="pin the truth server alone on the last CPU and the instruments on "
                         "the others (default: no pinning; on a shared machine pinning made the "
                         "tails worse, whoever else lands on a pinned CPU halves it)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="interleaved repetitions; the table shows the median of each "
+                        "figure across them (default: 3)")
     parser.add_argument("--quick", action="store_true",
                         help="a quarter of the requests per level (smoke run; noisier p99)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "runs" / "bench",
@@ -178,17 +182,22 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer_dir = build_tokenizer(PROJECT_ROOT / ".cache" / "bench" / "tokenizer")
     started = time.time()
     load_start = os.getloadavg()
-    results = []
-    for level in levels:
-        for instrument in instruments_for(level, processes, not args.no_vllm,
-                                          not args.no_fasthttp):
-            try:
-                results.append(measure(workload, level, instrument, args.out, tokenizer_dir,
-                                       pin=args.pin))
-            except (RuntimeError, ValueError) as err:
-                LOG.error("c=%d %s failed: %s", level, instrument.label, err)
-                results.append({"level": level, "instrument": instrument.key,
-                                "label": instrument.label, "error": str(err)})
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    reps: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for rep in range(args.repeat):
+        for level in levels:
+            for instrument in instruments_for(level, processes, not args.no_vllm,
+                                              not args.no_fasthttp):
+                try:
+                    result = measure(workload, level, instrument, args.out / f"rep{rep}",
+                                     tokenizer_dir, pin=args.pin)
+                except (RuntimeError, ValueError) as err:
+                    LOG.error("c=%d %s failed: %s", level, instrument.label, err)
+                    result = {"level": level, "instrument": instrument.key,
+                              "label": instrument.label, "error": str(err)}
+                reps.setdefault((level, instrument.key), []).append(result)
+    results = [combine(group) for group in reps.values()]
     data = {
         "schema_version": 1,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -199,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_end": os.getloadavg(),
         "workload": workload.to_dict(),
         "pinned": args.pin,
+        "repetitions": args.repeat,
         "results": results,
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)

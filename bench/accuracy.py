@@ -134,10 +134,12 @@ def compute_errors(observations: Sequence[Observation], truths: Sequence[Truth])
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     if not len(values):
-        return {f"p{p}": None for p in PERCENTILES} | {"mean": None, "max_abs": None, "n": 0}
+        return {f"p{p}": None for p in PERCENTILES} | {"mean": None, "min": None,
+                                                        "max_abs": None, "n": 0}
     array = np.asarray(values, dtype=float)
     out: dict[str, float | None] = {f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}
     out["mean"] = float(array.mean())
+    out["min"] = float(array.min())  # below 0: the server stamped its send late (GIL)
     out["max_abs"] = float(np.abs(array).max())
     out["n"] = int(array.size)
     return out
