@@ -17,6 +17,7 @@ from local_run.servers import LocalServers, free_port, sigterm_raises
 
 # Small scale: enough tokens for several speculative steps per request, quick on 2 cores.
 INTEGRATION_MAX_TOKENS = 32
+INTEGRATION_REQUESTS_PER_PROMPT = 2  # repeats let the report check the baseline's determinism
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +32,7 @@ def local_config(tmp_path_factory: pytest.TempPathFactory) -> ExperimentConfig:
             "experiment.local.speculative_port": speculative_port,
             "experiment.local.runs_dir": str(tmp_path_factory.mktemp("runs")),
             "experiment.local.max_tokens": INTEGRATION_MAX_TOKENS,
+            "experiment.local.requests_per_prompt": INTEGRATION_REQUESTS_PER_PROMPT,
         }
     )
 
