@@ -77,6 +77,7 @@ class _RunState:
         self.warmup_claimed = False
         self.window_open = Event()
         self.window_start = 0.0
+        self.cpu_start = 0.0
         self.window_start_wall = 0.0
         self.pending = 0  # measured requests taken from the schedule and not finished yet
         self.exhausted = False
@@ -94,6 +95,7 @@ class _RunState:
             runner.stats.reset_all()  # Locust's own stats exclude the warm-up too
         self.window_start = time.perf_counter()
         self.window_start_wall = time.time()
+        self.cpu_start = time.process_time()
         self.window_open.set()
 
     def next_item(self) -> ScheduleItem | None:
@@ -144,6 +146,13 @@ class _RunState:
             "window_start_wall": self.window_start_wall,
             "window_end": window_end,
             "window_s": window_end - self.window_start if self.window_open.is_set() else 0.0,
+            # Share of one core this Locust process used in the window: near 1.0 means the
+            # load generator itself was the bottleneck and its timestamps lag.
+            "load_generator_cpu": (
+                (time.process_time() - self.cpu_start) / (window_end - self.window_start)
+                if self.window_open.is_set() and window_end > self.window_start
+                else None
+            ),
             "unfinished_requests": self.pending,
             "not_started_requests": sum(1 for _ in self._measured),
             "metrics_before": self.before,

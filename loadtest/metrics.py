@@ -25,6 +25,10 @@ import numpy as np
 from loadtest.records import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
+# Chunks closer than this arrived in one burst (one socket read, or a stalled reader):
+# their gaps say nothing about generation speed.
+BURST_GAP_S = 1e-4
+BURST_WARNING_FRACTION = 0.1
 ALL_CLASSES = "all"
 # (summary key, unit, lower is better)
 DISTRIBUTIONS: dict[str, tuple[str, bool]] = {
@@ -41,6 +45,12 @@ RATES: dict[str, bool] = {  # run-level rates; all higher is better
     "request_throughput_rps": False,
     "goodput_rps": False,
 }
+
+
+def _fraction(values: list[float], predicate: Any) -> float | None:
+    if not values:
+        return None
+    return sum(1 for v in values if predicate(v)) / len(values)
 
 
 def describe(values: Iterable[float]) -> dict[str, float | int | None]:
@@ -139,6 +149,9 @@ def metric_block(
         "e2e_ms": describe((r.e2e_s or 0.0) * 1000 for r in ok),
         "output_tokens_per_s": describe(per_request_tps),
         "tokens_per_chunk": describe(n for r in ok for n in token_chunks(r)[1]),
+        "burst_gap_fraction": _fraction(
+            [g for r in ok for g in chunk_gaps_s(r)], lambda g: g < BURST_GAP_S
+        ),
         "output_throughput_tok_s": output_total / window if window > 0 else None,
         "request_throughput_rps": len(ok) / window if window > 0 else None,
         "goodput_rps": good / window if window > 0 else None,

@@ -30,7 +30,7 @@ from typing import Any
 from experiment.config import Arm, ExperimentConfig
 from loadtest.acceptance import acceptance_from_deltas
 from loadtest.lossless import lossless_check
-from loadtest.metrics import arm_metrics, compare_arms
+from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION, arm_metrics, compare_arms
 from loadtest.plan import Overrides, RunPlan, build_plan
 from loadtest.records import read_records
 
@@ -40,6 +40,7 @@ LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 SCHEMA_VERSION = 1
 STOP_TIMEOUT_S = 3
 KILL_MARGIN_S = 60
+LOAD_GENERATOR_CPU_WARNING = 0.8
 
 
 @dataclass
@@ -225,6 +226,7 @@ def summarize(run_dir: Path) -> Summary:
             "url": run_info["urls"][arm.value],
             "stopped_by": meta.get("stopped_by", "not_run"),
             "unfinished_requests": meta.get("unfinished_requests", 0),
+            "load_generator_cpu": meta.get("load_generator_cpu"),
             "not_started_requests": meta.get("not_started_requests", 0),
             **metrics,
             "acceptance": acceptance,
@@ -240,6 +242,19 @@ def summarize(run_dir: Path) -> Summary:
             warnings.append(
                 f"{arm.value}: {overall['length_mismatches']} responses differ from "
                 f"max_tokens={run_info['request']['max_tokens']} (ignore_eos ignored?)"
+            )
+        burst = overall["burst_gap_fraction"]
+        if burst is not None and burst > BURST_WARNING_FRACTION:
+            warnings.append(
+                f"{arm.value}: {burst:.0%} of chunk gaps are under {BURST_GAP_S * 1000:.1f} ms: "
+                "chunks arrived in bursts (server or load generator CPU-starved?); ITL and "
+                "TPOT describe arrival at the client, not generation"
+            )
+        cpu = meta.get("load_generator_cpu")
+        if cpu is not None and cpu > LOAD_GENERATOR_CPU_WARNING:
+            warnings.append(
+                f"{arm.value}: the Locust process used {cpu:.0%} of a core: the load generator "
+                "may be the bottleneck (lower concurrency or use a bigger machine)"
             )
         if overall["inexact_token_accounting"]:
             warnings.append(

@@ -132,3 +132,10 @@ def test_lossless_reports_first_differing_token() -> None:
     assert mismatch["first_diff_token"] == 3  # a, b, c match; the 4th token differs
     assert mismatch["baseline_token"] == " d"
     assert lossless_check(base, sd, temperature=0.7)["applicable"] is False
+
+
+def test_burst_arrivals_are_measured() -> None:
+    smooth = make(0, ttft=0.05, gaps=[0.01] * 9, tokens=[1] * 10)
+    burst = make(1, ttft=0.05, gaps=[0.00001] * 9, tokens=[1] * 10)
+    assert metric_block([smooth], 1.0, SLO)["burst_gap_fraction"] == 0.0
+    assert metric_block([smooth, burst], 1.0, SLO)["burst_gap_fraction"] == 0.5

@@ -89,3 +89,23 @@ def test_terminal_table_shows_both_arms_and_failures(fake_run_dir) -> None:
     assert "Base" in header and "SD" in header and "speedup" in header
     assert "failed: http_5xx" in table and "mean acceptance length" in table
     assert "n/a" in table  # baseline acceptance: not available, never 0
+
+
+def test_bursty_arrivals_and_a_busy_load_generator_are_warned_about(fake_run_dir) -> None:
+    from loadtest.records import read_records, write_records
+
+    path = fake_run_dir / "records_baseline.jsonl"
+    records = read_records(path)
+    for record in records:
+        if record.chunk_times:
+            record.chunk_times = [record.chunk_times[0]] * len(record.chunk_times)
+    write_records(path, records)
+    window = fake_run_dir / "window_baseline.json"
+    meta = json.loads(window.read_text())
+    window.write_text(json.dumps({**meta, "load_generator_cpu": 0.97}))
+    data = summarize(fake_run_dir).data
+    assert data["arms"]["baseline"]["overall"]["burst_gap_fraction"] == 1.0
+    assert data["arms"]["baseline"]["load_generator_cpu"] == 0.97
+    warnings = " ".join(data["warnings"])
+    assert "arrived in bursts" in warnings and "used 97% of a core" in warnings
+    assert "arrived in bursts" not in " ".join(w for w in data["warnings"] if "speculative" in w)

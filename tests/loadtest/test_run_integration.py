@@ -124,6 +124,7 @@ def test_run_measures_truth_counts_every_fault_and_writes_the_report(tmp_path) -
         assert block["overall"]["length_mismatches"] == 0
         assert block["overall"]["output_tokens_total"] == 6 * MAX_TOKENS  # exact, from usage
         assert block["warmup_excluded"] == 1
+        assert 0 < block["load_generator_cpu"] < 1.5
 
     # Reported numbers vs the truth (Locust/gevent process, concurrency 3). The truth is what
     # the servers really sent (their send times), so a CPU-starved machine that delays the
