@@ -96,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
         help="open loop: Poisson arrivals at this rate (req/s)",
     )
     run.add_argument("--warmup", type=int, help="warm-up requests per arm (excluded)")
-    run.add_argument("--duration", type=_positive(float), help="time bound per arm (s)")
+    run.add_argument(
+        "--duration",
+        type=_positive(float),
+        help="time bound of the whole comparison in s (each arm gets about half)",
+    )
     run.add_argument("--max-requests", type=_positive(int), help="cap on measured requests")
     run.add_argument("--timeout", type=_positive(float), help="per-request timeout (s)")
     run.add_argument("--prompts", action="append", help="prompt file(s) replacing the suite")

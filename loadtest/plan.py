@@ -16,11 +16,22 @@ from experiment.config import Arm, ExperimentConfig
 from loadtest.client import RequestParams
 from loadtest.prompts import ScheduleItem, build_schedule, load_prompts
 
+# Of the whole comparison's time bound, kept back for Locust start-up, /metrics scrapes, the
+# report and CloudWatch (at most this, or 10% of short runs).
+RUN_RESERVE_S = 120.0
+
+
+def arm_time_budget(total_s: float) -> float:
+    """Each arm's share of ``loadtest.max_duration_s``, the bound of the whole comparison (the
+    arms run one after the other, and the cluster Job's deadline is that same number)."""
+    reserve = min(RUN_RESERVE_S, 0.1 * total_s)
+    return max(1.0, (total_s - reserve) / 2)
+
 
 @dataclass(frozen=True)
 class LoadShape:
     """Closed loop at ``concurrency``; open loop (Poisson at ``request_rate``) when set, with at
-    most ``concurrency`` requests in flight."""
+    most ``concurrency`` requests in flight. ``max_duration_s``: this arm's time bound."""
 
     concurrency: int
     request_rate: float | None = None
@@ -73,7 +84,7 @@ class Overrides:
     requests_per_prompt: int | None = None
     request_rate: float | None = None
     warmup_requests: int | None = None
-    max_duration_s: float | None = None
+    max_duration_s: float | None = None  # the whole comparison (both arms)
     max_requests: int | None = None  # cap on measured requests (after the shuffle)
     request_timeout_s: float | None = None
     prompt_files: tuple[str, ...] | None = None
@@ -118,7 +129,7 @@ def build_plan(
     shape = LoadShape(
         concurrency=ov.pick("concurrency", lt.concurrency),
         request_rate=ov.pick("request_rate", lt.request_rate),
-        max_duration_s=ov.pick("max_duration_s", lt.max_duration_s),
+        max_duration_s=arm_time_budget(ov.pick("max_duration_s", lt.max_duration_s)),
     )
     if shape.concurrency < 1:
         raise ValueError(f"concurrency {shape.concurrency} must be >= 1")

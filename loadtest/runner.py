@@ -180,7 +180,8 @@ def run_comparison(
             arm.value: label for arm, label in config.loadtest.variant_labels.items()
         },
         "request": asdict(reference.params),
-        "load_shape": asdict(reference.shape),
+        "load_shape": asdict(reference.shape),  # max_duration_s: per arm
+        "max_duration_s": overrides.max_duration_s or config.loadtest.max_duration_s,
         "measured_requests": len(reference.measured),
         "warmup_requests": len(reference.schedule) - len(reference.measured),
         "seed": config.loadtest.seed,

@@ -58,3 +58,14 @@ def test_duplicate_ids_and_missing_files_are_rejected(tmp_path) -> None:
         load_prompts([path])
     with pytest.raises(ValueError, match="does not exist"):
         load_prompts([tmp_path / "absent.jsonl"])
+
+
+def test_time_bound_covers_the_whole_comparison() -> None:
+    from loadtest.plan import arm_time_budget
+
+    config = build_config({})
+    total = config.loadtest.max_duration_s  # also the cluster Job's activeDeadlineSeconds
+    per_arm = arm_time_budget(total)
+    assert 2 * per_arm + 120 <= total
+    assert arm_time_budget(10) == pytest.approx(4.5)
+    assert arm_time_budget(0.5) == 1.0

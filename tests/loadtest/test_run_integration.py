@@ -271,7 +271,7 @@ def test_run_stops_at_its_time_bound(tmp_path) -> None:
             "--warmup",
             "0",
             "--duration",
-            "4",
+            "8",  # the whole comparison: each arm gets (8 - 10%) / 2 -> 4 s
             "--timeout",
             "10",
             "--no-cloudwatch",
@@ -279,7 +279,9 @@ def test_run_stops_at_its_time_bound(tmp_path) -> None:
         )
         elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
-    assert elapsed < 2 * (4 + 3 + 6)  # two arms: duration + stop timeout + start-up
+    assert elapsed < 8 + 2 * (3 + 6)  # the bound + per arm: stop timeout + start-up
+    plan = json.loads((out / "plan_baseline.json").read_text())
+    assert plan["shape"]["max_duration_s"] == pytest.approx(3.6)
     summary = json.loads((out / "summary.json").read_text())
     for arm in ("baseline", "speculative"):
         block = summary["arms"][arm]
