@@ -95,7 +95,7 @@ def headline_text(numbers: dict[str, Any]) -> str:
     ]
     for name, block in sorted(numbers["speedup_by_class"].items()):
         lines.append(
-            f"  {name}: E2E mean {_fmt(block['e2e_mean'], '{:.2f}x')}, "
+            f"  {name} prompts: E2E mean {_fmt(block['e2e_mean'], '{:.2f}x')}, "
             f"TPOT mean {_fmt(block['tpot_mean'], '{:.2f}x')}"
         )
     lines.append(

@@ -83,7 +83,7 @@ def test_headline_pulls_the_numbers_the_report_must_state() -> None:
     assert numbers["lossless_exact_match_rate"] == 1.0
     text = headline_text(numbers)
     assert "acceptance rate: 40.0%" in text
-    assert "E2E mean 0.50x" in text and "structured: E2E mean 0.60x" in text
+    assert "E2E mean 0.50x" in text and "structured prompts: E2E mean 0.60x" in text
     assert "100% of 16 prompts" in text
 
 

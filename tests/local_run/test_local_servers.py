@@ -164,8 +164,10 @@ def test_signals_to_the_launcher_stop_the_servers(tmp_path: Path, signum: int) -
     ready_file = tmp_path / "ready"
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
         from pathlib import Path
+        # A background shell starts us with SIGINT ignored; a terminal's Ctrl-C is what we test.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from local_run.servers import LocalServers, Server, sigterm_raises
         from runtime.render import VllmCommand
         args = ("--port", "{port}", "--child-pid-file", {str(child_file)!r})
