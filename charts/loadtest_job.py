@@ -74,7 +74,8 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
         },
         "spec": {
             "backoffLimit": 0,  # a failed comparison is reported, never silently retried
-            "activeDeadlineSeconds": int(config.loadtest.max_duration_s),
+            "activeDeadlineSeconds": int(config.loadtest.max_duration_s)
+            + config.loadtest.job_deadline_margin_s,
             "template": {
                 "metadata": {"labels": job_labels},
                 "spec": {

@@ -432,6 +432,9 @@ class LoadTestConfig(_Model):
     seed: int = 0
     request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     max_duration_s: Annotated[float, Field(gt=0)] = 3600.0
+    # The in-cluster Job's deadline is max_duration_s plus this: room to write the report
+    # and publish metrics after the measured window ends.
+    job_deadline_margin_s: Annotated[int, Field(ge=0)] = 300
     slo: SloConfig = Field(default_factory=SloConfig)
     service_account: str = "loadtest"
     image_directory: str = "loadtest"  # Dockerfile for the load-test image (CDK image asset)
