@@ -16,7 +16,7 @@ import sys
 
 from experiment.loading import ConfigError, build_config, cdk_json_context
 from local_run.models import ensure_models
-from local_run.servers import ServerError
+from local_run.servers import ServerError, sigterm_raises
 
 
 def _parse_context(pairs: list[str]) -> dict[str, str]:
@@ -65,14 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.models_only:
-        pair = ensure_models(config.local)
-        print(pair.root)
-        return 0
     from local_run.run import run_local
 
     try:
-        result = run_local(config, smoke_only=args.smoke)
+        # SIGTERM too unwinds every `with`: servers stopped, no half-written model pair.
+        with sigterm_raises():
+            if args.models_only:
+                print(ensure_models(config.local).root)
+                return 0
+            result = run_local(config, smoke_only=args.smoke)
     except ServerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
