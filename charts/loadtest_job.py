@@ -36,6 +36,12 @@ def loadtest_command(config: ExperimentConfig) -> list[str]:
     ]  # fmt: skip
 
 
+def settings_json(config: ExperimentConfig) -> str:
+    """Only what differs from the defaults: the image carries the same defaults (built from
+    the same source), and an unrelated default changing elsewhere does not touch the Job."""
+    return config.model_dump_json(indent=2, exclude_defaults=True)
+
+
 def config_map_name(config: ExperimentConfig) -> str:
     return f"{config.project}-loadtest-config"
 
@@ -46,7 +52,7 @@ def config_map(config: ExperimentConfig) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(config, name, labels(config, COMPONENT, name)),
-        "data": {CONFIG_FILE: config.model_dump_json(indent=2)},
+        "data": {CONFIG_FILE: settings_json(config)},
     }
 
 
@@ -63,7 +69,7 @@ def service_account(config: ExperimentConfig) -> dict[str, Any]:
 def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
     command = loadtest_command(config)
     # Jobs are immutable: a changed command or config gets a new Job name, not a failed patch.
-    name = f"{config.project}-loadtest-{short_hash([*command, config.model_dump_json()])}"
+    name = f"{config.project}-loadtest-{short_hash([*command, settings_json(config)])}"
     job_labels = labels(config, COMPONENT, config.project)
     return {
         "apiVersion": "batch/v1",

@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 
 from charts import ClusterInputs, build_charts
+from charts.loadtest_job import settings_json
 from charts.runtime_package import package_files
 from experiment import build_config
 from experiment.config import Arm
@@ -143,6 +144,11 @@ def test_loadtest_job_measures_with_the_synthesized_config(documents, tmp_path) 
     written = tmp_path / config_path.name
     written.write_text(data[config_path.name])
     assert build_config({}, config_file=written) == CONFIG
+    custom = build_config(
+        {"experiment.loadtest.metric_namespace": "Team/SD", "experiment.serving.max_num_seqs": "8"}
+    )
+    written.write_text(settings_json(custom))
+    assert build_config({}, config_file=written) == custom
     # Results go to a writable volume: the image's root filesystem is read-only in the pod.
     out = Path(command[command.index("--out") + 1])
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
