@@ -5,7 +5,7 @@ instrument on the workload, fetch the server's send log, match and compute the e
 sample the client's CPU during the measured window. Writes ``bench/results.json`` and the
 results table into ``bench/README.md`` (between the RESULTS markers).
 
-    python -m bench                       # everything (~12 min on 2 cores)
+    python -m bench                       # everything (~10 min on 2 cores)
     python -m bench --levels 1,16 --quick # a smoke run
 """
 
