@@ -21,7 +21,7 @@ from experiment.loading import PROJECT_ROOT
 from local_run.arms import arm_servers, write_commands
 from local_run.models import ModelPair, ensure_models
 from local_run.servers import LocalServers, sigterm_raises
-from local_run.smoke import smoke_check, smoke_problems
+from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
 
 Log = Callable[[str], None]
 SERVER_LOGS = "servers"
@@ -88,6 +88,10 @@ def headline_text(numbers: dict[str, Any]) -> str:
         f"acceptance rate: {_fmt(numbers['acceptance_rate'], '{:.1%}')} "
         f"(mean acceptance length {_fmt(numbers['mean_acceptance_length'], '{:.2f}')} "
         "tokens per target step)",
+    ]
+    for name, rate in sorted((numbers.get("acceptance_by_class") or {}).items()):
+        lines.append(f"  {name} prompts, one at a time: {_fmt(rate, '{:.1%}')}")
+    lines += [
         f"speedup SD vs baseline (>1 = SD faster): E2E mean "
         f"{_fmt(numbers['speedup_e2e_mean'], '{:.2f}x')}, TPOT mean "
         f"{_fmt(numbers['speedup_tpot_mean'], '{:.2f}x')}, output throughput "
@@ -212,9 +216,14 @@ def run_local(
             ),
         )
         timings["load_test"] = time.monotonic() - loadtest_started
+        # Outside the measured window: the overall counters cannot tell classes apart.
+        per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
     timings["total"] = time.monotonic() - started
     table = render_summary_table(summary)
     numbers = headline(summary.data)
+    numbers["acceptance_by_class"] = {
+        name: block.get("acceptance_rate") for name, block in per_class.items()
+    }
     problems = _problems(summary.data)
     _write_local_report(run_dir, pair, running, timings, numbers, table, problems)
     log("")

@@ -98,3 +98,36 @@ def smoke_problems(checks: dict[Arm, ArmCheck]) -> list[str]:
     ):
         problems.append("greedy outputs differ between the arms (lossless check failed)")
     return problems
+
+
+def acceptance_by_class(
+    config: ExperimentConfig, speculative_url: str, max_tokens: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """Acceptance per prompt class on the speculative server.
+
+    The comparison's counters cover the whole mixed window; here each class's prompts are
+    sent one at a time (nothing else in flight) so the counter deltas belong to that class.
+    """
+    from loadtest.acceptance import acceptance_from_deltas
+    from loadtest.prompts import load_prompts
+
+    params = request_params(config, max_tokens)
+    by_class: dict[str, list[str]] = {}
+    for prompt in load_prompts(config.loadtest.prompts.files):
+        by_class.setdefault(prompt.prompt_class, []).append(prompt.text)
+    result: dict[str, dict[str, Any]] = {}
+    with requests.Session() as session:
+        for name, texts in sorted(by_class.items()):
+            before = scrape(speculative_url, session)
+            failed = 0
+            for index, text in enumerate(texts):
+                record = RequestRecord(
+                    arm=Arm.SPECULATIVE.value,
+                    index=index,
+                    prompt_id=f"{name}-{index}",
+                    prompt_class=name,
+                )
+                failed += not stream_request(session, speculative_url, text, params, record).ok
+            block = acceptance_from_deltas(before, scrape(speculative_url, session))
+            result[name] = {"prompts": len(texts), "failed": failed, **block}
+    return result

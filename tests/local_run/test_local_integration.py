@@ -21,7 +21,13 @@ from loadtest import Overrides, Summary, run_comparison
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
 from local_run.run import headline
-from local_run.smoke import SMOKE_PROMPT, check_arm, request_params, smoke_problems
+from local_run.smoke import (
+    SMOKE_PROMPT,
+    acceptance_by_class,
+    check_arm,
+    request_params,
+    smoke_problems,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +179,16 @@ def test_local_headline_states_acceptance_speedups_and_lossless_rate(
     assert numbers["lossless_exact_match_rate"] == 1.0
     assert set(numbers["speedup_by_class"]) == {"open_ended", "structured"}
     json.dumps(numbers)  # serialisable into local_run.json
+
+
+def test_acceptance_by_prompt_class(
+    comparison: Summary, running_servers: dict[Arm, str], local_config: ExperimentConfig
+) -> None:
+    """Runs after the comparison (it needs the speculative server to itself)."""
+    per_class = acceptance_by_class(local_config, running_servers[Arm.SPECULATIVE])
+    assert set(per_class) == {"open_ended", "structured"}
+    for block in per_class.values():
+        assert block["failed"] == 0
+        assert block["available"], block.get("reason")
+        assert block["drafts"] > 0
+        assert 0 <= block["accepted_tokens"] <= block["draft_tokens"]

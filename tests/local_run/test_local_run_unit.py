@@ -77,12 +77,15 @@ def summary_data(failed: int = 0) -> dict:
 
 def test_headline_pulls_the_numbers_the_report_must_state() -> None:
     numbers = headline(summary_data())
+    numbers["acceptance_by_class"] = {"structured": 0.5, "open_ended": None}
     assert numbers["acceptance_rate"] == 0.4
     assert numbers["speedup_e2e_mean"] == 0.5
     assert numbers["speedup_output_throughput"] == 0.55
     assert numbers["lossless_exact_match_rate"] == 1.0
     text = headline_text(numbers)
     assert "acceptance rate: 40.0%" in text
+    assert "structured prompts, one at a time: 50.0%" in text
+    assert "open_ended prompts, one at a time: n/a" in text
     assert "E2E mean 0.50x" in text and "structured prompts: E2E mean 0.60x" in text
     assert "100% of 16 prompts" in text
 
