@@ -2,16 +2,15 @@
 
 Runs in its own process so the instrument under test never shares a GIL with it; send times
 are ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process on Linux), so they
-compare directly with the instruments' timestamps. Two adjustments, made in this process
-only and applied before the server socket exists:
+compare directly with the instruments' timestamps. Two server options differ from the
+load-test suite's:
 
-- pacing sleeps without the ~1 ms busy-spin: the truth is the *recorded* send time, not
-  the scripted one, and 256 spinning threads would steal the CPU the client needs;
-- a listen backlog of 1024 instead of socketserver's 5, so 256 simultaneous connects are
-  not dropped into SYN retransmits (a 1 s stall that is the server's, not the client's);
-- every response says ``Connection: close``: the scripted server closes the socket after
-  each stream, and without the header aiohttp (vllm bench serve) reuses the closed
-  connection and fails ~15% of its requests with "Cannot write to closing transport".
+- ``precise_pacing=False``: pauses sleep without the ~1 ms busy-spin: the truth is the
+  *recorded* send time, not the scripted one, and 256 spinning threads would steal the CPU
+  the client needs;
+- ``keep_alive=False``: every response says ``Connection: close``, so both instruments
+  open one connection per stream (vllm bench serve's aiohttp pool otherwise raced the
+  server's closes and failed ~15% of its requests with "Cannot write to closing transport").
 
 ``python -m bench.truth_server --workload JSON`` prints ``{"url", "port"}``;
 ``GET /_scripted/log`` returns what was sent.
@@ -31,37 +30,17 @@ from typing import Any
 
 from bench.workload import Workload
 
-LISTEN_BACKLOG = 1024
 START_TIMEOUT_S = 30.0
-
-
-def _sleep_until(target: float) -> None:
-    remaining = target - time.perf_counter()
-    if remaining > 0:
-        time.sleep(remaining)
 
 
 def serve(workload: Workload) -> None:
     from loadtest import scripted_server
 
-    scripted_server._sleep_until = _sleep_until  # type: ignore[assignment]
-    scripted_server._Server.request_queue_size = LISTEN_BACKLOG
-    send_response = scripted_server._Handler.send_response
-
-    def send_response_closing(self: Any, code: int, message: str | None = None) -> None:
-        send_response(self, code, message)
-        self.send_header("Connection", "close")
-
-    scripted_server._Handler.send_response = send_response_closing  # type: ignore[method-assign]
-    server = scripted_server.ScriptedServer(lambda index, _body: workload.script(index))
+    server = scripted_server.ScriptedServer(
+        lambda index, _body: workload.script(index), precise_pacing=False, keep_alive=False
+    )
     print(json.dumps({"url": server.url, "port": server.port}), flush=True)
-    try:
-        server._httpd.serve_forever(poll_interval=0.05)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stopping.set()
-        server._httpd.server_close()
+    server.serve_forever()
 
 
 class TruthServer:

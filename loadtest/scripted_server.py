@@ -127,8 +127,12 @@ def unused_loopback_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def _sleep_until(target: float) -> None:
+def _sleep_until(target: float, spin: bool) -> None:
     remaining = target - time.perf_counter()
+    if not spin:
+        if remaining > 0:
+            time.sleep(remaining)
+        return
     if remaining > 0.002:
         time.sleep(remaining - 0.001)
     while time.perf_counter() < target:
@@ -205,8 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        if script.fault is not None:
-            self.send_header("Connection", "close")  # normal streams keep alive, like uvicorn
+        if script.fault is not None or not self.server.owner.keep_alive:
+            # Normal streams keep alive, like uvicorn, unless the owner says otherwise.
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.flush()
         options = body.get("stream_options") or {}
@@ -258,7 +264,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "finish_reason": None,
                     }
                     data = event([role], 0 if continuous else None) + data
-                _sleep_until(target)
+                _sleep_until(target, spin=self.server.owner.precise_pacing)
                 self._write_chunk(data)
                 entry.send_times.append(time.perf_counter())
                 entry.chunk_tokens.append(tokens)
@@ -291,6 +297,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops simultaneous connects into SYN retransmits
+    # (a ~1 s stall that would be the server's, not the client's).
+    request_queue_size = 1024
     owner: ScriptedServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -307,6 +316,10 @@ class ScriptedServer:
     function ``(request_index, body) -> Script``. ``spec_decode_k``: when set, ``/metrics``
     exports spec-decode counters (k drafted tokens per chunk, ``n - 1`` of them accepted for
     a chunk of n tokens); when None, ``/metrics`` has none (a baseline server).
+    ``precise_pacing``: end each pause with a ~1 ms spin for exact send times; turn it off
+    when many streams would spin at once and steal the CPU the client under test needs (the
+    truth is the recorded send time either way). ``keep_alive``: False says
+    ``Connection: close`` on every response and closes after it.
     """
 
     def __init__(
@@ -317,6 +330,8 @@ class ScriptedServer:
         model_name: str = "scripted-model",
         port: int = 0,
         engines: int = 2,
+        precise_pacing: bool = True,
+        keep_alive: bool = True,
     ) -> None:
         if isinstance(scripts, Script):
             scripts = [scripts]
@@ -324,6 +339,8 @@ class ScriptedServer:
         self.spec_decode_k = spec_decode_k
         self.model_name = model_name
         self.engines = engines
+        self.precise_pacing = precise_pacing
+        self.keep_alive = keep_alive
         self.log: list[SentLog] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -348,6 +365,16 @@ class ScriptedServer:
         )
         self._thread.start()
         return self
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until interrupted (the runnable-module form)."""
+        try:
+            self._httpd.serve_forever(poll_interval=0.05)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stopping.set()
+            self._httpd.server_close()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -466,13 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         scripts, spec_decode_k=args.spec_decode_k, model_name=args.model_name, port=args.port
     )
     print(json.dumps({"url": server.url, "port": server.port}), flush=True)
-    try:
-        server._httpd.serve_forever(poll_interval=0.05)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stopping.set()
-        server._httpd.server_close()
+    server.serve_forever()
     return 0
 
 
