@@ -84,6 +84,25 @@ def cdk_json_context(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     return json.loads(cdk_json.read_text()).get("context", {})
 
 
+def context_from_pairs(pairs: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` command-line overrides as CDK-style context, for the non-CDK CLIs.
+
+    ``experiment.local.max_tokens=32`` and ``local.max_tokens=32`` mean the same thing, so
+    ``-c`` works alike for ``cdk synth``, ``python -m local_run`` and ``python -m loadtest``.
+    """
+    context: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"-c {pair!r}: write it as key=value, e.g. -c experiment.local.max_tokens=32"
+            )
+        if key != FILE_CONTEXT_KEY and not key.startswith(OVERRIDE_PREFIX):
+            key = OVERRIDE_PREFIX + key
+        context[key] = value
+    return context
+
+
 def _format_validation_error(err: ValidationError) -> str:
     lines = ["invalid experiment configuration:"]
     for problem in err.errors():

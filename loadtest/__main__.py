@@ -11,20 +11,14 @@ from pathlib import Path
 
 from experiment import ConfigError, build_config
 from experiment.config import ExperimentConfig
+from experiment.loading import cdk_json_context, context_from_pairs
 from loadtest.plan import Overrides
 
 LOG = logging.getLogger("loadtest")
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
-    context: dict[str, object] = {}
-    for item in args.set or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r}: write it as loadtest.concurrency=8")
-        context[f"experiment.{key.removeprefix('experiment.')}"] = value
-    from experiment.loading import cdk_json_context
-
+    context = context_from_pairs(args.set or [])
     return build_config({**cdk_json_context(), **context}, config_file=args.config)
 
 
@@ -77,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run directory (default runs/loadtest-<time>)")
     run.add_argument("--config", help="experiment config file (YAML/JSON) layered on defaults")
     run.add_argument(
+        "-c",
         "--set",
         action="append",
         metavar="KEY=VALUE",

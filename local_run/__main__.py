@@ -14,21 +14,9 @@ import argparse
 import os
 import sys
 
-from experiment.loading import ConfigError, build_config, cdk_json_context
+from experiment.loading import ConfigError, build_config, cdk_json_context, context_from_pairs
 from local_run.models import ensure_models
 from local_run.servers import ServerError, sigterm_raises
-
-
-def _parse_context(pairs: list[str]) -> dict[str, str]:
-    context: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(
-                f"-c {pair!r}: write it as key=value, e.g. -c experiment.local.max_tokens=32"
-            )
-        context[key] = value
-    return context
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        context = {**cdk_json_context(), **_parse_context(args.context)}
+        context = {**cdk_json_context(), **context_from_pairs(args.context)}
         config = build_config(context, config_file=args.config)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -97,3 +97,18 @@ def test_serving_spec_rejects_unknown_keys() -> None:
     data["speculative_tokens"] = 7
     with pytest.raises(ValueError, match="unknown keys"):
         ServingSpec.from_dict(data)
+
+
+def test_command_line_pairs_become_context_with_or_without_the_prefix() -> None:
+    from experiment.loading import context_from_pairs
+
+    context = context_from_pairs(
+        ["local.max_tokens=32", "experiment.serving.max_num_seqs=2", "experiment_file=x.yaml"]
+    )
+    assert context == {
+        "experiment.local.max_tokens": "32",
+        "experiment.serving.max_num_seqs": "2",
+        "experiment_file": "x.yaml",
+    }
+    with pytest.raises(ConfigError, match="write it as key=value"):
+        context_from_pairs(["local.max_tokens"])
