@@ -9,9 +9,7 @@ Python API (in-process; Locust itself runs in a subprocess, so gevent never patc
     config = build_config()
     summary = run_comparison(
         config, "http://127.0.0.1:8101", "http://127.0.0.1:8102", Path("runs/local"),
-        overrides=Overrides(max_tokens=config.local.max_tokens,
-                            concurrency=config.local.concurrency,
-                            requests_per_prompt=config.local.requests_per_prompt),
+        overrides=Overrides.local_scale(config),
         publish_cloudwatch=False,
     )
     print(render_summary_table(summary))

@@ -23,17 +23,16 @@ def _config(args: argparse.Namespace) -> ExperimentConfig:
 
 
 def _overrides(args: argparse.Namespace, config: ExperimentConfig) -> Overrides:
-    local = config.local if args.local else None
+    scale = Overrides.local_scale(config) if args.local else Overrides()
     prompt_files: tuple[str, ...] | None = None
     if args.prompts:
         prompt_files = tuple(args.prompts)
     if args.add_prompts:
         prompt_files = (*(prompt_files or config.loadtest.prompts.files), *args.add_prompts)
     return Overrides(
-        max_tokens=args.max_tokens or (local.max_tokens if local else None),
-        concurrency=args.concurrency or (local.concurrency if local else None),
-        requests_per_prompt=args.requests_per_prompt
-        or (local.requests_per_prompt if local else None),
+        max_tokens=args.max_tokens or scale.max_tokens,
+        concurrency=args.concurrency or scale.concurrency,
+        requests_per_prompt=args.requests_per_prompt or scale.requests_per_prompt,
         request_rate=args.request_rate,
         warmup_requests=args.warmup,
         max_duration_s=args.duration,

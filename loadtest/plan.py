@@ -90,6 +90,17 @@ class Overrides:
     prompt_files: tuple[str, ...] | None = None
     api: str = "chat"
 
+    @classmethod
+    def local_scale(cls, config: ExperimentConfig) -> Overrides:
+        """The local run's small scale (``config.local``): used by ``python -m local_run``
+        and ``python -m loadtest run --local`` alike."""
+        local = config.local
+        return cls(
+            max_tokens=local.max_tokens,
+            concurrency=local.concurrency,
+            requests_per_prompt=local.requests_per_prompt,
+        )
+
     def pick(self, name: str, default: Any) -> Any:
         value = getattr(self, name)
         return default if value is None else value

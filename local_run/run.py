@@ -202,18 +202,13 @@ def run_local(
             for problem in problems:
                 log(f"smoke problem: {problem}")
             return LocalRunResult(run_dir, not problems, problems=problems)
-        local = config.local
         loadtest_started = time.monotonic()
         summary = run_comparison(
             config,
             urls[Arm.BASELINE],
             urls[Arm.SPECULATIVE],
             run_dir,
-            overrides=Overrides(
-                max_tokens=local.max_tokens,
-                concurrency=local.concurrency,
-                requests_per_prompt=local.requests_per_prompt,
-            ),
+            overrides=Overrides.local_scale(config),
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         # Outside the measured window: the overall counters cannot tell classes apart.

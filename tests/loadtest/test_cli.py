@@ -84,3 +84,22 @@ def test_bad_script_file_names_the_fields(tmp_path) -> None:
         check=False,
     )
     assert result.returncode != 0 and "script fields are" in result.stderr
+
+
+def test_local_flag_uses_the_local_scale_and_explicit_flags_win() -> None:
+    from experiment import build_config
+    from loadtest.__main__ import _overrides, _parser
+    from loadtest.plan import Overrides
+
+    config = build_config({})
+    local = _overrides(_parser().parse_args(["run", "--local"]), config)
+    assert (local.max_tokens, local.concurrency, local.requests_per_prompt) == (
+        config.local.max_tokens,
+        config.local.concurrency,
+        config.local.requests_per_prompt,
+    )
+    assert Overrides.local_scale(config).max_tokens == config.local.max_tokens
+    explicit = _overrides(_parser().parse_args(["run", "--local", "--max-tokens", "9"]), config)
+    assert explicit.max_tokens == 9
+    plain = _overrides(_parser().parse_args(["run"]), config)
+    assert plain.max_tokens is None and plain.concurrency is None
