@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.accuracy import Truth, compute_errors, load_figures, summarize_errors
 from bench.cpu import CpuSampler
-from bench.instruments import Instrument, run_locust, run_vllm_bench
+from bench.instruments import TRANSPORTS, Instrument, run_locust, run_vllm_bench
 from bench.repeat import combine
 from bench.report import render_table, update_readme
 from bench.tokenizer import build_tokenizer
@@ -56,10 +56,9 @@ def machine() -> dict[str, Any]:
 
 
 def instruments_for(level: int, processes: list[int], with_vllm: bool,
-                    with_fasthttp: bool) -> list[Instrument]:
+                    transports: list[str]) -> list[Instrument]:
     out = [Instrument("locust", p) for p in processes if p <= level and level % p == 0]
-    if with_fasthttp:
-        out.append(Instrument("locust", 1, transport="fasthttp"))
+    out += [Instrument("locust", 1, transport=t) for t in transports]
     if with_vllm:
         out.append(Instrument("vllm"))
     return out
@@ -148,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", default="1,2",
                         help="Locust process counts to compare (default: 1,2)")
     parser.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
-    parser.add_argument("--no-fasthttp", action="store_true",
-                        help="skip the FastHttpUser transport comparison")
+    parser.add_argument("--transports", default="requests,fasthttp",
+                        help="other HTTP clients to run the load test's Locust user with, at "
+                        "one process, for comparison: requests (HttpUser's), fasthttp "
+                        "(FastHttpUser's); '' for none (default: requests,fasthttp)"),
     parser.add_argument("--pin", action="store_true",
                         help="pin the truth server alone on the last CPU and the instruments on "
                         "the others (default: no pinning; on a shared machine pinning made the "
@@ -171,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         processes = [int(x) for x in args.processes.split(",")]
     except ValueError:
         parser.error("--levels and --processes take comma-separated integers, e.g. 1,16,64")
+    transports = [t for t in args.transports.split(",") if t]
+    unknown = sorted(set(transports) - set(TRANSPORTS))
+    if unknown:
+        parser.error(f"--transports: unknown {unknown}; use some of {list(TRANSPORTS)}")
     base = Workload()
     requests = {level: base.requests.get(level, max(4 * level, 30)) for level in levels}
     if args.quick:
@@ -187,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     reps: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for rep in range(args.repeat):
         for level in levels:
-            for instrument in instruments_for(level, processes, not args.no_vllm,
-                                              not args.no_fasthttp):
+            for instrument in instruments_for(level, processes, not args.no_vllm, transports):
                 try:
                     result = measure(workload, level, instrument, args.out / f"rep{rep}",
                                      tokenizer_dir, pin=args.pin)

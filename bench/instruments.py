@@ -28,14 +28,24 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = "scripted-model"
 
 
-TRANSPORTS = ("requests", "fasthttp")
+BENCH_DIR = Path(__file__).resolve().parent
+# Locust transports: the load test's own (loadtest/transport.py, the default) and, for
+# comparison, the HTTP clients of Locust's HttpUser (requests) and FastHttpUser
+# (geventhttpclient), each plugged into the same user by a small adapter locustfile.
+TRANSPORT_LOCUSTFILES: dict[str, Path | None] = {
+    "httptools": None,
+    "requests": BENCH_DIR / "locustfile_requests.py",
+    "fasthttp": BENCH_DIR / "locustfile_fasthttp.py",
+}
+TRANSPORTS = tuple(TRANSPORT_LOCUSTFILES)
+_TRANSPORT_LABELS = {"httptools": "", "requests": " + requests", "fasthttp": " FastHttpUser"}
 
 
 @dataclass(frozen=True)
 class Instrument:
     name: str  # "locust" or "vllm"
     processes: int = 1
-    transport: str = "requests"  # locust only: requests (the default) or fasthttp
+    transport: str = "httptools"  # locust only: one of TRANSPORTS
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -45,15 +55,14 @@ class Instrument:
     def label(self) -> str:
         if self.name == "vllm":
             return "vllm bench serve"
-        user = "FastHttpUser" if self.transport == "fasthttp" else "requests"
-        return f"locust {user} ({self.processes} proc)"
+        return f"locust{_TRANSPORT_LABELS[self.transport]} ({self.processes} proc)"
 
     @property
     def key(self) -> str:
         if self.name == "vllm":
             return self.name
-        prefix = "locust_fast" if self.transport == "fasthttp" else "locust"
-        return f"{prefix}_p{self.processes}"
+        suffix = "" if self.transport == "httptools" else f"_{self.transport}"
+        return f"locust{suffix}_p{self.processes}"
 
 
 def observations_from_records(records: list[Any]) -> list[Observation]:
@@ -125,12 +134,8 @@ def _bound_s(workload: Workload, level: int, requests: int) -> float:
     return 60.0 + 10.0 * waves * per_request
 
 
-FASTHTTP_LOCUSTFILE = Path(__file__).resolve().parent / "locustfile_fasthttp.py"
-_LOCUSTFILE_LOCK = threading.Lock()
-
-
 def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
-               processes: int = 1, transport: str = "requests") -> tuple[
+               processes: int = 1, transport: str = "httptools") -> tuple[
                    list[Observation], dict[str, Any]]:
     from loadtest import runner
     from loadtest.records import read_records
@@ -148,23 +153,17 @@ def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
                                   run_dir / f"proc{number}", first, workload.warmup_requests))
         first += count
     metas: list[dict[str, Any]] = [{} for _ in plans]
+    locustfile = TRANSPORT_LOCUSTFILES[transport] or runner.LOCUSTFILE
 
     def run(number: int) -> None:
-        metas[number] = runner.run_arm(plans[number], Path(plans[number].records_path).parent)
+        plan = plans[number]
+        metas[number] = runner.run_arm(plan, Path(plan.records_path).parent, locustfile)
 
     threads = [threading.Thread(target=run, args=(n,)) for n in range(len(plans))]
-    with _LOCUSTFILE_LOCK:
-        default_locustfile = runner.LOCUSTFILE
-        if transport == "fasthttp":
-            # run_arm has no locustfile parameter; it reads this module global per call.
-            runner.LOCUSTFILE = FASTHTTP_LOCUSTFILE
-        try:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        finally:
-            runner.LOCUSTFILE = default_locustfile
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     observations: list[Observation] = []
     for plan in plans:
         path = Path(plan.records_path)

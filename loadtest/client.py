@@ -1,27 +1,25 @@
 """One streamed OpenAI-compatible request, measured as closely to the socket as we can.
 
-Why not Locust's HttpUser response time or FastHttpUser: Locust times a stream at its
-headers, and FastHttpUser reads in fixed blocks that can merge SSE events. Here each
-network chunk is timestamped with ``time.perf_counter`` the moment ``requests`` hands it
-over (``iter_content(chunk_size=None)`` yields each HTTP chunk as it arrives) and the SSE
-events it completes are parsed afterwards. Tokens per chunk come from the server's
-cumulative ``usage.completion_tokens`` (``continuous_usage_stats``), which stays exact when
-speculative decoding puts several tokens into one chunk.
+Why not Locust's HttpUser or FastHttpUser clients: Locust times a stream at its headers,
+FastHttpUser reads in fixed blocks that merge SSE events, and HttpUser's ``requests`` spends
+enough CPU per chunk to stamp the last of 64 simultaneous chunks ~10 ms late (measured in
+``bench/``). Here ``loadtest.transport`` stamps every network read with
+``time.perf_counter`` as ``recv`` returns, and the SSE events it completes are parsed
+afterwards. Tokens per chunk come from the server's cumulative ``usage.completion_tokens``
+(``continuous_usage_stats``), which stays exact when speculative decoding puts several
+tokens into one chunk.
 
-Works unchanged in plain threads and under gevent (Locust).
-"""
+Works unchanged in plain threads and under gevent (Locust)."""
 
 from __future__ import annotations
 
-import errno
 import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import requests
-
 from loadtest.records import FailureReason, RequestRecord
+from loadtest.transport import StreamResponse, StreamSession, TransportError
 
 Api = Literal["chat", "completions"]
 API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -66,28 +64,18 @@ def endpoint_url(base_url: str, api: Api) -> str:
     return base_url.rstrip("/") + API_PATHS[api]
 
 
-def _caused_by_refusal(err: BaseException) -> bool:
-    seen: set[int] = set()
-    stack: list[Any] = [err]
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, ConnectionRefusedError) or (
-            isinstance(item, OSError) and item.errno == errno.ECONNREFUSED
-        ):
-            return True
-        stack.extend([item.__cause__, item.__context__, *item.args])
-        stack.extend(getattr(item, attr, None) for attr in ("reason", "original_error"))
-    return "Connection refused" in str(err)
-
-
-def _is_timeout(err: BaseException) -> bool:
-    if isinstance(err, requests.Timeout):
-        return True
-    text = str(err)
-    return "timed out" in text or "Read timed out" in text
+_CONNECT_REASONS: dict[str, FailureReason] = {
+    TransportError.REFUSED: FailureReason.CONNECTION_REFUSED,
+    TransportError.CONNECT: FailureReason.CONNECTION_ERROR,
+    TransportError.TIMEOUT: FailureReason.TIMEOUT,
+    TransportError.DISCONNECTED: FailureReason.CONNECTION_ERROR,
+    TransportError.PROTOCOL: FailureReason.CONNECTION_ERROR,
+}
+_READ_REASONS: dict[str, FailureReason] = {
+    **_CONNECT_REASONS,
+    TransportError.DISCONNECTED: FailureReason.DISCONNECTED,
+    TransportError.PROTOCOL: FailureReason.DISCONNECTED,
+}
 
 
 class _StreamError(Exception):
@@ -174,14 +162,14 @@ class _SseState:
 
 
 def stream_request(
-    session: requests.Session,
+    session: StreamSession,
     base_url: str,
     prompt: str,
     params: RequestParams,
     record: RequestRecord,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; never raises for server faults."""
-    payload = build_payload(prompt, params)
+    body = json.dumps(build_payload(prompt, params)).encode()
     url = endpoint_url(base_url, params.api)
     record.max_tokens = params.max_tokens
     record.wall_start = time.time()
@@ -189,33 +177,23 @@ def stream_request(
     record.start = start
     deadline = start + params.timeout_s
     state = _SseState(record)
-    response: requests.Response | None = None
+    response: StreamResponse | None = None
     try:
         try:
-            response = session.post(
-                url, json=payload, stream=True, timeout=(params.timeout_s, params.timeout_s)
-            )
-        except requests.RequestException as err:
-            if _is_timeout(err):
-                raise _StreamError(FailureReason.TIMEOUT, f"no response: {err}") from None
-            reason = (
-                FailureReason.CONNECTION_REFUSED
-                if _caused_by_refusal(err)
-                else FailureReason.CONNECTION_ERROR
-            )
-            raise _StreamError(reason, str(err)[:500]) from None
-        record.http_status = response.status_code
-        if response.status_code >= 400:
-            body = response.raw.read(_ERROR_BODY_LIMIT, decode_content=True) or b""
-            server_side = response.status_code >= 500
+            response = session.post_stream(url, body, params.timeout_s)
+        except TransportError as err:
+            raise _StreamError(_CONNECT_REASONS[err.kind], str(err)[:500]) from None
+        record.http_status = response.status
+        if response.status >= 400:
+            text = response.read_all(_ERROR_BODY_LIMIT)
+            server_side = response.status >= 500
             reason = FailureReason.HTTP_5XX if server_side else FailureReason.HTTP_4XX
             raise _StreamError(
-                reason, f"HTTP {response.status_code}: {body.decode(errors='replace')[:500]}"
+                reason, f"HTTP {response.status}: {text.decode(errors='replace')[:500]}"
             )
         buffer = b""
         try:
-            for raw in response.iter_content(chunk_size=None):
-                now = time.perf_counter()
+            for now, raw in response:
                 buffer += raw
                 while not state.done:
                     cut = _event_end(buffer)
@@ -230,12 +208,8 @@ def stream_request(
                     raise _StreamError(
                         FailureReason.TIMEOUT, f"stream still open after {params.timeout_s}s"
                     )
-        except requests.RequestException as err:
-            if _is_timeout(err):
-                raise _StreamError(
-                    FailureReason.TIMEOUT, f"no data for {params.timeout_s}s: {err}"
-                ) from None
-            raise _StreamError(FailureReason.DISCONNECTED, str(err)[:500]) from None
+        except TransportError as err:
+            raise _StreamError(_READ_REASONS[err.kind], str(err)[:500]) from None
         if not state.done:
             if buffer.strip():
                 raise _StreamError(

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-import requests
 from gevent.event import Event
 from locust import User, constant, events, task
 from locust.env import Environment
@@ -41,6 +40,7 @@ from loadtest.client import stream_request
 from loadtest.plan import RunPlan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
+from loadtest.transport import StreamSession
 
 
 @events.init_command_line_parser.add_listener
@@ -86,7 +86,7 @@ class _RunState:
         Path(plan.records_path).parent.mkdir(parents=True, exist_ok=True)
         self._records = Path(plan.records_path).open("w")  # noqa: SIM115 - closed at stop
 
-    def run_warmup(self, session: requests.Session) -> None:
+    def run_warmup(self, session: StreamSession) -> None:
         for item in self._warmup:
             self.execute(session, item)
         self.before = scrape(self.plan.base_url)
@@ -106,7 +106,7 @@ class _RunState:
             self.pending += 1  # counted from here: an open-loop item may wait for its arrival
         return item
 
-    def execute(self, session: requests.Session, item: ScheduleItem) -> RequestRecord:
+    def execute(self, session: StreamSession, item: ScheduleItem) -> RequestRecord:
         record = RequestRecord(
             arm=self.plan.arm,
             index=item.index,
@@ -214,7 +214,7 @@ class StreamingUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.session = requests.Session()
+        self.session = StreamSession()
 
     def on_stop(self) -> None:
         self.session.close()

@@ -68,8 +68,11 @@ class Summary:
         return value.get(stat) if isinstance(value, dict) else value
 
 
-def run_arm(plan: RunPlan, run_dir: Path) -> dict[str, Any]:
-    """Run one arm in a Locust subprocess; returns its window metadata."""
+def run_arm(plan: RunPlan, run_dir: Path, locustfile: Path = LOCUSTFILE) -> dict[str, Any]:
+    """Run one arm in a Locust subprocess; returns its window metadata.
+
+    ``locustfile`` is for the bench's transport comparisons (a file that reuses this one's
+    user with another HTTP client); the comparison always runs the default."""
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / f"plan_{plan.arm}.json"
@@ -81,7 +84,7 @@ def run_arm(plan: RunPlan, run_dir: Path) -> dict[str, Any]:
         "-m",
         "locust",
         "-f",
-        str(LOCUSTFILE),
+        str(locustfile),
         "--headless",
         "-u",
         str(users),

@@ -16,6 +16,7 @@ from experiment.config import Arm, ExperimentConfig
 from loadtest.acceptance import Counters, scrape
 from loadtest.client import RequestParams, stream_request
 from loadtest.records import RequestRecord
+from loadtest.transport import StreamSession
 
 SMOKE_PROMPT = "Count from 1 to 60 in digits, separated by commas and a space, with no other text."
 
@@ -61,13 +62,13 @@ def request_params(config: ExperimentConfig, max_tokens: int | None = None) -> R
 
 
 def check_arm(arm: Arm, url: str, prompt: str, params: RequestParams, index: int = 0) -> ArmCheck:
-    with requests.Session() as session:
-        before = scrape(url, session)
+    with requests.Session() as scrapes, StreamSession() as streams:
+        before = scrape(url, scrapes)
         record = RequestRecord(
             arm=arm.value, index=index, prompt_id=f"smoke-{index}", prompt_class="smoke"
         )
-        stream_request(session, url, prompt, params, record)
-        after = scrape(url, session)
+        stream_request(streams, url, prompt, params, record)
+        after = scrape(url, scrapes)
     return ArmCheck(arm, record, before, after)
 
 
@@ -116,9 +117,9 @@ def acceptance_by_class(
     for prompt in load_prompts(config.loadtest.prompts.files):
         by_class.setdefault(prompt.prompt_class, []).append(prompt.text)
     result: dict[str, dict[str, Any]] = {}
-    with requests.Session() as session:
+    with requests.Session() as scrapes, StreamSession() as streams:
         for name, texts in sorted(by_class.items()):
-            before = scrape(speculative_url, session)
+            before = scrape(speculative_url, scrapes)
             failed = 0
             for index, text in enumerate(texts):
                 record = RequestRecord(
@@ -127,7 +128,7 @@ def acceptance_by_class(
                     prompt_id=f"{name}-{index}",
                     prompt_class=name,
                 )
-                failed += not stream_request(session, speculative_url, text, params, record).ok
-            block = acceptance_from_deltas(before, scrape(speculative_url, session))
+                failed += not stream_request(streams, speculative_url, text, params, record).ok
+            block = acceptance_from_deltas(before, scrape(speculative_url, scrapes))
             result[name] = {"prompts": len(texts), "failed": failed, **block}
     return result

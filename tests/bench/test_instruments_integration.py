@@ -21,14 +21,14 @@ WORKLOAD = Workload(ttft_s=0.01, gap_s=0.005, chunk_tokens=(1, 3, 2, 4), warmup_
                     levels=(2,), requests={2: 6})
 
 
-@pytest.mark.parametrize("instrument", ["locust", "fasthttp", "vllm"])
+@pytest.mark.parametrize("instrument", ["locust", "requests", "fasthttp", "vllm"])
 def test_instrument_is_matched_to_ground_truth(instrument: str, tmp_path: Path) -> None:
     with TruthServer(WORKLOAD, tmp_path / "server.log") as server:
         if instrument == "locust":
             observations, _ = run_locust(WORKLOAD, 2, server.url, tmp_path / "run", processes=2)
-        elif instrument == "fasthttp":
+        elif instrument in ("requests", "fasthttp"):
             observations, _ = run_locust(WORKLOAD, 2, server.url, tmp_path / "run",
-                                         transport="fasthttp")
+                                         transport=instrument)
         else:
             tokenizer = build_tokenizer(tmp_path / "tokenizer")
             observations, _ = run_vllm_bench(WORKLOAD, 2, server.url, tmp_path / "run",

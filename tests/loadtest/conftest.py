@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import requests
 
 from loadtest.client import RequestParams
 from loadtest.records import RequestRecord
 from loadtest.scripted_server import ScriptedServer
+from loadtest.transport import StreamSession
 
 
 @pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with requests.Session() as s:
+def session() -> Iterator[StreamSession]:
+    with StreamSession() as s:
         yield s
 
 

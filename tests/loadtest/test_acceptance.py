@@ -94,12 +94,11 @@ def test_scrape_the_scripted_server_matches_its_truth() -> None:
     script = Script(chunk_tokens=[1, 3, 8, 2], gaps_s=0.0, ttft_s=0.0)
     with ScriptedServer(script, spec_decode_k=7) as server, ScriptedServer(script) as baseline:
         before = scrape(server.url)
-        import requests
-
         from loadtest.client import RequestParams, stream_request
         from loadtest.records import RequestRecord
+        from loadtest.transport import StreamSession
 
-        with requests.Session() as session:
+        with StreamSession() as session:
             for i in range(3):
                 stream_request(
                     session,

@@ -13,6 +13,7 @@ import requests
 from loadtest.__main__ import main
 from loadtest.client import RequestParams, stream_request
 from loadtest.records import RequestRecord
+from loadtest.transport import StreamSession
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +54,7 @@ def test_scripted_server_runs_as_a_process(tmp_path) -> None:
     try:
         assert process.stdout is not None
         url = json.loads(process.stdout.readline())["url"]
-        with requests.Session() as session:
+        with StreamSession() as session:
             record = stream_request(
                 session,
                 url,
@@ -61,8 +62,8 @@ def test_scripted_server_runs_as_a_process(tmp_path) -> None:
                 RequestParams(model="m", max_tokens=5),
                 RequestRecord("baseline", 0, "p", "c"),
             )
-            log = session.get(f"{url}/_scripted/log", timeout=5).json()
-            metrics = session.get(f"{url}/metrics", timeout=5).text
+        log = requests.get(f"{url}/_scripted/log", timeout=5).json()
+        metrics = requests.get(f"{url}/metrics", timeout=5).text
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -1,0 +1,283 @@
+"""A lean HTTP/1.1 streaming POST: one socket per connection, httptools' C parser, no pool.
+
+Why not ``requests``: the instrument's error at high concurrency is set by how much CPU
+the client spends per network read. vLLM emits a chunk for every running sequence in the
+same engine step, so 64 streams' chunks arrive at once and one client process stamps them
+one after another: the last is late by the sum of everybody's per-read work. requests /
+urllib3 read each HTTP chunk with several pure-Python layers (``bench/README.md`` measured
+~156 µs of CPU per chunk under gevent). Here a read is one ``recv`` and one
+``feed_data`` into httptools (the llhttp parser uvicorn uses), and the arrival time is taken
+right after ``recv`` returns, before anything is parsed.
+
+Plain ``socket`` calls, so it runs in threads and under gevent's monkey patching (Locust)
+alike. Supports what an OpenAI-compatible endpoint needs: http and https, chunked,
+Content-Length or close-delimited bodies, keep-alive reuse of one connection per session.
+Proxies are not supported (the load test talks to in-cluster or loopback endpoints).
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httptools
+
+READ_SIZE = 65536
+USER_AGENT = "spec-decode-loadtest"
+
+
+class TransportError(Exception):
+    """A connection-level failure; ``kind`` says which (the client maps it to a reason)."""
+
+    REFUSED = "refused"
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    DISCONNECTED = "disconnected"
+    PROTOCOL = "protocol"
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class _Message:
+    """One response as httptools parses it: headers, then body pieces until complete."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: dict[bytes, bytes] = {}
+        self.headers_done = False
+        self.keep_alive = False
+        self.complete = False
+        self.body: list[bytes] = []
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as err:
+            raise TransportError(TransportError.PROTOCOL, f"invalid HTTP: {err}") from None
+
+    def take_body(self) -> bytes:
+        piece = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body.clear()
+        return piece
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        # Asked now: llhttp forgets it once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+def _recv(sock: socket.socket, waiting_for: str) -> tuple[float, bytes]:
+    """One read and the perf_counter time it returned (taken before any parsing)."""
+    try:
+        data = sock.recv(READ_SIZE)
+    except TimeoutError:
+        raise TransportError(
+            TransportError.TIMEOUT, f"no {waiting_for} before the timeout"
+        ) from None
+    except OSError as err:
+        raise TransportError(TransportError.DISCONNECTED, f"read failed: {err}") from None
+    return time.perf_counter(), data
+
+
+class StreamResponse:
+    """An open response: ``status``, ``headers``; iterate for ``(arrival, body bytes)``."""
+
+    def __init__(
+        self,
+        session: StreamSession,
+        key: tuple[str, str, int],
+        sock: socket.socket,
+        message: _Message,
+        head_arrival: float,
+    ) -> None:
+        self._session = session
+        self._key = key
+        self._sock: socket.socket | None = sock
+        self._message = message
+        self._head_arrival = head_arrival
+        self.status: int = message.parser.get_status_code()
+        self.headers = message.headers
+        chunked = b"chunked" in message.headers.get(b"transfer-encoding", b"").lower()
+        self._close_delimited = not chunked and b"content-length" not in message.headers
+
+    def __iter__(self) -> Iterator[tuple[float, bytes]]:
+        """Body bytes as they arrive, each read with the perf_counter time it returned."""
+        message = self._message
+        if message.body:  # bytes that came in the same read as the headers
+            yield self._head_arrival, message.take_body()
+        while not message.complete and self._sock is not None:
+            try:
+                arrival, data = _recv(self._sock, "data")
+                if not data and not self._close_delimited:
+                    raise TransportError(TransportError.DISCONNECTED, "server closed mid-response")
+                message.feed(data)
+            except TransportError:
+                self._abort()
+                raise
+            if not data:
+                message.complete = True  # a close-delimited body ends at the server's close
+                self._abort()
+            elif message.body:
+                yield arrival, message.take_body()
+        self._release()
+
+    def read_all(self, limit: int) -> bytes:
+        """The rest of the body, up to ``limit`` bytes (error responses); then closes."""
+        out = b""
+        try:
+            for _, piece in self:
+                out += piece
+                if len(out) >= limit:
+                    break
+        except TransportError:
+            pass
+        self._abort()
+        return out[:limit]
+
+    def close(self) -> None:
+        """Done with the response: the connection is kept for reuse if the whole message
+        was read and the server allows it, otherwise closed."""
+        self._release()
+
+    def _abort(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _release(self) -> None:
+        if self._sock is None:
+            return
+        if self._message.complete and self._message.keep_alive:
+            self._session._keep(self._key, self._sock)
+            self._sock = None
+        else:
+            self._abort()
+
+
+class StreamSession:
+    """Keeps at most one idle connection per origin; ``post_stream`` opens a response."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._idle: dict[tuple[str, str, int], socket.socket] = {}
+        # https only; the default verifies against the system's CAs.
+        self._ssl_context = ssl_context
+
+    def post_stream(
+        self, url: str, body: bytes, timeout_s: float, content_type: str = "application/json"
+    ) -> StreamResponse:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise TransportError(
+                TransportError.CONNECT, f"{url!r} is not an http(s) URL: use http://HOST:PORT"
+            )
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = (parts.scheme, parts.hostname, port)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {parts.netloc.rsplit('@', 1)[-1]}\r\n"
+            f"User-Agent: {USER_AGENT}\r\nAccept: text/event-stream\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        request = head.encode("latin-1") + body
+        sock = self._reusable(key)
+        if sock is not None:
+            try:
+                sock.settimeout(timeout_s)
+                sock.sendall(request)
+                return self._read_head(key, sock)
+            except OSError:
+                sock.close()  # the server closed the idle connection under us: reconnect
+            except TransportError as err:
+                if err.kind != TransportError.DISCONNECTED:
+                    raise
+                # Closed before a byte of the response came: the request was not served.
+        sock = self._connect(key, timeout_s)
+        try:
+            sock.sendall(request)
+        except OSError as err:
+            sock.close()
+            raise TransportError(TransportError.CONNECT, f"send failed: {err}") from None
+        return self._read_head(key, sock)
+
+    def close(self) -> None:
+        for sock in self._idle.values():
+            sock.close()
+        self._idle.clear()
+
+    def __enter__(self) -> StreamSession:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _keep(self, key: tuple[str, str, int], sock: socket.socket) -> None:
+        old = self._idle.pop(key, None)
+        if old is not None:
+            old.close()
+        self._idle[key] = sock
+
+    def _reusable(self, key: tuple[str, str, int]) -> socket.socket | None:
+        sock = self._idle.pop(key, None)
+        if sock is None:
+            return None
+        # An idle connection that is readable has been closed (or sent junk): drop it.
+        readable, _, _ = select.select([sock], [], [], 0)
+        if readable:
+            sock.close()
+            return None
+        return sock
+
+    def _connect(self, key: tuple[str, str, int], timeout_s: float) -> socket.socket:
+        scheme, host, port = key
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+        except TimeoutError:
+            raise TransportError(
+                TransportError.TIMEOUT, f"connect to {host}:{port} timed out"
+            ) from None
+        except OSError as err:
+            refused = isinstance(err, ConnectionRefusedError) or err.errno == errno.ECONNREFUSED
+            kind = TransportError.REFUSED if refused else TransportError.CONNECT
+            raise TransportError(kind, f"connect to {host}:{port}: {err}") from None
+        # Our request is one write; NODELAY keeps it (and any retry) from waiting on Nagle.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if scheme == "https":
+            try:
+                context = self._ssl_context or ssl.create_default_context()
+                sock = context.wrap_socket(sock, server_hostname=host)
+            except (ssl.SSLError, OSError) as err:
+                sock.close()
+                raise TransportError(TransportError.CONNECT, f"TLS to {host}: {err}") from None
+        return sock
+
+    def _read_head(self, key: tuple[str, str, int], sock: socket.socket) -> StreamResponse:
+        message = _Message()
+        try:
+            while not message.headers_done:
+                arrival, data = _recv(sock, "response")
+                if not data:
+                    raise TransportError(
+                        TransportError.DISCONNECTED, "server closed before responding"
+                    )
+                message.feed(data)
+        except TransportError:
+            sock.close()
+            raise
+        return StreamResponse(self, key, sock, message, arrival)
