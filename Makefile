@@ -56,7 +56,7 @@ synth: $(STAMP)
 	$(CDK) synth --quiet
 
 # Accuracy and capacity of the load generator vs ground truth and vllm bench serve
-# (~10 min; writes bench/results.json and the table in bench/README.md).
+# (~11 min; writes bench/results.json and the table in bench/README.md).
 bench: $(STAMP)
 	$(PY) -m bench
 
