@@ -68,6 +68,7 @@ def service_account(config: ExperimentConfig) -> dict[str, Any]:
 
 def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
     command = loadtest_command(config)
+    pod = config.loadtest.pod
     # Jobs are immutable: a changed command or config gets a new Job name, not a failed patch.
     name = f"{config.project}-loadtest-{short_hash([*command, settings_json(config)])}"
     job_labels = labels(config, COMPONENT, config.project)
@@ -103,8 +104,11 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
                             "command": command,
                             "env": [{"name": "AWS_REGION", "value": config.region}],
                             "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi"},
-                                "limits": {"cpu": "2", "memory": "2Gi"},
+                                "requests": {"cpu": str(pod.cpu), "memory": f"{pod.memory_gib}Gi"},
+                                "limits": {
+                                    "cpu": str(pod.cpu_limit),
+                                    "memory": f"{pod.memory_limit_gib}Gi",
+                                },
                             },
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
@@ -119,8 +123,8 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
                         }
                     ],
                     "volumes": [
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-                        {"name": "results", "emptyDir": {"sizeLimit": "2Gi"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": f"{pod.tmp_gib}Gi"}},
+                        {"name": "results", "emptyDir": {"sizeLimit": f"{pod.results_gib}Gi"}},
                         {"name": "config", "configMap": {"name": config_map_name(config)}},
                     ],
                 },

@@ -413,6 +413,34 @@ class MetricNames(_Model):
     mean_acceptance_length: str = "MeanAcceptanceLength"
 
 
+class LoadTestPodConfig(_Model):
+    """Size of the in-cluster load-test pod. Locust drives each arm from one gevent process
+    (one core at most; bench/README.md: ~0.25 core for 64 streams), the arms run one after
+    the other, and the report's plotting needs the headroom of the limit."""
+
+    cpu: Annotated[int, Field(ge=1)] = 1
+    cpu_limit: Annotated[int, Field(ge=1)] = 2
+    memory_gib: Annotated[int, Field(ge=1)] = 1
+    memory_limit_gib: Annotated[int, Field(ge=1)] = 2
+    tmp_gib: Annotated[int, Field(ge=1)] = 1  # emptyDir /tmp (read-only root filesystem)
+    results_gib: Annotated[int, Field(ge=1)] = 2  # emptyDir for records and reports
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> LoadTestPodConfig:
+        if self.cpu > self.cpu_limit:
+            raise ValueError(
+                f"loadtest.pod.cpu ({self.cpu}) exceeds loadtest.pod.cpu_limit "
+                f"({self.cpu_limit}): raise the limit or lower the request"
+            )
+        if self.memory_gib > self.memory_limit_gib:
+            raise ValueError(
+                f"loadtest.pod.memory_gib ({self.memory_gib}) exceeds "
+                f"loadtest.pod.memory_limit_gib ({self.memory_limit_gib}): raise the limit "
+                "or lower the request"
+            )
+        return self
+
+
 class LoadTestConfig(_Model):
     metric_namespace: str = "SpecDecode/LoadTest"
     metric_names: MetricNames = Field(default_factory=MetricNames)
@@ -437,6 +465,7 @@ class LoadTestConfig(_Model):
     job_deadline_margin_s: Annotated[int, Field(ge=0)] = 300
     slo: SloConfig = Field(default_factory=SloConfig)
     service_account: str = "loadtest"
+    pod: LoadTestPodConfig = Field(default_factory=LoadTestPodConfig)
     image_directory: str = "loadtest"  # Dockerfile for the load-test image (CDK image asset)
 
     @model_validator(mode="after")

@@ -157,6 +157,24 @@ def test_loadtest_job_measures_with_the_synthesized_config(documents, tmp_path) 
     assert _parser().parse_args(command[3:]).command == "run"  # the real CLI accepts it
 
 
+def test_loadtest_pod_size_comes_from_the_config() -> None:
+    from charts.loadtest_job import job
+
+    inputs = ClusterInputs(bucket_name="b", loadtest_image="i")
+    default = job(CONFIG, inputs)
+    sized = job(build_config({"experiment.loadtest.pod.cpu_limit": "4",
+                              "experiment.loadtest.pod.results_gib": "8"}), inputs)
+    container = sized["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "4", "memory": "2Gi"},
+    }
+    volumes = {v["name"]: v for v in sized["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["results"]["emptyDir"]["sizeLimit"] == "8Gi"
+    # A Job's pod template is immutable: a new size must be a new Job, not a failed patch.
+    assert sized["metadata"]["name"] != default["metadata"]["name"]
+
+
 def test_build_charts_accepts_cdk_tokens() -> None:
     app = cdk8s.App()
     inputs = ClusterInputs(bucket_name="${Token[TOKEN.1]}", loadtest_image="${Token[TOKEN.2]}")

@@ -112,3 +112,10 @@ def test_command_line_pairs_become_context_with_or_without_the_prefix() -> None:
     }
     with pytest.raises(ConfigError, match="write it as key=value"):
         context_from_pairs(["local.max_tokens"])
+
+
+def test_loadtest_pod_request_above_its_limit_says_what_to_change() -> None:
+    with pytest.raises(ConfigError, match="raise the limit or lower the request"):
+        build_config({"experiment.loadtest.pod.cpu": "3"})
+    with pytest.raises(ConfigError, match="memory_gib"):
+        build_config({"experiment.loadtest.pod.memory_gib": "4"})
