@@ -170,10 +170,10 @@ def run_comparison(
     from loadtest.report import write_report
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     overrides = overrides or Overrides()
     urls = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
     plans = {arm: build_plan(config, arm, url, out_dir, overrides) for arm, url in urls.items()}
+    out_dir.mkdir(parents=True, exist_ok=True)  # only once the input is known to be good
     reference = plans[Arm.BASELINE]
     run_info = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

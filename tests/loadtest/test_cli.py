@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bad_input_exits_2_with_what_to_change(tmp_path, capsys) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "not a load-test run directory" in capsys.readouterr().err
-    assert main(["run", "--baseline", "localhost:1", "--speculative", "http://x"]) == 2
+    out = tmp_path / "never"
+    bad_url = ["run", "--baseline", "localhost:1", "--speculative", "http://x", "--out", str(out)]
+    assert main(bad_url) == 2
     assert "must start with http://" in capsys.readouterr().err
+    assert not out.exists()  # rejected input leaves nothing behind
     assert main(["run", "--speculative", "http://x"]) == 2
     assert "--baseline URL" in capsys.readouterr().err
     code = main(["run", "--local", "--set", "loadtest.concurrency=0", "--no-cloudwatch"])
