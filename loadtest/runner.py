@@ -68,6 +68,19 @@ class Summary:
         return value.get(stat) if isinstance(value, dict) else value
 
 
+def _burst_cause(load_generator_cpu: float | None) -> str:
+    if load_generator_cpu is None:
+        return "server or load generator CPU-starved?"
+    if load_generator_cpu > LOAD_GENERATOR_CPU_WARNING:
+        return "the load generator was busy: see the CPU warning"
+    # The client reads each chunk within ~1 ms at this load (bench/README.md), so an idle
+    # client means the server wrote them together.
+    return (
+        f"the Locust process used only {load_generator_cpu:.0%} of a core, so the server "
+        "sent them together"
+    )
+
+
 def run_arm(plan: RunPlan, run_dir: Path, locustfile: Path = LOCUSTFILE) -> dict[str, Any]:
     """Run one arm in a Locust subprocess; returns its window metadata.
 
@@ -248,13 +261,13 @@ def summarize(run_dir: Path) -> Summary:
                 f"max_tokens={run_info['request']['max_tokens']} (ignore_eos ignored?)"
             )
         burst = overall["burst_gap_fraction"]
+        cpu = meta.get("load_generator_cpu")
         if burst is not None and burst > BURST_WARNING_FRACTION:
             warnings.append(
                 f"{arm.value}: {burst:.0%} of chunk gaps are under {BURST_GAP_S * 1000:.1f} ms: "
-                "chunks arrived in bursts (server or load generator CPU-starved?); ITL and "
-                "TPOT describe arrival at the client, not generation"
+                f"chunks arrived in bursts ({_burst_cause(cpu)}); ITL and TPOT describe "
+                "arrival at the client, not generation"
             )
-        cpu = meta.get("load_generator_cpu")
         if cpu is not None and cpu > LOAD_GENERATOR_CPU_WARNING:
             warnings.append(
                 f"{arm.value}: the Locust process used {cpu:.0%} of a core: the load generator "

@@ -108,4 +108,10 @@ def test_bursty_arrivals_and_a_busy_load_generator_are_warned_about(fake_run_dir
     assert data["arms"]["baseline"]["load_generator_cpu"] == 0.97
     warnings = " ".join(data["warnings"])
     assert "arrived in bursts" in warnings and "used 97% of a core" in warnings
+    assert "the load generator was busy" in warnings
     assert "arrived in bursts" not in " ".join(w for w in data["warnings"] if "speculative" in w)
+    # The same bursts with an idle client are the server's doing, and the warning says so.
+    window.write_text(json.dumps({**meta, "load_generator_cpu": 0.12}))
+    warnings = " ".join(summarize(fake_run_dir).data["warnings"])
+    assert "used only 12% of a core, so the server sent them together" in warnings
+    assert "load generator may be the bottleneck" not in warnings
