@@ -45,6 +45,7 @@ local: $(STAMP)
 # Everything CI runs: lint, unit, snapshot, validator and integration tests.
 test: $(STAMP) $(SCAN_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
 
 # Unit tests only (no CDK synth, no vLLM servers).

@@ -55,8 +55,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def instruments_for(level: int, processes: list[int], with_vllm: bool,
-                    transports: list[str]) -> list[Instrument]:
+def instruments_for(
+    level: int, processes: list[int], with_vllm: bool, transports: list[str]
+) -> list[Instrument]:
     out = [Instrument("locust", p) for p in processes if p <= level and level % p == 0]
     out += [Instrument("locust", 1, transport=t) for t in transports]
     if with_vllm:
@@ -72,8 +73,14 @@ def split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
     return {cpus[-1]}, set(cpus[:-1])
 
 
-def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Path,
-            tokenizer_dir: Path, pin: bool = False) -> dict[str, Any]:
+def measure(
+    workload: Workload,
+    level: int,
+    instrument: Instrument,
+    out_dir: Path,
+    tokenizer_dir: Path,
+    pin: bool = False,
+) -> dict[str, Any]:
     run_dir = out_dir / f"c{level}" / instrument.key
     server_cpus, client_cpus = split_cpus(pin)
     own_cpus = os.sched_getaffinity(0)
@@ -84,7 +91,8 @@ def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Pat
             os.sched_setaffinity(0, client_cpus)
         try:
             observations, meta, sampler = _run_instrument(
-                workload, level, instrument, run_dir, tokenizer_dir, server.url, exclude)
+                workload, level, instrument, run_dir, tokenizer_dir, server.url, exclude
+            )
         finally:
             os.sched_setaffinity(0, own_cpus)
         log = server.log()
@@ -117,22 +125,36 @@ def measure(workload: Workload, level: int, instrument: Instrument, out_dir: Pat
         "loadavg_1m_before": load_before[0],
         "meta": meta,
     }
-    LOG.info("c=%d %-18s matched %d/%d ttft err p50 %s p99 %s ms, itl/token err p50 %s p99 %s",
-             level, instrument.label, errors.matched, workload.requests[level],
-             _fmt(result["ttft_ms"]["p50"]), _fmt(result["ttft_ms"]["p99"]),
-             _fmt(result["itl_token_ms"]["p50"]), _fmt(result["itl_token_ms"]["p99"]))
+    LOG.info(
+        "c=%d %-18s matched %d/%d ttft err p50 %s p99 %s ms, itl/token err p50 %s p99 %s",
+        level,
+        instrument.label,
+        errors.matched,
+        workload.requests[level],
+        _fmt(result["ttft_ms"]["p50"]),
+        _fmt(result["ttft_ms"]["p99"]),
+        _fmt(result["itl_token_ms"]["p50"]),
+        _fmt(result["itl_token_ms"]["p99"]),
+    )
     return result
 
 
-def _run_instrument(workload: Workload, level: int, instrument: Instrument, run_dir: Path,
-                    tokenizer_dir: Path, url: str, exclude: set[int]) -> tuple[
-                        list[Any], dict[str, Any], CpuSampler]:
+def _run_instrument(
+    workload: Workload,
+    level: int,
+    instrument: Instrument,
+    run_dir: Path,
+    tokenizer_dir: Path,
+    url: str,
+    exclude: set[int],
+) -> tuple[list[Any], dict[str, Any], CpuSampler]:
     with CpuSampler(exclude) as sampler:
         if instrument.name == "vllm":
             observations, meta = run_vllm_bench(workload, level, url, run_dir, tokenizer_dir)
         else:
-            observations, meta = run_locust(workload, level, url, run_dir,
-                                            instrument.processes, instrument.transport)
+            observations, meta = run_locust(
+                workload, level, url, run_dir, instrument.processes, instrument.transport
+            )
     return observations, meta, sampler
 
 
@@ -142,29 +164,53 @@ def _fmt(value: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--levels", default=",".join(map(str, Workload().levels)),
-                        help="comma-separated concurrency levels (default: 1,16,64,256)")
-    parser.add_argument("--processes", default="1,2",
-                        help="Locust process counts to compare (default: 1,2)")
+    parser.add_argument(
+        "--levels",
+        default=",".join(map(str, Workload().levels)),
+        help="comma-separated concurrency levels (default: 1,16,64,256)",
+    )
+    parser.add_argument(
+        "--processes", default="1,2", help="Locust process counts to compare (default: 1,2)"
+    )
     parser.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
-    parser.add_argument("--transports", default="requests,fasthttp",
-                        help="other HTTP clients to run the load test's Locust user with, at "
-                        "one process, for comparison: requests (HttpUser's), fasthttp "
-                        "(FastHttpUser's); '' for none (default: requests,fasthttp)"),
-    parser.add_argument("--pin", action="store_true",
-                        help="pin the truth server alone on the last CPU and the instruments on "
-                        "the others (default: no pinning; on a shared machine pinning made the "
-                        "tails worse, whoever else lands on a pinned CPU halves it)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="interleaved repetitions; the table shows the median of each "
-                        "figure across them (default: 3)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a quarter of the requests per level (smoke run; noisier p99)")
-    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "runs" / "bench",
-                        help="raw outputs (records, logs) go here")
+    (
+        parser.add_argument(
+            "--transports",
+            default="requests,fasthttp",
+            help="other HTTP clients to run the load test's Locust user with, at "
+            "one process, for comparison: requests (HttpUser's), fasthttp "
+            "(FastHttpUser's); '' for none (default: requests,fasthttp)",
+        ),
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin the truth server alone on the last CPU and the instruments on "
+        "the others (default: no pinning; on a shared machine pinning made the "
+        "tails worse, whoever else lands on a pinned CPU halves it)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="interleaved repetitions; the table shows the median of each "
+        "figure across them (default: 3)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a quarter of the requests per level (smoke run; noisier p99)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=PROJECT_ROOT / "runs" / "bench",
+        help="raw outputs (records, logs) go here",
+    )
     parser.add_argument("--results", type=Path, default=BENCH_DIR / "results.json")
-    parser.add_argument("--no-readme", action="store_true",
-                        help="do not write the table into bench/README.md")
+    parser.add_argument(
+        "--no-readme", action="store_true", help="do not write the table into bench/README.md"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -194,12 +240,22 @@ def main(argv: list[str] | None = None) -> int:
         for level in levels:
             for instrument in instruments_for(level, processes, not args.no_vllm, transports):
                 try:
-                    result = measure(workload, level, instrument, args.out / f"rep{rep}",
-                                     tokenizer_dir, pin=args.pin)
+                    result = measure(
+                        workload,
+                        level,
+                        instrument,
+                        args.out / f"rep{rep}",
+                        tokenizer_dir,
+                        pin=args.pin,
+                    )
                 except (RuntimeError, ValueError) as err:
                     LOG.error("c=%d %s failed: %s", level, instrument.label, err)
-                    result = {"level": level, "instrument": instrument.key,
-                              "label": instrument.label, "error": str(err)}
+                    result = {
+                        "level": level,
+                        "instrument": instrument.key,
+                        "label": instrument.label,
+                        "error": str(err),
+                    }
                 reps.setdefault((level, instrument.key), []).append(result)
     results = [combine(group) for group in reps.values()]
     data = {

@@ -55,9 +55,13 @@ class Truth:
 
     @classmethod
     def from_log(cls, entry: dict[str, Any]) -> Truth:
-        return cls(index=int(entry["index"]), received=float(entry["received"]),
-                   send_times=[float(t) for t in entry["send_times"]],
-                   chunk_tokens=[int(n) for n in entry["chunk_tokens"]], fault=entry.get("fault"))
+        return cls(
+            index=int(entry["index"]),
+            received=float(entry["received"]),
+            send_times=[float(t) for t in entry["send_times"]],
+            chunk_tokens=[int(n) for n in entry["chunk_tokens"]],
+            fault=entry.get("fault"),
+        )
 
 
 @dataclass
@@ -77,8 +81,9 @@ class Errors:
     duplicate_tags: int = 0
 
 
-def match(observations: Iterable[Observation], truths: Iterable[Truth]) -> tuple[
-        list[tuple[Observation, Truth]], Errors]:
+def match(
+    observations: Iterable[Observation], truths: Iterable[Truth]
+) -> tuple[list[tuple[Observation, Truth]], Errors]:
     """Pair each successful observation with the server's record of the same request."""
     by_index = {truth.index: truth for truth in truths}
     pairs: list[tuple[Observation, Truth]] = []
@@ -134,8 +139,12 @@ def compute_errors(observations: Sequence[Observation], truths: Sequence[Truth])
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     if not len(values):
-        return {f"p{p}": None for p in PERCENTILES} | {"mean": None, "min": None,
-                                                        "max_abs": None, "n": 0}
+        return {f"p{p}": None for p in PERCENTILES} | {
+            "mean": None,
+            "min": None,
+            "max_abs": None,
+            "n": 0,
+        }
     array = np.asarray(values, dtype=float)
     out: dict[str, float | None] = {f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}
     out["mean"] = float(array.mean())
@@ -149,8 +158,12 @@ def load_figures(observations: Sequence[Observation], truths: Sequence[Truth]) -
     """Achieved concurrency and throughput over the measured window (first start -> last end)."""
     done = [obs for obs in observations if obs.ok and obs.end is not None]
     if not done:
-        return {"window_s": 0.0, "achieved_streams": 0.0, "tokens_per_s": 0.0,
-                "requests_per_s": 0.0}
+        return {
+            "window_s": 0.0,
+            "achieved_streams": 0.0,
+            "tokens_per_s": 0.0,
+            "requests_per_s": 0.0,
+        }
     window_start = min(obs.start for obs in done)
     window_end = max(obs.end for obs in done if obs.end is not None)
     window = max(window_end - window_start, 1e-9)

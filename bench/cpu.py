@@ -65,8 +65,9 @@ class CpuSampler:
         return window_cores(self.excluded_samples, start, end)
 
 
-def window_cores(samples: list[tuple[float, dict[int, float]]], start: float,
-                 end: float) -> float | None:
+def window_cores(
+    samples: list[tuple[float, dict[int, float]]], start: float, end: float
+) -> float | None:
     """Mean cores busy between ``start`` and ``end`` (1.0 = one core saturated; None: fewer
     than two samples inside the window)."""
     inside = [(t, usage) for t, usage in samples if start <= t <= end]

@@ -71,44 +71,68 @@ def observations_from_records(records: list[Any]) -> list[Observation]:
     for record in records:
         if record.warmup:
             continue
-        out.append(Observation(
-            tag=tag_of(record.text),
-            start=record.start,
-            chunk_arrivals=[record.start + t for t in record.chunk_times],
-            chunk_tokens=list(record.chunk_tokens),
-            output_tokens=record.output_tokens,
-            end=record.start + record.e2e_s if record.e2e_s is not None else None,
-            error=record.error,
-        ))
+        out.append(
+            Observation(
+                tag=tag_of(record.text),
+                start=record.start,
+                chunk_arrivals=[record.start + t for t in record.chunk_times],
+                chunk_tokens=list(record.chunk_tokens),
+                output_tokens=record.output_tokens,
+                end=record.start + record.e2e_s if record.e2e_s is not None else None,
+                error=record.error,
+            )
+        )
     return out
 
 
 def observations_from_vllm(result: dict[str, Any]) -> list[Observation]:
     """``vllm bench serve --save-detailed`` result JSON as Observations."""
-    names = ("start_times", "ttfts", "itls", "latencies", "output_lens", "generated_texts",
-             "errors")
+    names = (
+        "start_times",
+        "ttfts",
+        "itls",
+        "latencies",
+        "output_lens",
+        "generated_texts",
+        "errors",
+    )
     missing = [name for name in names if name not in result]
     if missing:
-        raise ValueError(f"vllm bench serve result lacks {missing}; run it with --save-result "
-                         "--save-detailed")
+        raise ValueError(
+            f"vllm bench serve result lacks {missing}; run it with --save-result --save-detailed"
+        )
     out = []
     for start, ttft, itls, latency, out_len, text, error in zip(
-            *(result[name] for name in names), strict=True):
+        *(result[name] for name in names), strict=True
+    ):
         arrivals: list[float] = []
         if ttft:
             arrivals.append(start + ttft)
             for gap in itls:
                 arrivals.append(arrivals[-1] + gap)
-        out.append(Observation(
-            tag=tag_of(text), start=start, chunk_arrivals=arrivals, chunk_tokens=None,
-            output_tokens=out_len, end=start + latency if latency else None,
-            error=error or None,
-        ))
+        out.append(
+            Observation(
+                tag=tag_of(text),
+                start=start,
+                chunk_arrivals=arrivals,
+                chunk_tokens=None,
+                output_tokens=out_len,
+                end=start + latency if latency else None,
+                error=error or None,
+            )
+        )
     return out
 
 
-def _locust_plan(workload: Workload, level: int, requests: int, url: str, run_dir: Path,
-                 first_index: int, warmups: int) -> Any:
+def _locust_plan(
+    workload: Workload,
+    level: int,
+    requests: int,
+    url: str,
+    run_dir: Path,
+    first_index: int,
+    warmups: int,
+) -> Any:
     from loadtest.client import RequestParams
     from loadtest.plan import LoadShape, RunPlan
     from loadtest.prompts import Prompt, ScheduleItem
@@ -116,15 +140,25 @@ def _locust_plan(workload: Workload, level: int, requests: int, url: str, run_di
     prompt = Prompt(id="bench", prompt_class="bench", text=workload.prompt())
     schedule = [ScheduleItem(index=-(i + 1), prompt=prompt, warmup=True) for i in range(warmups)]
     schedule += [ScheduleItem(index=first_index + i, prompt=prompt) for i in range(requests)]
-    params = RequestParams(model=MODEL_NAME, max_tokens=workload.output_tokens,
-                           temperature=0.0, ignore_eos=True, seed=0, api="completions",
-                           timeout_s=workload.request_timeout_s)
+    params = RequestParams(
+        model=MODEL_NAME,
+        max_tokens=workload.output_tokens,
+        temperature=0.0,
+        ignore_eos=True,
+        seed=0,
+        api="completions",
+        timeout_s=workload.request_timeout_s,
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
-    return RunPlan(arm="baseline", base_url=url, params=params,
-                   shape=LoadShape(concurrency=level, max_duration_s=_bound_s(workload, level,
-                                                                              requests)),
-                   schedule=schedule, records_path=str(run_dir / "records_baseline.jsonl"),
-                   meta_path=str(run_dir / "window_baseline.json"))
+    return RunPlan(
+        arm="baseline",
+        base_url=url,
+        params=params,
+        shape=LoadShape(concurrency=level, max_duration_s=_bound_s(workload, level, requests)),
+        schedule=schedule,
+        records_path=str(run_dir / "records_baseline.jsonl"),
+        meta_path=str(run_dir / "window_baseline.json"),
+    )
 
 
 def _bound_s(workload: Workload, level: int, requests: int) -> float:
@@ -134,23 +168,39 @@ def _bound_s(workload: Workload, level: int, requests: int) -> float:
     return 60.0 + 10.0 * waves * per_request
 
 
-def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
-               processes: int = 1, transport: str = "httptools") -> tuple[
-                   list[Observation], dict[str, Any]]:
+def run_locust(
+    workload: Workload,
+    level: int,
+    url: str,
+    run_dir: Path,
+    processes: int = 1,
+    transport: str = "httptools",
+) -> tuple[list[Observation], dict[str, Any]]:
     from loadtest import runner
     from loadtest.records import read_records
 
     if processes < 1 or level % processes:
-        raise ValueError(f"{processes} Locust processes cannot split {level} users evenly; "
-                         "use a divisor of the concurrency level")
+        raise ValueError(
+            f"{processes} Locust processes cannot split {level} users evenly; "
+            "use a divisor of the concurrency level"
+        )
     total = workload.requests[level]
     share, extra = divmod(total, processes)
     plans = []
     first = 0
     for number in range(processes):
         count = share + (1 if number < extra else 0)
-        plans.append(_locust_plan(workload, level // processes, count, url,
-                                  run_dir / f"proc{number}", first, workload.warmup_requests))
+        plans.append(
+            _locust_plan(
+                workload,
+                level // processes,
+                count,
+                url,
+                run_dir / f"proc{number}",
+                first,
+                workload.warmup_requests,
+            )
+        )
         first += count
     metas: list[dict[str, Any]] = [{} for _ in plans]
     locustfile = TRANSPORT_LOCUSTFILES[transport] or runner.LOCUSTFILE
@@ -169,32 +219,88 @@ def run_locust(workload: Workload, level: int, url: str, run_dir: Path,
         path = Path(plan.records_path)
         if path.is_file():
             observations += observations_from_records(read_records(path))
-    meta = {"processes": processes, "transport": transport, "locust": [
-        {k: m.get(k) for k in ("stopped_by", "locust_returncode", "unfinished_requests",
-                               "not_started_requests", "elapsed_s")} for m in metas]}
+    meta = {
+        "processes": processes,
+        "transport": transport,
+        "locust": [
+            {
+                k: m.get(k)
+                for k in (
+                    "stopped_by",
+                    "locust_returncode",
+                    "unfinished_requests",
+                    "not_started_requests",
+                    "elapsed_s",
+                )
+            }
+            for m in metas
+        ],
+    }
     return observations, meta
 
 
-def run_vllm_bench(workload: Workload, level: int, url: str, run_dir: Path,
-                   tokenizer_dir: Path) -> tuple[list[Observation], dict[str, Any]]:
+def run_vllm_bench(
+    workload: Workload, level: int, url: str, run_dir: Path, tokenizer_dir: Path
+) -> tuple[list[Observation], dict[str, Any]]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "vllm_bench.log").unlink(missing_ok=True)
     requests = workload.requests[level]
     command = [
-        sys.executable, "-m", "bench.vllm_bench_cli",
-        "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", MODEL_NAME, "--tokenizer", str(tokenizer_dir),
-        "--dataset-name", "random", "--random-input-len", str(workload.prompt_words),
-        "--random-output-len", str(workload.output_tokens), "--random-range-ratio", "0",
-        "--num-prompts", str(requests), "--max-concurrency", str(level),
-        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", "0",
-        "--num-warmups", str(workload.warmup_requests), "--ready-check-timeout-sec", "0",
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--save-result", "--save-detailed", "--result-dir", str(run_dir),
-        "--result-filename", "vllm_bench.json", "--disable-tqdm",
+        sys.executable,
+        "-m",
+        "bench.vllm_bench_cli",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        MODEL_NAME,
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(workload.prompt_words),
+        "--random-output-len",
+        str(workload.output_tokens),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(level),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--seed",
+        "0",
+        "--num-warmups",
+        str(workload.warmup_requests),
+        "--ready-check-timeout-sec",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(run_dir),
+        "--result-filename",
+        "vllm_bench.json",
+        "--disable-tqdm",
     ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               VLLM_LOGGING_LEVEL="WARNING", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_LOGGING_LEVEL="WARNING",
+        TOKENIZERS_PARALLELISM="false",
+    )
     log_path = run_dir / "vllm_bench.log"
     result_path = run_dir / "vllm_bench.json"
     returncode: int | None = None
@@ -205,9 +311,15 @@ def run_vllm_bench(workload: Workload, level: int, url: str, run_dir: Path,
             log.write(f"--- attempt {attempt + 1}\n")
             log.flush()
             try:
-                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=PROJECT_ROOT, check=False,
-                                        timeout=_bound_s(workload, level, requests) + 120)
+                result = subprocess.run(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=PROJECT_ROOT,
+                    check=False,
+                    timeout=_bound_s(workload, level, requests) + 120,
+                )
                 returncode = result.returncode
             except subprocess.TimeoutExpired:
                 returncode = None
@@ -216,7 +328,20 @@ def run_vllm_bench(workload: Workload, level: int, url: str, run_dir: Path,
     if returncode != 0 or not result_path.is_file():
         raise RuntimeError(f"vllm bench serve failed (exit {returncode}); see {log_path}")
     data = json.loads(result_path.read_text())
-    reported = {key: data.get(key) for key in (
-        "completed", "failed", "duration", "output_throughput", "median_ttft_ms", "p99_ttft_ms",
-        "median_itl_ms", "p99_itl_ms", "median_tpot_ms", "p99_tpot_ms", "max_concurrent_requests")}
+    reported = {
+        key: data.get(key)
+        for key in (
+            "completed",
+            "failed",
+            "duration",
+            "output_throughput",
+            "median_ttft_ms",
+            "p99_ttft_ms",
+            "median_itl_ms",
+            "p99_itl_ms",
+            "median_tpot_ms",
+            "p99_tpot_ms",
+            "max_concurrent_requests",
+        )
+    }
     return observations_from_vllm(data), {"returncode": returncode, "reported": reported}

@@ -11,10 +11,17 @@ import statistics
 from typing import Any
 
 METRIC_BLOCKS = ("ttft_ms", "itl_token_ms", "chunk_gap_ms", "e2e_ms", "request_path_ms")
-SUMMED = ("matched", "failed", "untagged", "unaligned_chunks", "duplicate_tags", "observed",
-          "server_requests", "requests")
-MEDIANS = ("client_cpu_cores", "server_cpu_cores", "client_cpu_us_per_chunk",
-           "loadavg_1m_before")
+SUMMED = (
+    "matched",
+    "failed",
+    "untagged",
+    "unaligned_chunks",
+    "duplicate_tags",
+    "observed",
+    "server_requests",
+    "requests",
+)
+MEDIANS = ("client_cpu_cores", "server_cpu_cores", "client_cpu_us_per_chunk", "loadavg_1m_before")
 
 
 def _median(values: list[Any]) -> float | None:
@@ -33,8 +40,11 @@ def combine(reps: list[dict[str, Any]]) -> dict[str, Any]:
     first = good[0]
     out: dict[str, Any] = {key: first[key] for key in ("level", "instrument", "label")}
     for block in METRIC_BLOCKS:
-        stats = {stat: _median([rep[block].get(stat) for rep in good])
-                 for stat in first[block] if stat != "n"}
+        stats = {
+            stat: _median([rep[block].get(stat) for rep in good])
+            for stat in first[block]
+            if stat != "n"
+        }
         stats["n"] = sum(rep[block].get("n", 0) for rep in good)
         out[block] = stats
     for key in SUMMED:
@@ -52,10 +62,13 @@ def combine(reps: list[dict[str, Any]]) -> dict[str, Any]:
     out["repetitions"] = len(reps)
     out["failed_repetitions"] = failed
     out["per_repetition"] = [
-        {"ttft_ms": [rep["ttft_ms"]["p50"], rep["ttft_ms"]["p99"]],
-         "itl_token_ms": [rep["itl_token_ms"]["p50"], rep["itl_token_ms"]["p99"]],
-         "chunk_gap_ms": [rep["chunk_gap_ms"]["p50"], rep["chunk_gap_ms"]["p99"]],
-         "loadavg_1m_before": rep.get("loadavg_1m_before"), "meta": rep.get("meta")}
+        {
+            "ttft_ms": [rep["ttft_ms"]["p50"], rep["ttft_ms"]["p99"]],
+            "itl_token_ms": [rep["itl_token_ms"]["p50"], rep["itl_token_ms"]["p99"]],
+            "chunk_gap_ms": [rep["chunk_gap_ms"]["p50"], rep["chunk_gap_ms"]["p99"]],
+            "loadavg_1m_before": rep.get("loadavg_1m_before"),
+            "meta": rep.get("meta"),
+        }
         for rep in good
     ]
     return out

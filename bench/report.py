@@ -37,12 +37,17 @@ def render_table(data: dict[str, Any]) -> str:
     for result in data["results"]:
         by_level.setdefault(result["level"], {})[result["instrument"]] = result
         if "error" in result:
-            lines.append(f"| {result['level']} | {result['label']} | run failed: "
-                         f"{result['error'][:80]} ||||||||||")
+            lines.append(
+                f"| {result['level']} | {result['label']} | run failed: "
+                f"{result['error'][:80]} ||||||||||"
+            )
             continue
         tokens = result["token_count"]
-        token_cell = (f"{tokens['mismatched_requests']}/{tokens['requests_with_count']} off"
-                      if tokens["requests_with_count"] else "not reported")
+        token_cell = (
+            f"{tokens['mismatched_requests']}/{tokens['requests_with_count']} off"
+            if tokens["requests_with_count"]
+            else "not reported"
+        )
         cpu = result.get("client_cpu_cores")
         per_chunk = result.get("client_cpu_us_per_chunk")
         load = result["load"]

@@ -55,11 +55,18 @@ class TruthServer:
 
     def __enter__(self) -> TruthServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        args = json.dumps({k: v for k, v in self.workload.to_dict().items()
-                           if k in ("ttft_s", "gap_s", "chunk_tokens")})
+        args = json.dumps(
+            {
+                k: v
+                for k, v in self.workload.to_dict().items()
+                if k in ("ttft_s", "gap_s", "chunk_tokens")
+            }
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bench.truth_server", "--workload", args],
-            stdout=subprocess.PIPE, stderr=self.log_path.open("w"), text=True,
+            stdout=subprocess.PIPE,
+            stderr=self.log_path.open("w"),
+            text=True,
             cwd=Path(__file__).resolve().parent.parent,
             preexec_fn=(lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None,
         )
@@ -94,8 +101,9 @@ class TruthServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="bench ground-truth scripted server")
-    parser.add_argument("--workload", required=True,
-                        help='JSON: {"ttft_s": .., "gap_s": .., "chunk_tokens": [..]}')
+    parser.add_argument(
+        "--workload", required=True, help='JSON: {"ttft_s": .., "gap_s": .., "chunk_tokens": [..]}'
+    )
     args = parser.parse_args(argv)
     fields = json.loads(args.workload)
     fields["chunk_tokens"] = tuple(fields["chunk_tokens"])

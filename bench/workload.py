@@ -46,9 +46,7 @@ class Workload:
     request_timeout_s: float = 60.0
     levels: tuple[int, ...] = DEFAULT_LEVELS
     # Requests per level: enough for a p99 and at least three waves of the level's streams.
-    requests: dict[int, int] = field(
-        default_factory=lambda: {1: 60, 16: 320, 64: 768, 256: 1536}
-    )
+    requests: dict[int, int] = field(default_factory=lambda: {1: 60, 16: 320, 64: 768, 256: 1536})
 
     def __post_init__(self) -> None:
         if not self.chunk_tokens or any(n < 1 for n in self.chunk_tokens):
@@ -57,8 +55,10 @@ class Workload:
             raise ValueError("workload ttft_s and gap_s must be >= 0 seconds")
         missing = [level for level in self.levels if level not in self.requests]
         if missing:
-            raise ValueError(f"workload: no request count for concurrency levels {missing}; "
-                             "add them to Workload.requests")
+            raise ValueError(
+                f"workload: no request count for concurrency levels {missing}; "
+                "add them to Workload.requests"
+            )
         for level in self.levels:
             if level < 1 or self.requests[level] < level:
                 raise ValueError(
@@ -71,8 +71,9 @@ class Workload:
         return sum(self.chunk_tokens)
 
     def script(self, tag: int) -> TaggedScript:
-        return TaggedScript(ttft_s=self.ttft_s, chunk_tokens=list(self.chunk_tokens),
-                            gaps_s=self.gap_s, tag=tag)
+        return TaggedScript(
+            ttft_s=self.ttft_s, chunk_tokens=list(self.chunk_tokens), gaps_s=self.gap_s, tag=tag
+        )
 
     def prompt(self) -> str:
         return " ".join(f"w{i}" for i in range(self.prompt_words))

@@ -62,9 +62,7 @@ def check_arms(config: ExperimentConfig) -> None:
         arm_manifests(config, Arm.BASELINE), arm_manifests(config, Arm.SPECULATIVE)
     )
     if problems:
-        raise ArmsDriftError(
-            "the two services differ beyond decoding: " + "; ".join(problems)
-        )
+        raise ArmsDriftError("the two services differ beyond decoding: " + "; ".join(problems))
 
 
 class ServingChart(cdk8s.Chart):

@@ -124,9 +124,7 @@ def _spec_asymmetries(base: dict[str, Any], spec: dict[str, Any]) -> list[str]:
     ]
 
 
-def arm_asymmetries(
-    baseline: list[dict[str, Any]], speculative: list[dict[str, Any]]
-) -> list[str]:
+def arm_asymmetries(baseline: list[dict[str, Any]], speculative: list[dict[str, Any]]) -> list[str]:
     """Every difference between the arms' manifests that is not about decoding."""
     problems: list[str] = []
     by_kind_a = {obj["kind"]: obj for obj in baseline}

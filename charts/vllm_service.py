@@ -113,10 +113,15 @@ def precompile_container(config: ExperimentConfig) -> dict[str, Any]:
         "image": serving.image,
         "imagePullPolicy": "IfNotPresent",
         "command": [
-            "python3", "-m", f"{PACKAGE_NAME}.precompile",
-            "--spec", f"{SPEC_DIR}/{SPEC_FILE}",
-            "--scratch", SCRATCH_DIR,
-            "--timeout-s", str(serving.precompile_timeout_minutes * 60),
+            "python3",
+            "-m",
+            f"{PACKAGE_NAME}.precompile",
+            "--spec",
+            f"{SPEC_DIR}/{SPEC_FILE}",
+            "--scratch",
+            SCRATCH_DIR,
+            "--timeout-s",
+            str(serving.precompile_timeout_minutes * 60),
             "--if-missing",
         ],
         "env": _env(),
@@ -187,9 +192,7 @@ def vllm_command_text(config: ExperimentConfig, arm: Arm) -> str:
 
 def deployment(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
     name = config.serving.service_name(arm)
-    checksum = short_hash(
-        {"runtime": package_files(), "spec": config.serving_spec(arm).to_json()}
-    )
+    checksum = short_hash({"runtime": package_files(), "spec": config.serving_spec(arm).to_json()})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

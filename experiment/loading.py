@@ -69,8 +69,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         file = PROJECT_ROOT / file
     if not file.is_file():
         raise ConfigError(f"config file {str(file)!r} does not exist; check the path you passed")
-    data = yaml.safe_load(file.read_text()) if file.suffix in (".yaml", ".yml") else json.loads(
-        file.read_text()
+    data = (
+        yaml.safe_load(file.read_text())
+        if file.suffix in (".yaml", ".yml")
+        else json.loads(file.read_text())
     )
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")

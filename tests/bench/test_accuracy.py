@@ -19,18 +19,33 @@ TOKENS = [1, 3, 2]
 
 
 def truth(index: int = 0, offset: float = 0.0) -> Truth:
-    return Truth(index=index, received=10.0 + offset, send_times=[t + offset for t in SENDS],
-                 chunk_tokens=list(TOKENS))
+    return Truth(
+        index=index,
+        received=10.0 + offset,
+        send_times=[t + offset for t in SENDS],
+        chunk_tokens=list(TOKENS),
+    )
 
 
-def observed(tag: int | None = 0, delays: list[float] | None = None, offset: float = 0.0,
-             chunk_tokens: list[int] | None = TOKENS, output_tokens: int | None = 6,
-             error: str | None = None) -> Observation:
+def observed(
+    tag: int | None = 0,
+    delays: list[float] | None = None,
+    offset: float = 0.0,
+    chunk_tokens: list[int] | None = TOKENS,
+    output_tokens: int | None = 6,
+    error: str | None = None,
+) -> Observation:
     delays = delays or [0.0, 0.0, 0.0]
     arrivals = [t + offset + d for t, d in zip(SENDS, delays, strict=True)]
-    return Observation(tag=tag, start=9.999 + offset, chunk_arrivals=arrivals,
-                       chunk_tokens=list(chunk_tokens) if chunk_tokens else None,
-                       output_tokens=output_tokens, end=arrivals[-1] + 0.0001, error=error)
+    return Observation(
+        tag=tag,
+        start=9.999 + offset,
+        chunk_arrivals=arrivals,
+        chunk_tokens=list(chunk_tokens) if chunk_tokens else None,
+        output_tokens=output_tokens,
+        end=arrivals[-1] + 0.0001,
+        error=error,
+    )
 
 
 def test_constant_delivery_delay_is_a_ttft_error_but_not_an_itl_error() -> None:
@@ -63,9 +78,10 @@ def test_miscounted_chunk_tokens_show_as_itl_error() -> None:
 
 
 def test_token_count_error_is_reported_minus_sent() -> None:
-    errors = compute_errors([observed(output_tokens=5), observed(tag=1, output_tokens=None,
-                                                                 offset=1.0)],
-                            [truth(), truth(index=1, offset=1.0)])
+    errors = compute_errors(
+        [observed(output_tokens=5), observed(tag=1, output_tokens=None, offset=1.0)],
+        [truth(), truth(index=1, offset=1.0)],
+    )
     assert errors.token_count == [-1]  # the second instrument reported no count
     summary = summarize_errors(errors)
     assert summary["token_count"]["mismatched_requests"] == 1
@@ -107,8 +123,7 @@ def test_observation_without_content_is_a_failure() -> None:
 def test_load_figures_concurrency_and_throughput() -> None:
     a = Observation(tag=0, start=0.0, chunk_arrivals=[0.1], end=1.0)
     b = Observation(tag=1, start=0.0, chunk_arrivals=[0.1], end=2.0)
-    truths = [Truth(index=i, received=0.0, send_times=[0.1], chunk_tokens=[5, 5])
-              for i in range(2)]
+    truths = [Truth(index=i, received=0.0, send_times=[0.1], chunk_tokens=[5, 5]) for i in range(2)]
     figures = load_figures([a, b, Observation(tag=2, start=0.0, error="x")], truths)
     assert figures["window_s"] == pytest.approx(2.0)
     assert figures["achieved_streams"] == pytest.approx(1.5)

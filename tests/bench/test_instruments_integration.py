@@ -17,8 +17,14 @@ from bench.workload import Workload
 
 pytestmark = pytest.mark.integration
 
-WORKLOAD = Workload(ttft_s=0.01, gap_s=0.005, chunk_tokens=(1, 3, 2, 4), warmup_requests=1,
-                    levels=(2,), requests={2: 6})
+WORKLOAD = Workload(
+    ttft_s=0.01,
+    gap_s=0.005,
+    chunk_tokens=(1, 3, 2, 4),
+    warmup_requests=1,
+    levels=(2,),
+    requests={2: 6},
+)
 
 
 @pytest.mark.parametrize("instrument", ["locust", "requests", "fasthttp", "vllm"])
@@ -27,12 +33,12 @@ def test_instrument_is_matched_to_ground_truth(instrument: str, tmp_path: Path) 
         if instrument == "locust":
             observations, _ = run_locust(WORKLOAD, 2, server.url, tmp_path / "run", processes=2)
         elif instrument in ("requests", "fasthttp"):
-            observations, _ = run_locust(WORKLOAD, 2, server.url, tmp_path / "run",
-                                         transport=instrument)
+            observations, _ = run_locust(
+                WORKLOAD, 2, server.url, tmp_path / "run", transport=instrument
+            )
         else:
             tokenizer = build_tokenizer(tmp_path / "tokenizer")
-            observations, _ = run_vllm_bench(WORKLOAD, 2, server.url, tmp_path / "run",
-                                             tokenizer)
+            observations, _ = run_vllm_bench(WORKLOAD, 2, server.url, tmp_path / "run", tokenizer)
         truths = [Truth.from_log(entry) for entry in server.log()]
     errors = compute_errors(observations, truths)
     assert len(truths) == 6 + WORKLOAD.warmup_requests * (2 if instrument == "locust" else 1)

@@ -39,9 +39,13 @@ def test_bad_workload_is_rejected_with_what_to_change(kwargs: dict, message: str
 
 def test_vllm_detailed_result_becomes_observations() -> None:
     result = {
-        "start_times": [100.0, 200.0], "ttfts": [0.05, 0.0], "itls": [[0.02, 0.03], []],
-        "latencies": [0.1, 0.0], "output_lens": [6, 0],
-        "generated_texts": [" r3.w0 r3.w1", ""], "errors": ["", "boom"],
+        "start_times": [100.0, 200.0],
+        "ttfts": [0.05, 0.0],
+        "itls": [[0.02, 0.03], []],
+        "latencies": [0.1, 0.0],
+        "output_lens": [6, 0],
+        "generated_texts": [" r3.w0 r3.w1", ""],
+        "errors": ["", "boom"],
     }
     first, second = observations_from_vllm(result)
     assert first.tag == 3 and first.ok and first.chunk_tokens is None
@@ -53,10 +57,19 @@ def test_vllm_detailed_result_becomes_observations() -> None:
 
 
 def test_our_records_become_observations_without_warmup() -> None:
-    record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c",
-                           start=50.0, ttft_s=0.05, e2e_s=0.2, chunk_times=[0.05, 0.1],
-                           chunk_tokens=[1, 3], chunk_texts=[" r9.w0", " r9.w1 r9.w2 r9.w3"],
-                           output_tokens=4)
+    record = RequestRecord(
+        arm="baseline",
+        index=0,
+        prompt_id="p",
+        prompt_class="c",
+        start=50.0,
+        ttft_s=0.05,
+        e2e_s=0.2,
+        chunk_times=[0.05, 0.1],
+        chunk_tokens=[1, 3],
+        chunk_texts=[" r9.w0", " r9.w1 r9.w2 r9.w3"],
+        output_tokens=4,
+    )
     warm = RequestRecord(arm="baseline", index=-1, prompt_id="p", prompt_class="c", warmup=True)
     (obs,) = observations_from_records([warm, record])
     assert obs.tag == 9 and obs.chunk_tokens == [1, 3] and obs.output_tokens == 4
@@ -79,24 +92,40 @@ def _result(instrument: str, label: str, ttft: float, itl: float) -> dict:
     stat = {"p50": ttft, "p99": ttft * 2}
     itl_stat = {"p50": itl, "p99": itl * 2}
     return {
-        "level": 64, "instrument": instrument, "label": label, "ttft_ms": stat,
-        "itl_token_ms": itl_stat, "chunk_gap_ms": stat, "e2e_ms": stat,
+        "level": 64,
+        "instrument": instrument,
+        "label": label,
+        "ttft_ms": stat,
+        "itl_token_ms": itl_stat,
+        "chunk_gap_ms": stat,
+        "e2e_ms": stat,
         "token_count": {"requests_with_count": 10, "mismatched_requests": 0},
-        "load": {"achieved_streams": 60.0, "tokens_per_s": 3000.0}, "client_cpu_cores": 0.5,
+        "load": {"achieved_streams": 60.0, "tokens_per_s": 3000.0},
+        "client_cpu_cores": 0.5,
         "client_cpu_us_per_chunk": 120.0,
-        "failed": 0, "untagged": 0,
+        "failed": 0,
+        "untagged": 0,
     }
 
 
 def test_table_shows_both_instruments_and_ratios(tmp_path: Path) -> None:
     data = {
-        "results": [_result("locust_p1", "locust (1 proc)", 0.2, 0.0),
-                    _result("vllm", "vllm bench serve", 0.4, 13.0),
-                    {"level": 256, "instrument": "vllm", "label": "vllm bench serve",
-                     "error": "vllm bench serve failed"}],
+        "results": [
+            _result("locust_p1", "locust (1 proc)", 0.2, 0.0),
+            _result("vllm", "vllm bench serve", 0.4, 13.0),
+            {
+                "level": 256,
+                "instrument": "vllm",
+                "label": "vllm bench serve",
+                "error": "vllm bench serve failed",
+            },
+        ],
         "machine": {"cpus": 2, "locust": "2.47", "vllm": "0.32"},
-        "started_at": "now", "duration_s": 60.0, "command": "python -m bench",
-        "loadavg_start": [1.0, 1.0, 1.0], "loadavg_end": [2.0, 1.0, 1.0],
+        "started_at": "now",
+        "duration_s": 60.0,
+        "command": "python -m bench",
+        "loadavg_start": [1.0, 1.0, 1.0],
+        "loadavg_end": [2.0, 1.0, 1.0],
     }
     table = render_table(data)
     assert "| 64 | locust (1 proc) | 0.20 / 0.40 | 0.00 / 0.00 |" in table

@@ -10,15 +10,28 @@ from bench.repeat import METRIC_BLOCKS, combine
 def rep(p99: float, matched: int = 10, cpu: float | None = 0.5) -> dict:
     block = {"p50": 0.1, "p99": p99, "mean": 0.2, "min": -0.01, "max_abs": p99, "n": 100}
     return {
-        "level": 64, "instrument": "locust_p1", "label": "locust", "requests": 10,
-        "observed": 10, "server_requests": 12, "matched": matched, "failed": 0, "untagged": 0,
-        "unaligned_chunks": 0, "duplicate_tags": 0,
+        "level": 64,
+        "instrument": "locust_p1",
+        "label": "locust",
+        "requests": 10,
+        "observed": 10,
+        "server_requests": 12,
+        "matched": matched,
+        "failed": 0,
+        "untagged": 0,
+        "unaligned_chunks": 0,
+        "duplicate_tags": 0,
         **{name: dict(block) for name in METRIC_BLOCKS},
-        "token_count": {"requests_with_count": 10, "mismatched_requests": 0,
-                        "mean_abs_error": 0.0},
-        "load": {"window_s": 2.0, "achieved_streams": 60.0, "tokens_per_s": 5000.0,
-                 "requests_per_s": 100.0},
-        "client_cpu_cores": cpu, "server_cpu_cores": 0.3, "client_cpu_us_per_chunk": 100.0,
+        "token_count": {"requests_with_count": 10, "mismatched_requests": 0, "mean_abs_error": 0.0},
+        "load": {
+            "window_s": 2.0,
+            "achieved_streams": 60.0,
+            "tokens_per_s": 5000.0,
+            "requests_per_s": 100.0,
+        },
+        "client_cpu_cores": cpu,
+        "server_cpu_cores": 0.3,
+        "client_cpu_us_per_chunk": 100.0,
         "loadavg_1m_before": 1.5,
     }
 

@@ -162,8 +162,12 @@ def test_loadtest_pod_size_comes_from_the_config() -> None:
 
     inputs = ClusterInputs(bucket_name="b", loadtest_image="i")
     default = job(CONFIG, inputs)
-    sized = job(build_config({"experiment.loadtest.pod.cpu_limit": "4",
-                              "experiment.loadtest.pod.results_gib": "8"}), inputs)
+    sized = job(
+        build_config(
+            {"experiment.loadtest.pod.cpu_limit": "4", "experiment.loadtest.pod.results_gib": "8"}
+        ),
+        inputs,
+    )
     container = sized["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"] == {
         "requests": {"cpu": "1", "memory": "1Gi"},

@@ -185,9 +185,7 @@ def test_mutating_both_arms_alike_is_fine() -> None:
 
 def test_losing_the_draft_is_reported() -> None:
     baseline, _ = _arms()
-    assert "no --speculative-config" in " ".join(
-        command_asymmetries("--port 1", "--port 1")
-    )
+    assert "no --speculative-config" in " ".join(command_asymmetries("--port 1", "--port 1"))
     assert arm_asymmetries(baseline, copy.deepcopy(baseline))  # two baselines: no draft
 
 

@@ -77,8 +77,13 @@ def test_arms_share_everything_but_the_draft() -> None:
     assert base.draft_model is None and base.num_speculative_tokens is None
     assert spec.draft_model and spec.draft_model.endswith("Qwen/Qwen3-1.7B")
     assert spec.num_speculative_tokens == 7
-    decoding = {"service_name", "draft_model", "num_speculative_tokens", "speculative_method",
-                "compiled_artifacts_path"}
+    decoding = {
+        "service_name",
+        "draft_model",
+        "num_speculative_tokens",
+        "speculative_method",
+        "compiled_artifacts_path",
+    }
     shared = {k for k in base.__dataclass_fields__ if k not in decoding}
     assert {k: getattr(base, k) for k in shared} == {k: getattr(spec, k) for k in shared}
 

@@ -19,7 +19,7 @@ from runtime import precompile
 from runtime.artifacts import MARKER_NAME, compile_fingerprint, read_marker
 from runtime.validate import SpecError
 
-FAKE_SERVER = '''
+FAKE_SERVER = """
 import argparse, http.server, os, pathlib, sys
 parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int)
@@ -38,7 +38,7 @@ class Health(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 http.server.HTTPServer(("127.0.0.1", args.port), Health).serve_forever()
-'''
+"""
 
 
 def _free_port() -> int:

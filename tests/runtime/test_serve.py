@@ -47,7 +47,7 @@ def test_execs_rendered_command_with_env(tmp_path: Path, capsys) -> None:
     calls = []
     code = serve.main(["--spec", _write(tmp_path, spec)], exec_fn=lambda *a: calls.append(a))
     assert code == 0
-    (python, argv, env), = calls
+    ((python, argv, env),) = calls
     assert argv[:3] == [python, "-m", "vllm.entrypoints.openai.api_server"]
     assert "--speculative-config" in argv
     assert env["NEURON_COMPILED_ARTIFACTS"] == spec.compiled_artifacts_path
