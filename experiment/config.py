@@ -427,17 +427,13 @@ class LoadTestPodConfig(_Model):
 
     @model_validator(mode="after")
     def _requests_within_limits(self) -> LoadTestPodConfig:
-        if self.cpu > self.cpu_limit:
-            raise ValueError(
-                f"loadtest.pod.cpu ({self.cpu}) exceeds loadtest.pod.cpu_limit "
-                f"({self.cpu_limit}): raise the limit or lower the request"
-            )
-        if self.memory_gib > self.memory_limit_gib:
-            raise ValueError(
-                f"loadtest.pod.memory_gib ({self.memory_gib}) exceeds "
-                f"loadtest.pod.memory_limit_gib ({self.memory_limit_gib}): raise the limit "
-                "or lower the request"
-            )
+        for request, limit in (("cpu", "cpu_limit"), ("memory_gib", "memory_limit_gib")):
+            if getattr(self, request) > getattr(self, limit):
+                raise ValueError(
+                    f"loadtest.pod.{request} ({getattr(self, request)}) exceeds "
+                    f"loadtest.pod.{limit} ({getattr(self, limit)}): raise the limit or "
+                    "lower the request"
+                )
         return self
 
 

@@ -125,9 +125,10 @@ class StreamResponse:
         while not message.complete and self._sock is not None:
             try:
                 arrival, data = _recv(self._sock, "data")
-                if not data and not self._close_delimited:
+                if data:
+                    message.feed(data)
+                elif not self._close_delimited:
                     raise TransportError(TransportError.DISCONNECTED, "server closed mid-response")
-                message.feed(data)
             except TransportError:
                 self._abort()
                 raise

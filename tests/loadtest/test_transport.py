@@ -160,6 +160,19 @@ def test_an_idle_connection_the_server_closed_is_replaced(canned) -> None:
     assert server.connections == 2
 
 
+def test_a_request_the_reused_connection_drops_unanswered_is_sent_again(canned) -> None:
+    def handler(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(CHUNKED + chunk(b"data: x\n\n") + b"0\r\n\r\n")
+        read_request(conn)  # the next request arrives, and is dropped without an answer
+
+    server = canned(handler)
+    with StreamSession() as session:
+        assert collect(session, server.url())
+        assert collect(session, server.url())  # answered on a fresh connection
+    assert server.connections == 2
+
+
 def test_an_unfinished_response_is_not_reused(canned) -> None:
     def handler(conn: socket.socket) -> None:
         while read_request(conn):
