@@ -459,6 +459,18 @@ class LoadTestConfig(_Model):
     # The in-cluster Job's deadline is max_duration_s plus this: room to write the report
     # and publish metrics after the measured window ends.
     job_deadline_margin_s: Annotated[int, Field(ge=0)] = 300
+    # Locust worker processes (pods in the cluster) per arm; 1: one process, no master.
+    # The per-worker stream budget is measured in bench/README.md ("Workers").
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
+    # Exit non-zero when an arm's failed share of measured requests exceeds this (0: any
+    # failure, like Locust's --exit-code-on-error) or when it has no successful request.
+    max_failure_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # Warn when the workers' wall clocks disagree by more than this (window and throughput
+    # combine their wall-clock times).
+    clock_skew_warning_ms: Annotated[float, Field(gt=0)] = 5.0
+    # In the cluster, wait at most this long for both services' /health before measuring
+    # (first deploy compiles for hours); part of the Job's deadline.
+    wait_ready_s: Annotated[int, Field(ge=0)] = 14400
     slo: SloConfig = Field(default_factory=SloConfig)
     service_account: str = "loadtest"
     pod: LoadTestPodConfig = Field(default_factory=LoadTestPodConfig)
