@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import date
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -411,6 +412,11 @@ class MetricNames(_Model):
     failed_requests: str = "FailedRequests"
     acceptance_rate: str = "AcceptanceRate"
     mean_acceptance_length: str = "MeanAcceptanceLength"
+    # SD arm per prompt class, from client-side tokens per chunk (loadtest/stats.py)
+    acceptance_rate_estimate: str = "AcceptanceRateEstimate"
+    failed_request_share: str = "FailedRequestShare"  # failed / sent, 0..1
+    lossless_mismatches: str = "LosslessMismatches"  # per run, no Variant dimension
+    cost_per_million_output_tokens: str = "CostPerMillionOutputTokens"  # USD
 
 
 class LoadTestPodConfig(_Model):
@@ -604,6 +610,103 @@ class LocalConfig(_Model):
         return self
 
 
+class InstancePrice(_Model):
+    """One hourly price and where it came from: reports print the source and date next to
+    every cost figure, and label it "nominal" when it is a placeholder rather than a quote."""
+
+    usd_per_hour: Annotated[float, Field(gt=0)]
+    source: str = Field(min_length=1)
+    as_of: date
+    nominal: bool = False
+
+
+def _nominal_neuron_price() -> InstancePrice:
+    return InstancePrice(
+        usd_per_hour=40.0,
+        source=(
+            "nominal placeholder, not a quote: set pricing.neuron.<capacity type> to your "
+            "price (EC2 On-Demand pricing page, your Capacity Block offer or reservation)"
+        ),
+        as_of=date(2026, 11, 23),
+        nominal=True,
+    )
+
+
+class LocalPrice(InstancePrice):
+    """The CPU machine a user runs ``make local`` on; each local arm holds all of it."""
+
+    instance_type: str = "m7i.large"
+    usd_per_hour: Annotated[float, Field(gt=0)] = 0.1008
+    source: str = Field(
+        default="EC2 On-Demand Linux price of m7i.large in us-east-1 (nominal: your laptop "
+        "costs nothing per hour, this prices the equivalent cloud CPU)",
+        min_length=1,
+    )
+    as_of: date = date(2026, 11, 23)
+    nominal: bool = True
+
+
+class PricingConfig(_Model):
+    """Prices for cost per 1M output tokens. No lookup at run time: set your own.
+
+    An arm pays for its share of the instance: devices it claims / devices of the instance.
+    """
+
+    currency: Literal["USD"] = "USD"
+    neuron: dict[CapacityType, InstancePrice] = Field(
+        default_factory=lambda: {capacity: _nominal_neuron_price() for capacity in CapacityType}
+    )
+    local: LocalPrice = Field(default_factory=LocalPrice)
+
+    @field_validator("neuron")
+    @classmethod
+    def _every_capacity_type(
+        cls, value: dict[CapacityType, InstancePrice]
+    ) -> dict[CapacityType, InstancePrice]:
+        missing = [c.value for c in CapacityType if c not in value]
+        if missing:
+            raise ValueError(
+                f"pricing.neuron has no price for {missing}; give each capacity type "
+                "(on-demand, capacity-block, reservation) a usd_per_hour, source and as_of"
+            )
+        return value
+
+
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+
+
+class GuardrailConfig(_Model):
+    """Alarm thresholds of the Observability stack (stacks/alarms.py), checked per run."""
+
+    # SD arm, per prompt class: acceptance (draft tokens accepted / proposed) below this
+    # means speculation stopped paying for that class.
+    min_acceptance_rate: Annotated[float, Field(gt=0, le=1)] = 0.3
+    max_failed_request_share: Annotated[float, Field(ge=0, lt=1)] = 0.01
+    # Lossless mismatches (SD output differing from the baseline at temperature 0) tolerated.
+    max_lossless_mismatches: Annotated[int, Field(ge=0)] = 0
+    period_minutes: Annotated[int, Field(ge=1, le=1440)] = 5
+    evaluation_periods: Annotated[int, Field(ge=1)] = 1
+    alarm_email: str | None = None  # None: alarms without notification
+
+    @field_validator("alarm_email")
+    @classmethod
+    def _email(cls, value: str | None) -> str | None:
+        if value is not None and not _EMAIL.fullmatch(value):
+            raise ValueError(
+                f"guardrails.alarm_email {value!r} is not an e-mail address such as "
+                "'oncall@example.com'"
+            )
+        return value
+
+
+class StatisticsConfig(_Model):
+    """Paired bootstrap of every speedup, acceptance and cost ratio (loadtest/stats.py)."""
+
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    resamples: Annotated[int, Field(ge=200, le=100_000)] = 2000
+    seed: int = 0
+
+
 class ExperimentConfig(_Model):
     project: str = "qwen-sd"
     region: str = "us-east-2"
@@ -614,6 +717,9 @@ class ExperimentConfig(_Model):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     loadtest: LoadTestConfig = Field(default_factory=LoadTestConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
+    pricing: PricingConfig = Field(default_factory=PricingConfig)
+    guardrails: GuardrailConfig = Field(default_factory=GuardrailConfig)
+    statistics: StatisticsConfig = Field(default_factory=StatisticsConfig)
 
     @field_validator("account", mode="before")
     @classmethod
