@@ -1,0 +1,258 @@
+"""The typed results of a run: what ``summarize()`` returns and summary.json holds.
+
+summary.json is ``RunSummary.model_dump_json()``; its JSON Schema is generated from these
+models (``python -m loadtest schema``, published as docs/schemas/summary.schema.json).
+Every renderer (console table, Markdown, HTML, CSV, plots, CloudWatch datums, the local
+run's headline) reads these models, never the JSON.
+
+Extending: add a field with a default (``None`` or an empty container) to the model that
+owns the concern, or a new nested model; bump ``SCHEMA_VERSION`` when the shape changes
+and regenerate the schema. Units are in the field names (``_ms``, ``_s``, ``_rps``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiment.config import Arm
+
+# 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
+#    "reason" on an available acceptance block). 2: this model; every key always present.
+SCHEMA_VERSION = 2
+
+
+class _Result(BaseModel):
+    # Unknown keys are an error: a typo in an extension must not pass silently.
+    model_config = ConfigDict(extra="forbid")
+
+
+class Distribution(_Result):
+    """Exact statistics of one per-request or per-token quantity (None: no samples)."""
+
+    count: int
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    def stat(self, name: str) -> float | None:
+        value: float | None = getattr(self, name)
+        return value
+
+
+class MetricBlock(_Result):
+    """Client-side metrics of one arm over one scope (all classes, or one prompt class)."""
+
+    requests: int
+    succeeded: int
+    failed: int
+    failures_by_reason: dict[str, int] = Field(default_factory=dict)
+    output_tokens_total: int = 0
+    length_mismatches: int = 0
+    inexact_token_accounting: int = 0  # responses without per-chunk usage
+    slo_met: int = 0
+    slo_attainment: float | None = None  # slo_met / requests
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution  # per token
+    chunk_gap_ms: Distribution  # per SSE chunk
+    e2e_ms: Distribution
+    output_tokens_per_s: Distribution  # per request
+    tokens_per_chunk: Distribution
+    burst_gap_fraction: float | None = None  # share of chunk gaps under BURST_GAP_S
+    output_throughput_tok_s: float | None = None  # over the measured window
+    request_throughput_rps: float | None = None
+    goodput_rps: float | None = None  # requests meeting every SLO per second
+
+    def distribution(self, name: str) -> Distribution:
+        value = getattr(self, name)
+        if not isinstance(value, Distribution):
+            raise KeyError(f"{name} is not a distribution of MetricBlock")
+        return value
+
+
+class LengthMismatch(_Result):
+    index: int
+    prompt_id: str
+    requested: int
+    got: int | None
+
+
+class Acceptance(_Result):
+    """Speculative acceptance from the server's /metrics counter deltas (None: not exported)."""
+
+    available: bool
+    acceptance_rate: float | None = None  # accepted / drafted tokens
+    mean_acceptance_length: float | None = None  # 1 + accepted / drafts: tokens per target step
+    per_position_rate: list[float] | None = None
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    reason: str | None = None  # why not available
+
+
+class ArmSummary(_Result):
+    """One serving arm: how its Locust window ended, its metrics and its acceptance."""
+
+    label: str  # config.loadtest.variant_labels[arm], the CloudWatch Variant dimension
+    url: str
+    stopped_by: str  # schedule_done, time_bound, killed, crashed, not_run
+    unfinished_requests: int = 0
+    load_generator_cpu: float | None = None  # share of one core used by the Locust process
+    not_started_requests: int = 0
+    window_s: float = 0.0
+    warmup_excluded: int = 0
+    arrival_lag_ms: Distribution  # open loop: how late requests left vs their arrival time
+    overall: MetricBlock
+    by_class: dict[str, MetricBlock] = Field(default_factory=dict)
+    length_mismatch_examples: list[LengthMismatch] = Field(default_factory=list)
+    acceptance: Acceptance
+
+
+class StatSpeedups(_Result):
+    """SD vs baseline for one distribution, > 1 means SD is better."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class Speedups(_Result):
+    """SD vs baseline (latency: base/SD; throughput: SD/base), > 1 means SD is better."""
+
+    ttft_ms: StatSpeedups
+    tpot_ms: StatSpeedups
+    itl_ms: StatSpeedups
+    chunk_gap_ms: StatSpeedups
+    e2e_ms: StatSpeedups
+    output_tokens_per_s: StatSpeedups
+    output_throughput_tok_s: float | None = None
+    request_throughput_rps: float | None = None
+    goodput_rps: float | None = None
+
+    def value(self, metric: str, stat: str = "mean") -> float | None:
+        """The speedup of ``metric`` (``stat`` of a distribution; ignored for a rate)."""
+        found = getattr(self, metric, None)
+        if isinstance(found, StatSpeedups):
+            stat_value: float | None = getattr(found, stat, None)
+            return stat_value
+        return found if isinstance(found, float) else None
+
+
+class Comparison(_Result):
+    """Speedups overall and per prompt class present on both arms (None: an arm is missing)."""
+
+    overall: Speedups | None = None
+    by_class: dict[str, Speedups] = Field(default_factory=dict)
+
+
+class LosslessMismatch(_Result):
+    prompt_id: str
+    prompt_class: str
+    first_diff_char: int
+    first_diff_token: int  # counted on the baseline's stream
+    baseline_token: str
+    speculative_token: str
+    baseline_context: str
+    speculative_context: str
+
+
+class Lossless(_Result):
+    """At temperature 0, the SD arm's output must equal the baseline's, prompt by prompt."""
+
+    applicable: bool  # temperature == 0
+    note: str | None = None
+    prompts_compared: int
+    exact_matches: int
+    exact_match_rate: float | None = None
+    baseline_self_consistency: float | None = None  # repeats of a prompt agreeing on baseline
+    mismatches: list[LosslessMismatch] = Field(default_factory=list)
+
+
+class RequestInfo(_Result):
+    """The request every arm sends (loadtest.client.RequestParams)."""
+
+    model: str
+    max_tokens: int
+    temperature: float
+    ignore_eos: bool
+    seed: int
+    api: str
+    timeout_s: float
+
+
+class LoadShapeInfo(_Result):
+    concurrency: int
+    request_rate: float | None = None  # None: closed loop
+    max_duration_s: float  # per arm
+
+
+class SloInfo(_Result):
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+
+
+class RunInfo(_Result):
+    """What was run: run.json of the run directory."""
+
+    started_at: str  # UTC, ISO 8601
+    model: str
+    urls: dict[str, str]
+    variant_labels: dict[str, str]
+    request: RequestInfo
+    load_shape: LoadShapeInfo
+    max_duration_s: float | None = None  # the whole comparison
+    measured_requests: int
+    warmup_requests: int
+    seed: int
+    prompt_files: list[str] = Field(default_factory=list)
+    slo: SloInfo
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    loadtest_config: dict[str, Any] = Field(default_factory=dict)
+
+
+class CloudWatchResult(_Result):
+    """What publishing to CloudWatch did (never raised: recorded here)."""
+
+    published: bool
+    reason: str | None = None
+    namespace: str | None = None
+    datums: int | None = None
+    calls: int | None = None
+
+
+class RunSummary(_Result):
+    """The whole summary of a run: summary.json."""
+
+    schema_version: int = SCHEMA_VERSION
+    run: RunInfo
+    arms: dict[str, ArmSummary]  # keyed by Arm value, baseline first
+    speedup: Comparison = Field(default_factory=Comparison)
+    lossless: Lossless
+    warnings: list[str] = Field(default_factory=list)
+    cloudwatch: CloudWatchResult | None = None  # None: not published from this run
+
+    def arm(self, arm: Arm | str) -> ArmSummary:
+        return self.arms[str(arm)]
+
+    def speedup_of(
+        self, metric: str = "e2e_ms", stat: str = "mean", prompt_class: str | None = None
+    ) -> float | None:
+        """SD vs baseline for ``metric``; None when not computable."""
+        by_class = self.speedup.by_class
+        block = self.speedup.overall if prompt_class is None else by_class.get(prompt_class)
+        return None if block is None else block.value(metric, stat)
+
+
+def summary_json_schema() -> dict[str, Any]:
+    """The JSON Schema of summary.json, generated from the model."""
+    schema = RunSummary.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
