@@ -17,14 +17,20 @@ FILE`` layers a config file) and writes raw records to ``--records-dir`` (defaul
 - each finished request fires one Locust request event (response time = end-to-end ms; the
   exact TTFT/ITL are in the records, Locust's own timer would stop at the headers).
 
-Single process only (the schedule lives in this process): do not use ``--processes``.
+Distributed (``--master --expect-workers N`` plus N ``--worker`` processes, Locust's own
+engine; ``python -m loadtest run --workers N`` starts them): the master holds the plan and
+sends it to the workers; worker ``i`` executes the measured items ``i, i+N, ...``
+(loadtest/distributed.py), streams its finished records to the master, which writes the
+arm's one records file, scrapes ``/metrics`` around the window and writes the window file.
+``--processes`` is refused: its forked workers would not get the plan.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +39,26 @@ from gevent.event import Event
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
+from locust.rpc import Message
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.stats import CSV_STATS_INTERVAL_SEC
 
 from loadtest.acceptance import scrape
 from loadtest.client import stream_request
+from loadtest.distributed import (
+    CLOCK_MESSAGE,
+    PLAN_MESSAGE,
+    RECORDS_MESSAGE,
+    WARMUP_DONE_MESSAGE,
+    WINDOW_OPEN_MESSAGE,
+    WORKER_DONE_MESSAGE,
+    ClockSample,
+    WorkerWindow,
+    clock_skew,
+    combine_windows,
+    warmup_share,
+    worker_share,
+)
 from loadtest.plan import RunPlan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
@@ -67,7 +89,8 @@ def _add_arguments(parser: Any) -> None:
 
 
 class _RunState:
-    """The shared schedule and the measured window of one Locust process."""
+    """The shared schedule and the measured window of one Locust process (single-process
+    run, or one worker's share of a distributed run: see _WorkerState)."""
 
     def __init__(self, environment: Environment, plan: RunPlan) -> None:
         self.environment = environment
@@ -83,16 +106,29 @@ class _RunState:
         self.exhausted = False
         self.finished = False
         self.before: dict[str, Any] | None = None
-        Path(plan.records_path).parent.mkdir(parents=True, exist_ok=True)
-        self._records = Path(plan.records_path).open("w")  # noqa: SIM115 - closed at stop
+        self._records = self._open_records()
+
+    def _open_records(self) -> Any:
+        Path(self.plan.records_path).parent.mkdir(parents=True, exist_ok=True)
+        return Path(self.plan.records_path).open("w")
+
+    def _emit(self, line: str) -> None:
+        self._records.write(line + "\n")
+        self._records.flush()
 
     def run_warmup(self, session: StreamSession) -> None:
         for item in self._warmup:
             self.execute(session, item)
+        self.warmup_done()
+
+    def warmup_done(self) -> None:
         self.before = scrape(self.plan.base_url)
         runner = self.environment.runner
         if runner is not None:
             runner.stats.reset_all()  # Locust's own stats exclude the warm-up too
+        self.open_window()
+
+    def open_window(self) -> None:
         self.window_start = time.perf_counter()
         self.window_start_wall = time.time()
         self.cpu_start = time.process_time()
@@ -118,9 +154,10 @@ class _RunState:
             lag = time.perf_counter() - (self.window_start + item.arrival_s)
             record.scheduled_lag_s = max(lag, 0.0)
         stream_request(session, self.plan.base_url, item.prompt.text, self.plan.params, record)
+        if self.finished:  # stopped while this request ran: it counts as unfinished
+            return record
         # Written after the request completed: file I/O stays off the timed path.
-        self._records.write(record.to_json() + "\n")
-        self._records.flush()
+        self._emit(record.to_json())
         if not item.warmup:
             self.environment.events.request.fire(
                 request_type="POST",
@@ -131,6 +168,13 @@ class _RunState:
                 context={"prompt_id": item.prompt.id},
             )
         return record
+
+    def cpu_share(self, window_end: float) -> float | None:
+        # Share of one core this process used in the window: near 1.0 means the load
+        # generator itself was the bottleneck and its timestamps lag.
+        if self.window_open.is_set() and window_end > self.window_start:
+            return (time.process_time() - self.cpu_start) / (window_end - self.window_start)
+        return None
 
     def finish(self, stopped_by: str) -> None:
         if self.finished:
@@ -146,19 +190,246 @@ class _RunState:
             "window_start_wall": self.window_start_wall,
             "window_end": window_end,
             "window_s": window_end - self.window_start if self.window_open.is_set() else 0.0,
-            # Share of one core this Locust process used in the window: near 1.0 means the
-            # load generator itself was the bottleneck and its timestamps lag.
-            "load_generator_cpu": (
-                (time.process_time() - self.cpu_start) / (window_end - self.window_start)
-                if self.window_open.is_set() and window_end > self.window_start
-                else None
-            ),
+            "load_generator_cpu": self.cpu_share(window_end),
+            "workers": 1,
             "unfinished_requests": self.pending,
             "not_started_requests": sum(1 for _ in self._measured),
             "metrics_before": self.before,
             "metrics_after": after,
         }
         Path(self.plan.meta_path).write_text(json.dumps(meta, indent=1))
+
+
+# How often a worker sends its finished records to the master: what a killed worker can lose
+# at most, besides its requests in flight.
+RECORDS_FLUSH_S = 0.2
+
+
+class _WorkerState(_RunState):
+    """One worker's share of the arm: items ``index, index+count, ...``; records go to the
+    master (the worker may be a pod without the run directory)."""
+
+    def __init__(self, environment: Environment, plan: RunPlan, index: int, count: int) -> None:
+        self.index = index
+        self._pending_lines: list[str] = []
+        share = [*warmup_share(plan.schedule, index), *worker_share(plan.schedule, index, count)]
+        super().__init__(environment, dataclass_replace(plan, schedule=share))
+        self._flusher = gevent.spawn(self._flush_loop)
+
+    def _open_records(self) -> Any:
+        return None
+
+    def _emit(self, line: str) -> None:
+        self._pending_lines.append(line)
+
+    def _send(self, message: str, data: dict[str, Any]) -> None:
+        runner = self.environment.runner
+        assert isinstance(runner, WorkerRunner)
+        runner.send_message(message, {"worker": self.index, **data})
+
+    def flush(self) -> None:
+        if self._pending_lines:
+            lines, self._pending_lines = self._pending_lines, []
+            self._send(RECORDS_MESSAGE, {"lines": lines})
+
+    def _flush_loop(self) -> None:
+        while not self.finished:
+            gevent.sleep(RECORDS_FLUSH_S)
+            self.flush()
+
+    def warmup_done(self) -> None:
+        self.flush()
+        self._send(WARMUP_DONE_MESSAGE, {})  # the master scrapes and opens every window
+
+    def on_window_open(self, master_wall: float) -> None:
+        self._send(CLOCK_MESSAGE, {"master_wall": master_wall, "worker_wall": time.time()})
+        self.open_window()
+
+    def finish(self, stopped_by: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.flush()
+        window = WorkerWindow(
+            index=self.index,
+            window_start_wall=self.window_start_wall if self.window_open.is_set() else None,
+            window_end_wall=time.time(),
+            cpu_share=self.cpu_share(time.perf_counter()),
+            unfinished_requests=self.pending,
+            not_started_requests=sum(1 for _ in self._measured),
+        )
+        self._send(WORKER_DONE_MESSAGE, {"stopped_by": stopped_by, "window": vars(window)})
+
+
+# How often the master looks for workers Locust has marked missing (no heartbeat for ~3 s).
+LOST_WORKER_POLL_S = 0.5
+
+
+class _MasterState:
+    """The master of a distributed arm: sends the plan, opens the window once, writes the
+    records the workers send, and writes the window file when every worker is done or lost."""
+
+    def __init__(self, environment: Environment, plan: RunPlan, workers: int) -> None:
+        self.environment = environment
+        self.plan = plan
+        self.workers = workers
+        self.share_sizes = {i: len(worker_share(plan.schedule, i, workers)) for i in range(workers)}
+        self.received: dict[int, int] = {}
+        self.windows: dict[int, WorkerWindow] = {}
+        self.stopped_by: dict[int, str] = {}
+        self.clock: dict[int, ClockSample] = {}
+        self.clients: dict[str, int] = {}  # Locust client id -> worker index
+        self.before: dict[str, Any] | None = None
+        self.window_open_wall: float | None = None
+        self.finished = False
+        Path(plan.records_path).parent.mkdir(parents=True, exist_ok=True)
+        self._records = Path(plan.records_path).open("w")  # noqa: SIM115 - closed at finish
+        runner = environment.runner
+        assert isinstance(runner, MasterRunner)
+        self.runner = runner
+        handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            RECORDS_MESSAGE: self._on_records,
+            WARMUP_DONE_MESSAGE: self._on_warmup_done,
+            CLOCK_MESSAGE: self._on_clock,
+            WORKER_DONE_MESSAGE: self._on_worker_done,
+        }
+        for name, handler in handlers.items():
+            runner.register_message(name, _data_only(handler))
+        environment.events.test_start.add_listener(self._on_test_start)
+
+    def _on_test_start(self, **_: Any) -> None:
+        # Fired by MasterRunner.start before the spawn messages: ZeroMQ keeps the order per
+        # worker, so each worker has its plan before its users start.
+        self.clients = dict(self.runner.worker_indexes)
+        self.runner.send_message(
+            PLAN_MESSAGE, {"plan": self.plan.to_json(), "workers": self.workers}
+        )
+        gevent.spawn(self._watch_workers)
+
+    def _on_records(self, data: dict[str, Any]) -> None:
+        index = data["worker"]
+        lines = data["lines"]
+        self._records.write("".join(line + "\n" for line in lines))
+        self._records.flush()
+        self.received[index] = self.received.get(index, 0) + sum(
+            1 for line in lines if '"warmup":false' in line
+        )
+
+    def _on_warmup_done(self, _: dict[str, Any]) -> None:
+        self.before = scrape(self.plan.base_url)
+        self.runner.stats.reset_all()
+        self.window_open_wall = time.time()
+        self.runner.send_message(WINDOW_OPEN_MESSAGE, {"master_wall": self.window_open_wall})
+
+    def _on_clock(self, data: dict[str, Any]) -> None:
+        self.clock[data["worker"]] = ClockSample(
+            sent_wall=data["master_wall"],
+            worker_wall=data["worker_wall"],
+            received_wall=time.time(),
+        )
+
+    def _on_worker_done(self, data: dict[str, Any]) -> None:
+        window = WorkerWindow(**data["window"])
+        self.windows[window.index] = window
+        self.stopped_by[window.index] = data["stopped_by"]
+        if len(self.windows) == self.workers and not self.finished:
+            self.finish()
+            _quit_after_csv(self.environment)
+
+    def _watch_workers(self) -> None:
+        while not self.finished:
+            gevent.sleep(LOST_WORKER_POLL_S)
+            for client_id, index in self.clients.items():
+                client = self.runner.clients.get(client_id)
+                if index not in self.windows and (client is None or client.state == STATE_MISSING):
+                    self.windows[index] = WorkerWindow(index=index, lost=True)
+                    self.stopped_by[index] = "worker_lost"
+            if len(self.windows) == self.workers and not self.finished:
+                self.finish()
+                _quit_after_csv(self.environment)
+
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        for index in range(self.workers):  # the test stopped before these reported
+            self.windows.setdefault(index, WorkerWindow(index=index, lost=True))
+            self.stopped_by.setdefault(index, "worker_lost")
+        after = scrape(self.plan.base_url) if self.window_open_wall is not None else None
+        self._records.close()
+        combined = combine_windows(list(self.windows.values()), self.share_sizes, self.received)
+        causes = set(self.stopped_by.values())
+        if "worker_lost" in causes:
+            stopped_by = "worker_lost"
+        elif causes == {"schedule_done"}:
+            stopped_by = "schedule_done"
+        else:
+            stopped_by = "time_limit"
+        skew = clock_skew(self.clock)
+        start, end = combined.window_start_wall, combined.window_end_wall
+        meta = {
+            "arm": self.plan.arm,
+            "stopped_by": stopped_by,
+            "window_start_wall": start,
+            "window_end_wall": end,
+            # Wall clock across workers: each worker's clock differs by the skew below.
+            "window_s": end - start if start is not None and end is not None else 0.0,
+            "load_generator_cpu": combined.load_generator_cpu,
+            "workers": self.workers,
+            "worker_cpu": {str(i): cpu for i, cpu in combined.worker_cpu.items()},
+            "worker_stopped_by": {str(i): cause for i, cause in sorted(self.stopped_by.items())},
+            "lost_workers": combined.lost_workers,
+            "clock_skew_ms": skew.skew_ms if skew else None,
+            "clock_skew_uncertainty_ms": skew.uncertainty_ms if skew else None,
+            "unfinished_requests": combined.unfinished_requests,
+            "not_started_requests": combined.not_started_requests,
+            "metrics_before": self.before,
+            "metrics_after": after,
+        }
+        Path(self.plan.meta_path).write_text(json.dumps(meta, indent=1))
+
+
+def _data_only(handler: Callable[[dict[str, Any]], None]) -> Callable[..., None]:
+    def listener(environment: Environment, msg: Message, **_: Any) -> None:
+        handler(msg.data)
+
+    return listener
+
+
+def _quit_after_csv(environment: Environment) -> None:
+    # Locust's --csv writer only writes every CSV_STATS_INTERVAL_SEC and not at shutdown:
+    # give it one more cycle so the CSV holds every request.
+    csv = getattr(environment.parsed_options, "csv_prefix", None)
+    delay = CSV_STATS_INTERVAL_SEC + 0.2 if csv else 0.0
+    gevent.spawn_later(delay, environment.runner.quit)  # type: ignore[union-attr]
+
+
+def _setup_worker(environment: Environment) -> None:
+    runner = environment.runner
+    assert isinstance(runner, WorkerRunner)
+
+    def on_plan(environment: Environment, msg: Message, **_: Any) -> None:
+        plan = RunPlan.from_json(msg.data["plan"])
+        environment.host = plan.base_url
+        state = _WorkerState(environment, plan, runner.worker_index, msg.data["workers"])
+        environment.loadtest_state = state  # type: ignore[attr-defined]
+
+    def on_window_open(environment: Environment, msg: Message, **_: Any) -> None:
+        state: _WorkerState | None = getattr(environment, "loadtest_state", None)
+        if state is not None:
+            state.on_window_open(msg.data["master_wall"])
+
+    runner.register_message(PLAN_MESSAGE, on_plan)
+    runner.register_message(WINDOW_OPEN_MESSAGE, on_window_open)
+
+    # Locust fires "quitting" in reverse order of registration, so this runs before the
+    # runner's own listener tells the master this worker quit (SIGTERM, Ctrl-C): the
+    # records measured so far reach the master first.
+    @environment.events.quitting.add_listener
+    def _flush_before_quit(environment: Environment, **_: Any) -> None:
+        state: _WorkerState | None = getattr(environment, "loadtest_state", None)
+        if state is not None:
+            state.finish("stopped")
 
 
 def _standalone_plan(environment: Environment) -> RunPlan:
@@ -182,22 +453,24 @@ def _on_init(environment: Environment, **_: Any) -> None:
     options = environment.parsed_options
     if options is None:  # imported as a library (no command line): nothing to set up
         return
-    if (
-        getattr(options, "processes", None)
-        or getattr(options, "master", False)
-        or getattr(options, "worker", False)
-    ):
-        # The shared schedule and the records live in one process; several would each send
-        # the whole schedule and break "same requests in the same order" between the arms.
+    if getattr(options, "processes", None):
+        # Forked workers would not get the plan from the master's command line.
         raise SystemExit(
-            "loadtest/locustfile.py runs in one process: drop --processes, "
-            "--master and --worker (one Locust process drives 4-64 streams fine)"
+            "loadtest/locustfile.py: drop --processes; run --master --expect-workers N and N "
+            "--worker processes (python -m loadtest run --workers N does)"
         )
+    if getattr(options, "worker", False):
+        _setup_worker(environment)  # the plan arrives from the master
+        return
     if options.loadtest_plan:
         plan = RunPlan.from_json(Path(options.loadtest_plan).read_text())
     else:
         plan = _standalone_plan(environment)
     environment.host = plan.base_url
+    if getattr(options, "master", False):
+        master = _MasterState(environment, plan, options.expect_workers)
+        environment.loadtest_master = master  # type: ignore[attr-defined]
+        return
     environment.loadtest_state = _RunState(environment, plan)  # type: ignore[attr-defined]
 
 
@@ -206,6 +479,9 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
     state: _RunState | None = getattr(environment, "loadtest_state", None)
     if state is not None:
         state.finish("schedule_done" if state.exhausted and state.pending == 0 else "time_limit")
+    master: _MasterState | None = getattr(environment, "loadtest_master", None)
+    if master is not None:
+        master.finish()
 
 
 class StreamingUser(User):
@@ -232,11 +508,8 @@ class StreamingUser(User):
         if item is None:
             if state.pending == 0 and not state.finished:
                 state.finish("schedule_done")
-                # Locust's --csv writer only writes every CSV_STATS_INTERVAL_SEC and not at
-                # shutdown: give it one more cycle so the CSV holds every request.
-                csv = getattr(self.environment.parsed_options, "csv_prefix", None)
-                delay = CSV_STATS_INTERVAL_SEC + 0.2 if csv else 0.0
-                gevent.spawn_later(delay, self.environment.runner.quit)  # type: ignore[union-attr]
+                if not isinstance(state, _WorkerState):  # a worker's master ends the run
+                    _quit_after_csv(self.environment)
             raise StopUser()
         if item.arrival_s is not None:  # open loop: wait for the item's arrival time
             gevent.sleep(max(0.0, state.window_start + item.arrival_s - time.perf_counter()))
