@@ -3,8 +3,8 @@
     python -m charts --out dist/ --bucket my-model-store \
         --loadtest-image 123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:tag
 
-Configuration layers are the same as for ``cdk synth`` (cdk.json, ``--config`` file,
-``-c experiment.a.b=value``).
+Configuration layers and ``-c`` overrides are the same as for ``cdk synth`` (cdk.json,
+``--config`` file, ``-c serving.num_speculative_tokens=5``; see experiment/loading.py).
 """
 
 from __future__ import annotations
@@ -18,19 +18,9 @@ import cdk8s
 
 from charts.app import ArmsDriftError, build_charts
 from charts.inputs import ClusterInputs
-from experiment.loading import ConfigError, build_config, cdk_json_context
+from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 
 EXIT_BAD_INPUT = 2
-
-
-def _context(pairs: list[str]) -> dict[str, str]:
-    context: dict[str, str] = dict(cdk_json_context())
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigError(f"-c {pair!r}: write overrides as key=value")
-        context[key] = value
-    return context
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,11 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="dist", help="directory for the *.k8s.yaml files")
     parser.add_argument("--bucket", help="model-store bucket (default: model_store.bucket_name)")
     parser.add_argument("--loadtest-image", help="load-test image URI (ECR)")
-    parser.add_argument("--config", help="experiment config file (YAML or JSON)")
-    parser.add_argument("-c", dest="context", action="append", default=[], metavar="KEY=VALUE")
+    add_config_arguments(parser)
     options = parser.parse_args(argv)
     try:
-        config = build_config(_context(options.context), options.config)
+        config = config_from_arguments(options)
         bucket = options.bucket or config.model_store.bucket_name
         if not bucket:
             raise ConfigError(

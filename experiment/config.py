@@ -21,8 +21,9 @@ from runtime.spec import Generation, ServingSpec
 
 
 class _Model(BaseModel):
-    # Unknown keys are typos: reject them rather than silently ignoring them.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Unknown keys are typos: reject them rather than silently ignoring them. A number given
+    # to a string field (`kubernetes_version: 1.35` in YAML, `-c ...=1.35`) is that string.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 class Arm(StrEnum):

@@ -3,16 +3,28 @@
 1. the defaults in ``experiment.config`` (the published experiment),
 2. the ``experiment`` object in ``cdk.json`` context,
 3. a config file (YAML or JSON) named by context ``experiment_file`` or ``--config``,
-4. dotted overrides: ``cdk synth -c experiment.serving.num_speculative_tokens=5``.
+4. dotted overrides: ``cdk synth -c serving.num_speculative_tokens=5`` (the
+   ``experiment.`` prefix is optional: ``-c experiment.serving.num_speculative_tokens=5``
+   means the same).
 
-The same layers apply to the CDK app, the chart synth, the load test and the
-local run, so one override changes every consumer at once.
+The same layers and the same ``-c KEY=VALUE`` parser serve every command line: the CDK
+app, ``python -m charts``, ``python -m loadtest``, ``python -m local_run`` (through
+``add_config_arguments`` / ``config_from_arguments``), so one override changes every
+consumer at once and a mistake gets the same message everywhere.
+
+Values are read as YAML 1.2 scalars that keep their text: ``-c
+cluster.kubernetes_version=1.35`` is the string ``"1.35"`` for a string field and the number
+1.35 for a number field; ``account=012345670123`` keeps its leading zero (YAML 1.1 would
+read it as an octal number); only ``true``/``false`` are booleans, so ``namespace=no`` stays
+a name.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +37,105 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_KEY = "experiment"
 FILE_CONTEXT_KEY = "experiment_file"
 OVERRIDE_PREFIX = "experiment."
+# The top-level sections and fields: `-c serving.x=1` is an override without the prefix.
+SECTIONS = frozenset(ExperimentConfig.model_fields)
+# A dotted name such as `servng.num_speculative_tokens` is meant as an override even when its
+# section is misspelt: treat it as one so it is rejected as an unknown key rather than left
+# in the CDK context unread. CDK's own context keys carry ':' or '@' and never match.
+_DOTTED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)+")
 
 
 class ConfigError(ValueError):
     """A configuration problem, phrased as what to change."""
+
+
+class _SourceInt(int):
+    """An int that remembers how it was written, so a string field gets that text back."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _SourceInt:
+        number = super().__new__(cls, _yaml12_int(text))
+        number.text = text
+        return number
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class _SourceFloat(float):
+    """A float that remembers how it was written (``1.40`` stays ``"1.40"`` in a string)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _SourceFloat:
+        number = super().__new__(cls, _yaml12_float(text))
+        number.text = text
+        return number
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _yaml12_int(text: str) -> int:
+    if text.startswith(("0o", "0x")):
+        return int(text, 0)
+    return int(text)  # decimal, leading zeros included
+
+
+def _yaml12_float(text: str) -> float:
+    lowered = text.lower().lstrip("+")
+    if lowered in (".inf", "-.inf", ".nan"):
+        return float(lowered.replace(".", ""))
+    return float(text)
+
+
+class _ConfigTextLoader(yaml.SafeLoader):
+    """YAML with the YAML 1.2 core schema's scalars, numbers keeping their source text."""
+
+
+# YAML 1.2 core schema (yaml.org/spec/1.2.2, 10.3.2): booleans are true/false only; ints are
+# decimal, 0o octal or 0x hex (a leading 0 is decimal); no sexagesimal numbers.
+_CORE_RESOLVERS = (
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    (
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+.0123456789",
+    ),
+)
+# Timestamps too are YAML 1.1 only: `as_of: 2026-11-23` stays text, pydantic reads the date.
+_REPLACED_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "float", "timestamp")}
+_ConfigTextLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in _REPLACED_TAGS
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _tag, _pattern, _first in _CORE_RESOLVERS:
+    _ConfigTextLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+_ConfigTextLoader.add_constructor(
+    "tag:yaml.org,2002:int",
+    lambda loader, node: _SourceInt(loader.construct_scalar(node)),
+)
+_ConfigTextLoader.add_constructor(
+    "tag:yaml.org,2002:float",
+    lambda loader, node: _SourceFloat(loader.construct_scalar(node)),
+)
+
+
+def load_config_text(text: str) -> Any:
+    """Parse a YAML value (an override, a YAML file) the way every config layer is read."""
+    return yaml.load(text, Loader=_ConfigTextLoader)
+
+
+def load_config_json(text: str) -> Any:
+    """Parse JSON (cdk.json, a .json config file) with numbers keeping their text, as YAML."""
+    return json.loads(text, parse_int=_SourceInt, parse_float=_SourceFloat)
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,13 +149,30 @@ def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, An
 
 
 def _parse_override_value(raw: Any) -> Any:
-    # `-c key=value` arrives as a string; JSON/YAML scalars and lists are accepted.
+    """`-c key=value` arrives as a string: numbers, true/false, null, quoted strings and
+    JSON/flow lists and objects are parsed; any other text is taken as written, so a value
+    such as ``a quote: see #3`` is not turned into a mapping or cut at a YAML comment."""
     if not isinstance(raw, str):
         return raw
     try:
-        return yaml.safe_load(raw)
+        value = load_config_text(raw)
     except yaml.YAMLError:
         return raw
+    text = raw.strip()
+    if isinstance(value, str) and not text.startswith(("'", '"')):
+        return raw
+    if isinstance(value, dict | list) and not text.startswith(("{", "[")):
+        return raw
+    return value
+
+
+def override_path(key: str) -> str | None:
+    """The config path a context key overrides (``serving.port``), or None if it is not one."""
+    if key.startswith(OVERRIDE_PREFIX):
+        return key[len(OVERRIDE_PREFIX) :]
+    if key.split(".", 1)[0] in SECTIONS or _DOTTED_KEY.fullmatch(key):
+        return key
+    return None
 
 
 def _dotted_to_nested(path: str, value: Any) -> dict[str, Any]:
@@ -56,7 +180,7 @@ def _dotted_to_nested(path: str, value: Any) -> dict[str, Any]:
     cursor = nested
     parts = path.split(".")
     if not all(parts):
-        raise ConfigError(f"override key {OVERRIDE_PREFIX}{path!r} has an empty segment")
+        raise ConfigError(f"override key {path!r} has an empty segment; write e.g. serving.port")
     for part in parts[:-1]:
         cursor = cursor.setdefault(part, {})
     cursor[parts[-1]] = value
@@ -69,11 +193,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         file = PROJECT_ROOT / file
     if not file.is_file():
         raise ConfigError(f"config file {str(file)!r} does not exist; check the path you passed")
-    data = (
-        yaml.safe_load(file.read_text())
-        if file.suffix in (".yaml", ".yml")
-        else json.loads(file.read_text())
-    )
+    try:
+        text = file.read_text()
+        data = (
+            load_config_text(text) if file.suffix in (".yaml", ".yml") else load_config_json(text)
+        )
+    except (yaml.YAMLError, ValueError) as err:
+        raise ConfigError(f"config file {str(file)!r} is not valid YAML or JSON: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
     return data
@@ -83,26 +209,50 @@ def cdk_json_context(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     cdk_json = root / "cdk.json"
     if not cdk_json.is_file():
         return {}
-    return json.loads(cdk_json.read_text()).get("context", {})
+    context = load_config_json(cdk_json.read_text()).get("context", {})
+    return context if isinstance(context, dict) else {}
 
 
-def context_from_pairs(pairs: list[str]) -> dict[str, str]:
+def context_from_pairs(pairs: Sequence[str]) -> dict[str, str]:
     """``KEY=VALUE`` command-line overrides as CDK-style context, for the non-CDK CLIs.
 
-    ``experiment.local.max_tokens=32`` and ``local.max_tokens=32`` mean the same thing, so
-    ``-c`` works alike for ``cdk synth``, ``python -m local_run`` and ``python -m loadtest``.
+    Keys are kept as written; ``build_config`` reads ``experiment.local.max_tokens`` and
+    ``local.max_tokens`` alike, exactly as it does for ``cdk synth -c``.
     """
     context: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
+            raise ConfigError(f"-c {pair!r}: write it as key=value, e.g. -c local.max_tokens=32")
+        if key not in (CONTEXT_KEY, FILE_CONTEXT_KEY) and override_path(key) is None:
             raise ConfigError(
-                f"-c {pair!r}: write it as key=value, e.g. -c experiment.local.max_tokens=32"
+                f"-c {pair!r}: {key!r} is not a configuration key; the sections are "
+                f"{sorted(SECTIONS)}, e.g. -c serving.num_speculative_tokens=5"
             )
-        if key != FILE_CONTEXT_KEY and not key.startswith(OVERRIDE_PREFIX):
-            key = OVERRIDE_PREFIX + key
         context[key] = value
     return context
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The configuration options every command line shares (same names, same syntax)."""
+    parser.add_argument("--config", help="experiment config file (YAML or JSON)")
+    parser.add_argument(
+        "-c",
+        "--context",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override, e.g. -c serving.num_speculative_tokens=5 (repeatable; the "
+        "'experiment.' prefix is optional, as with cdk synth -c)",
+    )
+
+
+def config_from_arguments(args: argparse.Namespace) -> ExperimentConfig:
+    """cdk.json context < ``--config`` file < ``-c`` overrides, as ``cdk synth`` layers them."""
+    context = {**cdk_json_context(), **context_from_pairs(args.overrides or [])}
+    return build_config(context, config_file=args.config)
 
 
 def _format_validation_error(err: ValidationError) -> str:
@@ -130,17 +280,22 @@ def build_config(
     data: dict[str, Any] = {}
     base = context.get(CONTEXT_KEY, {})
     if isinstance(base, str):  # `-c experiment='{"serving": ...}'`
-        base = json.loads(base)
+        try:
+            base = load_config_text(base)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"context {CONTEXT_KEY!r} is not a JSON/YAML object: {err}") from None
     if not isinstance(base, Mapping):
         raise ConfigError(f"context {CONTEXT_KEY!r} must be an object")
     data = _deep_merge(data, base)
     file = config_file or context.get(FILE_CONTEXT_KEY)
     if file:
         data = _deep_merge(data, read_config_file(file))
-    for key, raw in sorted(context.items()):
-        if key.startswith(OVERRIDE_PREFIX):
-            override = _dotted_to_nested(key[len(OVERRIDE_PREFIX) :], _parse_override_value(raw))
-            data = _deep_merge(data, override)
+    overrides = {
+        path: raw for key, raw in context.items() if (path := override_path(key)) is not None
+    }
+    # Sorted by path: `serving={...}` applies before `serving.port=...` refines it.
+    for path, raw in sorted(overrides.items()):
+        data = _deep_merge(data, _dotted_to_nested(path, _parse_override_value(raw)))
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:

@@ -9,17 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-from experiment import ConfigError, build_config
+from experiment import ConfigError
 from experiment.config import ExperimentConfig
-from experiment.loading import cdk_json_context, context_from_pairs
+from experiment.loading import add_config_arguments, config_from_arguments
 from loadtest.plan import Overrides
 
 LOG = logging.getLogger("loadtest")
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
-    context = context_from_pairs(args.set or [])
-    return build_config({**cdk_json_context(), **context}, config_file=args.config)
+    return config_from_arguments(args)
 
 
 def _overrides(args: argparse.Namespace, config: ExperimentConfig) -> Overrides:
@@ -68,14 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--speculative", help="SD arm base URL (with --local: local.speculative_port)")
     run.add_argument("--out", type=Path, help="run directory (default runs/loadtest-<time>)")
-    run.add_argument("--config", help="experiment config file (YAML/JSON) layered on defaults")
-    run.add_argument(
-        "-c",
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="config override, e.g. --set loadtest.concurrency=8 (repeatable)",
-    )
+    add_config_arguments(run)  # --config FILE, -c/--set KEY=VALUE: as every CLI of the project
     run.add_argument(
         "--local",
         action="store_true",
@@ -109,8 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path)
     publish = sub.add_parser("publish", help="publish a finished run to CloudWatch")
     publish.add_argument("run_dir", type=Path)
-    publish.add_argument("--config", help="experiment config file (YAML/JSON)")
-    publish.set_defaults(set=None)
+    add_config_arguments(publish)
     return parser
 
 

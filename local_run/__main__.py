@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from experiment.loading import ConfigError, build_config, cdk_json_context, context_from_pairs
+from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from local_run.models import ensure_models
 from local_run.servers import ServerError, sigterm_raises
 
@@ -25,15 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "-c",
-        "--context",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override, e.g. experiment.local.concurrency=1 (repeatable)",
-    )
-    parser.add_argument("--config", help="a YAML/JSON experiment config file")
+    add_config_arguments(parser)  # --config FILE, -c KEY=VALUE: as every CLI of the project
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--smoke",
@@ -48,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        context = {**cdk_json_context(), **context_from_pairs(args.context)}
-        config = build_config(context, config_file=args.config)
+        config = config_from_arguments(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -107,16 +107,23 @@ def test_serving_spec_rejects_unknown_keys() -> None:
 def test_command_line_pairs_become_context_with_or_without_the_prefix() -> None:
     from experiment.loading import context_from_pairs
 
-    context = context_from_pairs(
-        ["local.max_tokens=32", "experiment.serving.max_num_seqs=2", "experiment_file=x.yaml"]
-    )
+    pairs = ["local.max_tokens=32", "experiment.serving.max_num_seqs=2"]
+    context = context_from_pairs([*pairs, "experiment_file=x.yaml"])
     assert context == {
-        "experiment.local.max_tokens": "32",
+        "local.max_tokens": "32",
         "experiment.serving.max_num_seqs": "2",
         "experiment_file": "x.yaml",
     }
+    # With or without the prefix, on any CLI or in CDK context: the same override.
+    config = build_config(context_from_pairs(pairs))
+    assert (config.local.max_tokens, config.serving.max_num_seqs) == (32, 2)
+    assert build_config({"experiment.local.max_tokens": "32"}) == build_config(
+        {"local.max_tokens": "32"}
+    )
     with pytest.raises(ConfigError, match="write it as key=value"):
         context_from_pairs(["local.max_tokens"])
+    with pytest.raises(ConfigError, match="'max_tokens' is not a configuration key"):
+        context_from_pairs(["max_tokens=3"])
 
 
 def test_loadtest_pod_request_above_its_limit_says_what_to_change() -> None:
