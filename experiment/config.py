@@ -13,7 +13,7 @@ import ipaddress
 import re
 from datetime import date
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -153,6 +153,8 @@ class NeuronNodeGroupConfig(NodeGroupConfig):
     root_volume_gib: Annotated[int, Field(ge=20)] = 512  # the Neuron DLC image is large
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     capacity_reservation_id: str | None = None
+    # The AZ of the Capacity Block / reservation: the node group's subnets are restricted to it.
+    availability_zone: str | None = None
     efa: bool = False
     placement_group: bool = False
 
@@ -185,6 +187,12 @@ class NeuronNodeGroupConfig(NodeGroupConfig):
             raise ValueError(
                 "cluster.neuron_nodes.capacity_reservation_id is set but capacity_type is "
                 "'on-demand'; set capacity_type to 'capacity-block' or 'reservation'"
+            )
+        if needs_id and not self.availability_zone:
+            raise ValueError(
+                f"cluster.neuron_nodes.capacity_type {self.capacity_type.value!r} needs "
+                "availability_zone (the AZ your Capacity Block or reservation is in, e.g. "
+                "'us-east-2b'; one of network.availability_zones)"
             )
         return self
 
@@ -231,8 +239,10 @@ class ClusterConfig(_Model):
     system_nodes: SystemNodeGroupConfig = Field(default_factory=SystemNodeGroupConfig)
     neuron_nodes: NeuronNodeGroupConfig = Field(default_factory=NeuronNodeGroupConfig)
     neuron_helm_chart: str = "oci://public.ecr.aws/neuron/neuron-helm-chart"
-    neuron_helm_chart_version: str = "1.4.0"
-    neuron_namespace: str = "neuron-dra"
+    # A documented DRA-capable release (aws-neuron/neuron-helm-charts releases 1.9.0, 1.10.0).
+    neuron_helm_chart_version: str = "1.10.0"
+    # The chart's draDriver.namespaceOverride default: where the driver's DaemonSet lands.
+    neuron_namespace: str = "neuron-dra-driver"
 
     @field_validator("name")
     @classmethod
@@ -469,6 +479,7 @@ class LoadTestConfig(_Model):
     # Locust worker processes (pods in the cluster) per arm; 1: one process, no master.
     # The per-worker stream budget is measured in bench/README.md ("Workers").
     workers: Annotated[int, Field(ge=1, le=64)] = 1
+    master_port: Annotated[int, Field(ge=1024, le=65535)] = 5557  # Locust's default
     # Exit non-zero when an arm's failed share of measured requests exceeds this (0: any
     # failure, like Locust's --exit-code-on-error) or when it has no successful request.
     max_failure_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
@@ -541,28 +552,86 @@ class DraftShape(TinyModelShape):
     num_kv_heads: Annotated[int, Field(ge=1)] = 1
 
 
+DEFAULT_DRAFTS = {
+    "small": DraftShape(),
+    "large": DraftShape(hidden_size=128, intermediate_size=384, num_heads=4, num_kv_heads=2),
+}
+
+
+class TargetPadding(_Model):
+    """Weight reads added to the served target without changing its function, so one decode
+    step costs what a large model's does (bound by reading weights, not by vLLM's fixed
+    overhead): MLP columns whose down-projection is zero and extra layers whose attention
+    o_proj and MLP down_proj are zero. Same logits, more bytes read per step."""
+
+    intermediate_size: Annotated[int, Field(ge=0)] = 16384  # served MLP width; 0 = unpadded
+    extra_layers: Annotated[int, Field(ge=0)] = 4
+
+
+class DistillationConfig(_Model):
+    """The drafts also learn the target's own greedy continuations of structured chat prompts
+    (never the load test's prompts), as a same-family draft agrees with its target there."""
+
+    prompts: Annotated[int, Field(ge=0)] = 512  # 0 = train the drafts on the corpus only
+    new_tokens: Annotated[int, Field(ge=1)] = 192
+
+
 class ModelGeneratorConfig(_Model):
     """The tiny target/draft pair of the local run: one locally trained tokenizer, a short
     CPU training pass on structured text. Changing any value generates a new pair."""
 
     vocab_size: Annotated[int, Field(ge=512, le=65536)] = 2048
     target: TargetShape = Field(default_factory=TargetShape)
-    draft: DraftShape = Field(default_factory=DraftShape)
+    padding: TargetPadding = Field(default_factory=TargetPadding)
+    # Drafts by name (the experiment's 0.6B vs 1.7B trade-off); `draft` is the one served.
+    drafts: dict[str, DraftShape] = Field(default_factory=lambda: dict(DEFAULT_DRAFTS))
+    draft: str = "small"
+    distillation: DistillationConfig = Field(default_factory=DistillationConfig)
     documents: Annotated[int, Field(ge=100)] = 4000
     train_steps: Annotated[int, Field(ge=0)] = 300
     batch_size: Annotated[int, Field(ge=1)] = 16
     sequence_length: Annotated[int, Field(ge=16)] = 256
     learning_rate: Annotated[float, Field(gt=0, le=0.1)] = 3e-3
 
+    @field_validator("drafts", mode="before")
+    @classmethod
+    def _merge_drafts(cls, given: Any) -> Any:
+        # An override names only what it changes (`drafts.large.num_layers=3`): merge it over
+        # the default entries as every other section is merged over its defaults.
+        if not isinstance(given, dict):
+            return given
+        merged: dict[str, Any] = {k: v.model_dump() for k, v in DEFAULT_DRAFTS.items()}
+        for name, shape in given.items():
+            fields = shape.model_dump() if isinstance(shape, DraftShape) else shape
+            merged[name] = {**merged.get(name, {}), **fields} if isinstance(fields, dict) else shape
+        return merged
+
     @model_validator(mode="after")
     def _draft_smaller(self) -> ModelGeneratorConfig:
-        if self.draft.size_score >= self.target.size_score:
+        if self.draft not in self.drafts:
             raise ValueError(
-                "local.generator.draft must be smaller than local.generator.target (fewer "
-                "layers or a narrower hidden size); a draft as large as its target cannot speed "
-                "it up"
+                f"local.generator.draft {self.draft!r} is not one of local.generator.drafts "
+                f"{sorted(self.drafts)}; name one of them or add an entry"
+            )
+        for name, shape in self.drafts.items():
+            if shape.size_score >= self.target.size_score:
+                raise ValueError(
+                    f"local.generator.drafts.{name} must be smaller than local.generator.target "
+                    "(fewer layers or a narrower hidden size); a draft as large as its target "
+                    "cannot speed it up"
+                )
+        padded = self.padding.intermediate_size
+        if padded and padded < self.target.intermediate_size:
+            raise ValueError(
+                f"local.generator.padding.intermediate_size {padded} is narrower than "
+                f"local.generator.target.intermediate_size {self.target.intermediate_size}; "
+                "use 0 (no padding) or a width at least the target's"
             )
         return self
+
+    @property
+    def draft_shape(self) -> DraftShape:
+        return self.drafts[self.draft]
 
 
 class LocalConfig(_Model):
@@ -659,17 +728,14 @@ class PricingConfig(_Model):
     )
     local: LocalPrice = Field(default_factory=LocalPrice)
 
-    @field_validator("neuron")
+    @field_validator("neuron", mode="before")
     @classmethod
-    def _every_capacity_type(
-        cls, value: dict[CapacityType, InstancePrice]
-    ) -> dict[CapacityType, InstancePrice]:
-        missing = [c.value for c in CapacityType if c not in value]
-        if missing:
-            raise ValueError(
-                f"pricing.neuron has no price for {missing}; give each capacity type "
-                "(on-demand, capacity-block, reservation) a usd_per_hour, source and as_of"
-            )
+    def _unset_capacity_types_stay_nominal(cls, value: object) -> object:
+        # Pricing one capacity type (with its usd_per_hour, source, as_of) keeps the others.
+        if isinstance(value, dict):
+            # StrEnum members hash and compare like their values, so str keys match too.
+            defaults = {c.value: _nominal_neuron_price() for c in CapacityType if c not in value}
+            return {**defaults, **value}
         return value
 
 
@@ -803,6 +869,14 @@ class ExperimentConfig(_Model):
                     f"network.availability_zones: {az!r} is not in region {self.region!r}"
                 )
         nodes = self.cluster.neuron_nodes
+        if nodes.availability_zone and (
+            nodes.availability_zone not in self.network.availability_zones
+        ):
+            raise ValueError(
+                f"cluster.neuron_nodes.availability_zone {nodes.availability_zone!r} is not one "
+                f"of network.availability_zones {self.network.availability_zones}; add it there "
+                "or set the AZ your Capacity Block or reservation is in"
+            )
         serving = self.serving
         if serving.neuron_devices > nodes.devices:
             raise ValueError(
