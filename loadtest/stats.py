@@ -1,0 +1,443 @@
+"""Paired A/B statistics: every speedup with its n and a seeded 95% bootstrap interval.
+
+Both arms run the same schedule, so schedule index ``i`` is a pair: the same prompt sent to
+the baseline and to the SD arm. A resample draws schedule indices with replacement and
+applies the same draw to both arms (a paired bootstrap), which cancels the prompt-to-prompt
+variation that dominates an unpaired comparison. The interval is the percentile bootstrap
+interval of the ratio; a difference is significant only when the interval excludes 1.
+
+Cost: a resample is a count matrix (how often each pair was drawn), kept as uint8 (resamples
+x pairs bytes: 20 MB for 2000 resamples of 10k requests). Means and sums are one matrix
+product per statistic; percentiles come from cumulative counts over the values sorted once,
+never from sorting each resample. ``bench/stats_speed.py`` measures a 10k-request summary.
+
+Definitions (docs/costs-and-statistics.md):
+
+- latency speedup = baseline / SD (mean or percentile); per-request throughput = SD / baseline
+- busy-time rate ratio = (sum SD tokens / sum SD e2e) / (sum baseline tokens / sum baseline e2e)
+- acceptance estimate = (tokens per chunk of SD / tokens per chunk of baseline - 1) / k,
+  counting chunks after each request's first (the first carries the prefill's token); the
+  baseline's tokens per chunk measures how often the transport merged chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from loadtest.metrics import token_chunks, tpot_s
+from loadtest.records import RequestRecord
+
+NO_DIFFERENCE = 1.0
+MAX_COUNT = np.iinfo(np.uint8).max
+# (summary key, lower is better): the per-request distributions with a paired CI.
+PAIRED_METRICS: dict[str, bool] = {
+    "ttft_ms": True,
+    "tpot_ms": True,
+    "e2e_ms": True,
+    "output_tokens_per_s": False,
+}
+STATS = ("mean", "p50", "p90", "p99")
+
+
+class Interval(BaseModel):
+    """A point estimate, its bootstrap interval and the number of pairs behind it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    n: int
+    confidence: float
+    # The value meaning "no difference" (1 for a ratio); None: not a comparison (acceptance).
+    null_value: float | None = NO_DIFFERENCE
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def significant(self) -> bool | None:
+        """The interval excludes ``null_value``; None when that question does not apply."""
+        if self.null_value is None:
+            return None
+        if self.low is None or self.high is None:
+            return False
+        return self.low > self.null_value or self.high < self.null_value
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    confidence: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+
+
+def resample_counts(n: int, settings: BootstrapSettings) -> np.ndarray:
+    """(resamples, n) uint8: how often each of ``n`` pairs is drawn in each resample.
+
+    Seeded: the same (n, settings) always give the same matrix, so a summary is reproducible.
+    """
+    rng = np.random.default_rng(settings.seed)
+    counts = np.empty((settings.resamples, n), dtype=np.uint8)
+    rows_per_chunk = max(1, 2_000_000 // max(n, 1))  # bounds the int64 scratch to ~16 MB
+    for start in range(0, settings.resamples, rows_per_chunk):
+        rows = min(rows_per_chunk, settings.resamples - start)
+        draws = rng.integers(0, n, size=(rows, n))
+        draws += (np.arange(rows) * n)[:, None]
+        flat = np.bincount(draws.ravel(), minlength=rows * n)
+        # P(a pair is drawn > 255 times out of n) is astronomically small; clip to be safe.
+        counts[start : start + rows] = np.minimum(flat, MAX_COUNT).reshape(rows, n)
+    return counts
+
+
+def _weighted_sums(counts: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """(resamples, m) sums of each column of (n, m) ``columns`` under each resample."""
+    out = np.empty((counts.shape[0], columns.shape[1]), dtype=float)
+    step = max(1, 4_000_000 // max(counts.shape[1], 1))
+    for start in range(0, counts.shape[0], step):
+        out[start : start + step] = counts[start : start + step].astype(np.float32) @ columns
+    return out
+
+
+def _weighted_quantiles(
+    counts: np.ndarray, values: np.ndarray, quantiles: tuple[float, ...]
+) -> np.ndarray:
+    """(resamples, len(quantiles)) inverted-CDF quantiles of ``values`` under each resample.
+
+    NaN values (a metric the request does not have) carry no weight."""
+    valid = ~np.isnan(values)
+    order = np.argsort(np.where(valid, values, np.inf), kind="stable")
+    ordered = values[order]
+    n_valid = int(valid.sum())
+    out = np.full((counts.shape[0], len(quantiles)), np.nan)
+    if n_valid == 0:
+        return out
+    step = max(1, 4_000_000 // max(counts.shape[1], 1))
+    for start in range(0, counts.shape[0], step):
+        cumulative = np.cumsum(counts[start : start + step][:, order[:n_valid]], axis=1)
+        total = cumulative[:, -1]
+        for column, q in enumerate(quantiles):
+            rank = np.maximum(np.ceil(q * total), 1)
+            position = np.minimum((cumulative < rank[:, None]).sum(axis=1), n_valid - 1)
+            out[start : start + step, column] = ordered[position]
+    return out
+
+
+def _point_quantile(values: np.ndarray, q: float) -> float | None:
+    valid = values[~np.isnan(values)]
+    if valid.size == 0:
+        return None
+    return float(np.percentile(valid, q * 100, method="inverted_cdf"))
+
+
+def _interval(
+    estimate: float | None,
+    replicates: np.ndarray,
+    n: int,
+    settings: BootstrapSettings,
+    null_value: float | None = NO_DIFFERENCE,
+) -> Interval:
+    finite = replicates[np.isfinite(replicates)]
+    if estimate is None or not np.isfinite(estimate) or finite.size < replicates.size // 2:
+        # Most resamples undefined (e.g. a handful of pairs): no interval rather than a wrong one.
+        return Interval(
+            estimate=estimate if estimate is None or np.isfinite(estimate) else None,
+            low=None,
+            high=None,
+            n=n,
+            confidence=settings.confidence,
+            null_value=null_value,
+        )
+    tail = (1 - settings.confidence) / 2
+    low, high = np.quantile(finite, [tail, 1 - tail])
+    return Interval(
+        estimate=float(estimate),
+        low=float(low),
+        high=float(high),
+        n=n,
+        confidence=settings.confidence,
+        null_value=null_value,
+    )
+
+
+def _safe_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denominator != 0, numerator / denominator, np.nan)
+
+
+def _scalar_ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+def paired_speedups(
+    baseline: np.ndarray,
+    speculative: np.ndarray,
+    *,
+    lower_is_better: bool,
+    counts: np.ndarray,
+    settings: BootstrapSettings,
+    stats: Iterable[str] = STATS,
+) -> dict[str, Interval]:
+    """Speedup (> 1: SD better) of each statistic of a paired per-request metric.
+
+    ``baseline[i]`` and ``speculative[i]`` belong to the same schedule index; NaN marks a
+    request without the metric (it still counts for the others)."""
+    stats = tuple(stats)
+    n = int(np.sum(~np.isnan(baseline) & ~np.isnan(speculative)))
+    both = ~np.isnan(baseline) & ~np.isnan(speculative)
+    base = np.where(both, baseline, np.nan)
+    sd = np.where(both, speculative, np.nan)
+    result: dict[str, Interval] = {}
+    arms: dict[str, np.ndarray] = {}
+    points: dict[str, tuple[float | None, float | None]] = {}
+    if "mean" in stats:
+        columns = np.stack([np.nan_to_num(base), np.nan_to_num(sd), both.astype(float)], axis=1)
+        sums = _weighted_sums(counts, columns)
+        arms["mean"] = np.stack(
+            [_safe_ratio(sums[:, 0], sums[:, 2]), _safe_ratio(sums[:, 1], sums[:, 2])], axis=1
+        )
+        points["mean"] = (
+            float(np.nanmean(base)) if n else None,
+            float(np.nanmean(sd)) if n else None,
+        )
+    quantile_stats = [s for s in stats if s.startswith("p")]
+    if quantile_stats:
+        quantiles = tuple(int(s[1:]) / 100 for s in quantile_stats)
+        base_q = _weighted_quantiles(counts, base, quantiles)
+        sd_q = _weighted_quantiles(counts, sd, quantiles)
+        for column, (stat, q) in enumerate(zip(quantile_stats, quantiles, strict=True)):
+            arms[stat] = np.stack([base_q[:, column], sd_q[:, column]], axis=1)
+            points[stat] = (_point_quantile(base, q), _point_quantile(sd, q))
+    for stat in stats:
+        b_rep, s_rep = arms[stat][:, 0], arms[stat][:, 1]
+        b_point, s_point = points[stat]
+        if lower_is_better:
+            replicates, estimate = _safe_ratio(b_rep, s_rep), _scalar_ratio(b_point, s_point)
+        else:
+            replicates, estimate = _safe_ratio(s_rep, b_rep), _scalar_ratio(s_point, b_point)
+        result[stat] = _interval(estimate, replicates, n, settings)
+    return result
+
+
+def paired_rate_ratio(
+    numerators: tuple[np.ndarray, np.ndarray],
+    denominators: tuple[np.ndarray, np.ndarray],
+    *,
+    counts: np.ndarray,
+    settings: BootstrapSettings,
+    scale: float = 1.0,
+) -> Interval:
+    """``scale`` x (sum SD num / sum SD den) / (sum base num / sum base den), paired.
+
+    ``scale`` is a run-level factor held fixed across resamples (e.g. the ratio of the arms'
+    effective concurrency, or of their prices)."""
+    (num_b, num_s), (den_b, den_s) = numerators, denominators
+    columns = np.stack([num_b, den_b, num_s, den_s], axis=1).astype(float)
+    sums = _weighted_sums(counts, columns)
+    replicates = scale * _safe_ratio(
+        _safe_ratio(sums[:, 2], sums[:, 3]), _safe_ratio(sums[:, 0], sums[:, 1])
+    )
+    totals = columns.sum(axis=0)
+    base_rate = _scalar_ratio(float(totals[0]), float(totals[1]))
+    sd_rate = _scalar_ratio(float(totals[2]), float(totals[3]))
+    estimate = _scalar_ratio(sd_rate, base_rate)
+    return _interval(
+        None if estimate is None else scale * estimate, replicates, len(num_b), settings
+    )
+
+
+def acceptance_estimate(
+    tokens: tuple[np.ndarray, np.ndarray],
+    chunks: tuple[np.ndarray, np.ndarray],
+    *,
+    num_speculative_tokens: int,
+    counts: np.ndarray,
+    settings: BootstrapSettings,
+) -> Interval:
+    """Client-side acceptance rate with its interval (see the module docstring)."""
+    (tok_b, tok_s), (chk_b, chk_s) = tokens, chunks
+    columns = np.stack([tok_b, chk_b, tok_s, chk_s], axis=1).astype(float)
+    sums = _weighted_sums(counts, columns)
+    totals = columns.sum(axis=0)
+
+    def acceptance(s: np.ndarray) -> np.ndarray:
+        length = _safe_ratio(_safe_ratio(s[..., 2], s[..., 3]), _safe_ratio(s[..., 0], s[..., 1]))
+        return np.clip((length - 1) / num_speculative_tokens, 0.0, 1.0)
+
+    point = float(acceptance(totals))
+    estimate = None if np.isnan(point) else point
+    replicates = acceptance(sums)
+    return _interval(estimate, replicates, len(tok_b), settings, null_value=None)
+
+
+def invert(interval: Interval, factor: float = 1.0) -> Interval:
+    """``factor / x`` of an interval of a positive ratio (bounds swap)."""
+
+    def flip(value: float | None) -> float | None:
+        return None if value is None or value == 0 else factor / value
+
+    return Interval(
+        estimate=flip(interval.estimate),
+        low=flip(interval.high),
+        high=flip(interval.low),
+        n=interval.n,
+        confidence=interval.confidence,
+        null_value=interval.null_value,
+    )
+
+
+# --------------------------------------------------------------------------- run records
+
+
+@dataclass
+class PairedSamples:
+    """Per-request values of both arms, aligned on the schedule index (both arms ok)."""
+
+    index: np.ndarray
+    prompt_class: np.ndarray
+    values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    unpaired: int = 0  # measured indices that failed (or are missing) on either arm
+
+    def __len__(self) -> int:
+        return int(self.index.size)
+
+    def subset(self, mask: np.ndarray) -> PairedSamples:
+        return PairedSamples(
+            index=self.index[mask],
+            prompt_class=self.prompt_class[mask],
+            values={k: (b[mask], s[mask]) for k, (b, s) in self.values.items()},
+            unpaired=0,
+        )
+
+
+def _after_first_chunk(record: RequestRecord) -> tuple[float, float]:
+    """(tokens, chunks) after the first token-carrying chunk of a request."""
+    _, tokens = token_chunks(record)
+    if len(tokens) < 2:
+        return 0.0, 0.0
+    return float(sum(tokens[1:])), float(len(tokens) - 1)
+
+
+EXTRACTORS: dict[str, Callable[[RequestRecord], float | None]] = {
+    "ttft_ms": lambda r: None if r.ttft_s is None else r.ttft_s * 1000,
+    "tpot_ms": lambda r: None if (t := tpot_s(r)) is None else t * 1000,
+    "e2e_ms": lambda r: None if r.e2e_s is None else r.e2e_s * 1000,
+    "output_tokens_per_s": lambda r: (
+        (r.output_tokens or 0) / r.e2e_s if r.e2e_s and r.output_tokens is not None else None
+    ),
+    "e2e_s": lambda r: r.e2e_s,
+    "output_tokens": lambda r: None if r.output_tokens is None else float(r.output_tokens),
+    "tokens_after_first": lambda r: _after_first_chunk(r)[0],
+    "chunks_after_first": lambda r: _after_first_chunk(r)[1],
+}
+
+
+def pair_records(
+    baseline: Iterable[RequestRecord], speculative: Iterable[RequestRecord]
+) -> PairedSamples:
+    """Pairs of measured requests that succeeded on both arms, by schedule index."""
+    base = {r.index: r for r in baseline if not r.warmup}
+    sd = {r.index: r for r in speculative if not r.warmup}
+    indices = sorted(i for i in set(base) & set(sd) if base[i].ok and sd[i].ok)
+    unpaired = len(set(base) | set(sd)) - len(indices)
+
+    def column(records: dict[int, RequestRecord], name: str) -> np.ndarray:
+        extract = EXTRACTORS[name]
+        return np.array(
+            [np.nan if (v := extract(records[i])) is None else v for i in indices], dtype=float
+        )
+
+    return PairedSamples(
+        index=np.array(indices, dtype=int),
+        prompt_class=np.array([base[i].prompt_class for i in indices], dtype=object),
+        values={name: (column(base, name), column(sd, name)) for name in EXTRACTORS},
+        unpaired=unpaired,
+    )
+
+
+class ScopeStatistics(BaseModel):
+    """Paired statistics of one scope (all requests, or one prompt class)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pairs: int
+    speedup: dict[str, dict[str, Interval]]  # metric -> stat -> interval
+    busy_rate_ratio: Interval  # SD / baseline output tokens per busy second
+    acceptance_rate_estimate: Interval
+
+
+def scope_statistics(
+    samples: PairedSamples, *, num_speculative_tokens: int, settings: BootstrapSettings
+) -> ScopeStatistics:
+    counts = resample_counts(len(samples), settings)
+    speedup = {
+        metric: paired_speedups(
+            *samples.values[metric],
+            lower_is_better=lower,
+            counts=counts,
+            settings=settings,
+        )
+        for metric, lower in PAIRED_METRICS.items()
+    }
+    busy = paired_rate_ratio(
+        samples.values["output_tokens"],
+        samples.values["e2e_s"],
+        counts=counts,
+        settings=settings,
+    )
+    acceptance = acceptance_estimate(
+        samples.values["tokens_after_first"],
+        samples.values["chunks_after_first"],
+        num_speculative_tokens=num_speculative_tokens,
+        counts=counts,
+        settings=settings,
+    )
+    return ScopeStatistics(
+        pairs=len(samples),
+        speedup=speedup,
+        busy_rate_ratio=busy,
+        acceptance_rate_estimate=acceptance,
+    )
+
+
+class PairedStatistics(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    confidence: float
+    resamples: int
+    seed: int
+    unpaired: int
+    overall: ScopeStatistics
+    by_class: dict[str, ScopeStatistics]
+
+
+def paired_statistics(
+    baseline: Iterable[RequestRecord],
+    speculative: Iterable[RequestRecord],
+    *,
+    num_speculative_tokens: int,
+    settings: BootstrapSettings,
+) -> PairedStatistics:
+    samples = pair_records(baseline, speculative)
+    classes = sorted(set(samples.prompt_class.tolist()))
+    return PairedStatistics(
+        confidence=settings.confidence,
+        resamples=settings.resamples,
+        seed=settings.seed,
+        unpaired=samples.unpaired,
+        overall=scope_statistics(
+            samples, num_speculative_tokens=num_speculative_tokens, settings=settings
+        ),
+        by_class={
+            name: scope_statistics(
+                samples.subset(samples.prompt_class == name),
+                num_speculative_tokens=num_speculative_tokens,
+                settings=settings,
+            )
+            for name in classes
+        },
+    )
