@@ -1,0 +1,241 @@
+"""Cost per 1M output tokens of each arm, overall and per prompt class.
+
+An arm pays for its share of the instance (devices it claims / devices of the instance) for
+as long as it serves: cost per token = arm price per second x window / output tokens, i.e.
+price / measured output throughput. A prompt class is charged the share of the arm's busy
+time its requests took (sum of their E2E over the arm's): with concurrent requests the
+window is shared, and a class whose requests last longer pays for more of it. Prices come
+from ``config.pricing`` (no lookup at run time); a nominal price is labelled as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from experiment.config import Arm, ExperimentConfig
+from loadtest.records import RequestRecord
+from loadtest.stats import Interval, invert
+
+SECONDS_PER_HOUR = 3600.0
+TOKENS_PER_UNIT = 1_000_000
+LOCAL_CAPACITY = "local"
+
+
+class PriceBasis(BaseModel):
+    """What one arm pays per hour and where the price came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str  # "trn2" (the deployment) or "local" (the CPU machine of make local)
+    instance_type: str
+    capacity_type: str  # on-demand, capacity-block, reservation, or local
+    instance_usd_per_hour: float
+    devices_claimed: int
+    devices_per_instance: int
+    source: str
+    as_of: str  # ISO date
+    nominal: bool
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def arm_usd_per_hour(self) -> float:
+        return self.instance_usd_per_hour * self.devices_claimed / self.devices_per_instance
+
+
+def is_local_run(config: ExperimentConfig, urls: Mapping[str, str]) -> bool:
+    """Both arms are the local servers of ``config.local`` (host and ports)."""
+    local = config.local
+    expected = {
+        Arm.BASELINE.value: (local.host, local.baseline_port),
+        Arm.SPECULATIVE.value: (local.host, local.speculative_port),
+    }
+    for arm, (host, port) in expected.items():
+        parts = urlsplit(urls.get(arm, ""))
+        if (parts.hostname, parts.port) != (host, port):
+            return False
+    return True
+
+
+def price_basis(config: ExperimentConfig, *, local: bool) -> PriceBasis:
+    """The price one arm pays: the local CPU machine (whole) or its share of the trn2 node."""
+    if local:
+        price = config.pricing.local
+        return PriceBasis(
+            target="local",
+            instance_type=price.instance_type,
+            capacity_type=LOCAL_CAPACITY,
+            instance_usd_per_hour=price.usd_per_hour,
+            # Each local arm has the machine to itself while it is measured (arms run in turn).
+            devices_claimed=1,
+            devices_per_instance=1,
+            source=price.source,
+            as_of=price.as_of.isoformat(),
+            nominal=price.nominal,
+        )
+    nodes = config.cluster.neuron_nodes
+    price = config.pricing.neuron[nodes.capacity_type]
+    return PriceBasis(
+        target="trn2",
+        instance_type=nodes.instance_type,
+        capacity_type=nodes.capacity_type.value,
+        instance_usd_per_hour=price.usd_per_hour,
+        devices_claimed=config.serving.neuron_devices * config.serving.replicas,
+        devices_per_instance=nodes.devices,
+        source=price.source,
+        as_of=price.as_of.isoformat(),
+        nominal=price.nominal,
+    )
+
+
+def usd_per_million(arm_usd_per_hour: float, tokens_per_s: float | None) -> float | None:
+    """Cost of 1M output tokens at a throughput (None: no throughput)."""
+    if not tokens_per_s or tokens_per_s <= 0:
+        return None
+    return arm_usd_per_hour / SECONDS_PER_HOUR / tokens_per_s * TOKENS_PER_UNIT
+
+
+class ScopeCost(BaseModel):
+    """Cost per 1M output tokens of each arm in one scope, and SD / baseline with its CI."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    usd_per_million_output_tokens: dict[str, float | None]  # arm -> USD (None: no tokens)
+    output_tokens: dict[str, int]
+    busy_share: dict[str, float | None]  # the scope's share of the arm's busy time
+    ratio: Interval  # SD cost / baseline cost: < 1 means SD is cheaper
+
+
+class OptimalLoadCost(BaseModel):
+    """Cost at the concurrency with the highest measured throughput of a sweep."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    concurrency: int
+    output_throughput_tok_s: float
+    usd_per_million_output_tokens: float | None
+
+
+class CostSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    basis: PriceBasis
+    overall: ScopeCost
+    by_class: dict[str, ScopeCost]
+    # Per arm; None with ``optimal_load_note`` when the run holds no concurrency sweep.
+    at_optimal_load: dict[str, OptimalLoadCost] | None = None
+    optimal_load_note: str | None = None
+
+
+def optimal_load(
+    throughput_by_concurrency: Mapping[int, float | None], arm_usd_per_hour: float
+) -> OptimalLoadCost | None:
+    """The sweep point with the highest output throughput, and its cost per 1M tokens."""
+    measured = {c: t for c, t in throughput_by_concurrency.items() if t}
+    if not measured:
+        return None
+    concurrency = max(measured, key=lambda c: (measured[c], -c))  # ties: fewer users
+    throughput = measured[concurrency]
+    return OptimalLoadCost(
+        concurrency=concurrency,
+        output_throughput_tok_s=throughput,
+        usd_per_million_output_tokens=usd_per_million(arm_usd_per_hour, throughput),
+    )
+
+
+def _busy_s(records: Iterable[RequestRecord]) -> float:
+    return sum(r.e2e_s or 0.0 for r in records)
+
+
+def _tokens(records: Iterable[RequestRecord]) -> int:
+    return sum(r.output_tokens or 0 for r in records if r.ok)
+
+
+def scope_cost(
+    basis: PriceBasis,
+    scope: Mapping[str, list[RequestRecord]],
+    arm_records: Mapping[str, list[RequestRecord]],
+    windows_s: Mapping[str, float],
+    busy_rate_ratio: Interval,
+) -> ScopeCost:
+    """Cost of ``scope`` (a subset of each arm's measured records) per arm, and the ratio.
+
+    ``busy_rate_ratio`` is the paired SD/baseline ratio of output tokens per busy second over
+    the same scope (loadtest.stats); the cost ratio is its inverse times the ratio of the
+    arms' effective concurrency (busy seconds per window second), which is fixed per run."""
+    per_s = basis.arm_usd_per_hour / SECONDS_PER_HOUR
+    costs: dict[str, float | None] = {}
+    tokens: dict[str, int] = {}
+    shares: dict[str, float | None] = {}
+    concurrency: dict[str, float | None] = {}
+    for arm in Arm:
+        name = arm.value
+        records = scope.get(name, [])
+        total_busy = _busy_s(arm_records.get(name, []))
+        window = windows_s.get(name, 0.0)
+        tokens[name] = _tokens(records)
+        shares[name] = _busy_s(records) / total_busy if total_busy > 0 else None
+        concurrency[name] = total_busy / window if window > 0 else None
+        share = shares[name]
+        if share is None or tokens[name] == 0:
+            costs[name] = None
+        else:
+            costs[name] = per_s * window * share / tokens[name] * TOKENS_PER_UNIT
+    base_c, sd_c = concurrency[Arm.BASELINE.value], concurrency[Arm.SPECULATIVE.value]
+    if base_c and sd_c:
+        ratio = invert(busy_rate_ratio, factor=base_c / sd_c)
+    else:
+        ratio = Interval(
+            estimate=None,
+            low=None,
+            high=None,
+            n=busy_rate_ratio.n,
+            confidence=busy_rate_ratio.confidence,
+        )
+    return ScopeCost(
+        usd_per_million_output_tokens=costs,
+        output_tokens=tokens,
+        busy_share=shares,
+        ratio=ratio,
+    )
+
+
+NO_SWEEP = "no concurrency sweep in this run: cost shown at the measured load only"
+
+
+def cost_summary(
+    basis: PriceBasis,
+    measured: Mapping[str, list[RequestRecord]],
+    windows_s: Mapping[str, float],
+    busy_rate_ratios: Mapping[str | None, Interval],
+    sweep: Mapping[str, Mapping[int, float | None]] | None = None,
+) -> CostSummary:
+    """Every cost figure of a run.
+
+    ``measured``: each arm's measured records (warm-up excluded); ``busy_rate_ratios``: the
+    paired ratio per scope (None: all classes); ``sweep``: arm -> concurrency -> throughput."""
+    classes = sorted({r.prompt_class for records in measured.values() for r in records})
+
+    def of_class(name: str) -> dict[str, list[RequestRecord]]:
+        return {arm: [r for r in rs if r.prompt_class == name] for arm, rs in measured.items()}
+
+    optimal: dict[str, OptimalLoadCost] | None = None
+    if sweep:
+        optimal = {
+            arm: point
+            for arm, points in sweep.items()
+            if (point := optimal_load(points, basis.arm_usd_per_hour)) is not None
+        }
+    return CostSummary(
+        basis=basis,
+        overall=scope_cost(basis, measured, measured, windows_s, busy_rate_ratios[None]),
+        by_class={
+            name: scope_cost(basis, of_class(name), measured, windows_s, busy_rate_ratios[name])
+            for name in classes
+            if name in busy_rate_ratios
+        },
+        at_optimal_load=optimal or None,
+        optimal_load_note=None if optimal else NO_SWEEP,
+    )
