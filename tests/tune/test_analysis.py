@@ -1,0 +1,114 @@
+"""From runs to model, checks, recommendation and break-even, on synthetic servers whose
+step cost and acceptance are known exactly."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic_runs import BOOT, make_run, sweep
+
+from tune.analysis import (
+    break_even_by_class,
+    class_model,
+    holdout_checks,
+    recommend,
+    within_one_step,
+)
+from tune.predict import PredictionError
+from tune.results import Acceptance, Setting
+
+
+def test_fit_recovers_step_cost_and_per_position_acceptance_from_client_chunks() -> None:
+    model, notes = class_model(sweep(), "d", "structured", [2, 8], 10, BOOT)
+    assert model.step_cost.baseline_step_ms == pytest.approx(10.0)
+    assert model.step_cost.intercept_ms == pytest.approx(12.0)
+    assert model.step_cost.per_k_ms == pytest.approx(2.0)
+    assert model.acceptance.source == "client_chunks"
+    assert any("no spec-decode counters" in n for n in notes)
+    # Full steps only (first and last chunk dropped): close to the designed cycle.
+    expected = [7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 2 / 8, 1 / 8]
+    assert model.acceptance.per_position_rate == pytest.approx(expected, abs=0.03)
+    assert model.acceptance_from_k == 8
+    assert [p.extrapolated for p in model.predictions] == [False] * 8 + [True] * 2
+
+
+def test_counters_win_over_client_chunks_when_exported() -> None:
+    runs = sweep()
+    rates = [0.9, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01]
+    runs[2].classes["structured"].acceptance = Acceptance(
+        source="counters", per_position_rate=rates, acceptance_rate=0.3
+    )
+    model, notes = class_model(runs, "d", "structured", [2, 8], 8, BOOT)
+    assert model.acceptance.per_position_rate == rates
+    assert model.prediction(3).tokens_per_step == pytest.approx(2.8)
+    assert not notes
+
+
+def test_held_out_predictions_match_a_server_that_follows_the_model() -> None:
+    models = [class_model(sweep(), "d", name, [2, 8], 10, BOOT)[0] for name in ("structured",)]
+    checks = holdout_checks(models, 0.15)
+    assert [c.k for c in checks] == [4, 6]
+    for check in checks:
+        assert abs(check.relative_error) < 0.03, check
+        assert check.within_tolerance
+        assert check.measured.n == 4
+
+
+def test_a_server_that_breaks_the_model_fails_the_check() -> None:
+    runs = sweep()
+    runs[3] = make_run(Setting(draft="d", k=4), "holdout", slow=1.5)  # k=4 50 % slower than fitted
+    model, _ = class_model(runs, "d", "structured", [2, 8], 10, BOOT)
+    (check, _) = holdout_checks([model], 0.15)
+    assert check.k == 4
+    assert not check.within_tolerance
+    assert check.relative_error > 0.3
+
+
+def test_recommendation_is_the_best_predicted_measured_range_k() -> None:
+    runs = sweep()
+    models = [class_model(runs, "d", n, [2, 8], 10, BOOT)[0] for n in ("open_ended", "structured")]
+    recs = recommend(models, runs, {"open_ended": 4, "structured": 4}, BOOT)
+    assert [r.scope for r in recs] == ["open_ended", "structured", "overall"]
+    for rec in recs[:2]:
+        model = next(m for m in models if m.prompt_class == rec.scope)
+        best = max(
+            (p for p in model.predictions if not p.extrapolated), key=lambda p: p.e2e_speedup
+        )
+        assert (rec.draft, rec.k) == ("d", best.k)
+        assert rec.within_one_step
+    overall = recs[2]
+    assert overall.k in range(1, 9)
+    assert overall.best_measured_k in (2, 4, 6, 8)
+
+
+def test_within_one_step_uses_measured_neighbours() -> None:
+    grid = [2, 4, 6, 8]
+    assert within_one_step(5, 6, grid)
+    assert within_one_step(4, 6, grid)
+    assert not within_one_step(3, 6, grid)
+    assert within_one_step(9, 8, grid)
+    assert not within_one_step(10, 8, grid)
+
+
+def test_break_even_from_runs_at_each_concurrency() -> None:
+    setting = Setting(draft="d", k=4)
+    runs = [
+        make_run(Setting(), "baseline", 1),
+        make_run(Setting(), "baseline", 2),
+        make_run(Setting(), "baseline", 4),
+        make_run(setting, "holdout", 1),
+        make_run(setting, "break_even", 2, slow=1.6),
+        make_run(setting, "break_even", 4, slow=3.0),
+    ]
+    blocks = break_even_by_class(runs, setting, 4, BOOT)
+    assert [b.prompt_class for b in blocks] == ["open_ended", "structured"]
+    for block in blocks:
+        assert [c for c, _ in block.points] == [1, 2, 4]
+        speedups = [p.e2e_speedup for _, p in block.points]
+        assert speedups[0] > speedups[1] > 1 > speedups[2]
+        assert 2 < (block.break_even_concurrency or 0) < 4
+
+
+def test_missing_fit_runs_are_a_clear_error() -> None:
+    runs = sweep()[:2]
+    with pytest.raises(PredictionError, match="fewer than two fit k"):
+        class_model(runs, "d", "structured", [2, 8], 8, BOOT)

@@ -1,0 +1,371 @@
+"""From measured runs to the fitted model, the held-out checks, the recommendation and the
+break-even load. Pure: runs in, typed results out (tune.predict holds the formulas)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import fmean
+
+from tune.predict import (
+    PredictionError,
+    break_even,
+    fit_step_cost,
+    predict,
+    rates_from_chunk_tokens,
+    ratio_of_means_ci,
+    relative_error,
+)
+from tune.results import (
+    Acceptance,
+    BreakEven,
+    Check,
+    ClassModel,
+    ClassRun,
+    KPrediction,
+    MeasuredSpeedup,
+    Recommendation,
+    Role,
+    Run,
+    Setting,
+    StepCostFit,
+)
+
+OVERALL = "overall"
+CLIENT_CHUNKS_NOTE = (
+    "no spec-decode counters on /metrics (e.g. the Neuron fork): per-position acceptance "
+    "comes from the tokens each streamed chunk carried, one request at a time"
+)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    confidence: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+
+
+def find_run(runs: Sequence[Run], setting: Setting, concurrency: int) -> Run | None:
+    for run in runs:
+        if run.setting == setting and run.concurrency == concurrency:
+            return run
+    return None
+
+
+def paired_e2e(baseline: ClassRun, speculative: ClassRun) -> tuple[list[float], list[float]]:
+    """E2E of the requests both arms completed, paired by (prompt, repeat)."""
+    base = {(s.prompt_id, s.repeat): s.e2e_s for s in baseline.ok_samples}
+    pairs = [
+        (base[(s.prompt_id, s.repeat)], s.e2e_s)
+        for s in speculative.ok_samples
+        if (s.prompt_id, s.repeat) in base
+    ]
+    return [b for b, _ in pairs if b is not None], [s for _, s in pairs if s is not None]
+
+
+def measured_speedup(
+    baseline: Sequence[ClassRun],
+    speculative: Sequence[ClassRun],
+    k: int,
+    role: Role,
+    boot: Bootstrap,
+) -> MeasuredSpeedup | None:
+    """Pooled over the given classes (one class, or all for "overall"); None: no pairs."""
+    base_e2e: list[float] = []
+    spec_e2e: list[float] = []
+    for b, s in zip(baseline, speculative, strict=True):
+        pb, ps = paired_e2e(b, s)
+        base_e2e += pb
+        spec_e2e += ps
+    if not base_e2e:
+        return None
+    point, low, high = ratio_of_means_ci(
+        base_e2e, spec_e2e, confidence=boot.confidence, resamples=boot.resamples, seed=boot.seed
+    )
+    tokens = [
+        (sum(x.chunk_tokens) - x.chunk_tokens[0]) / x.decode_steps
+        for run in speculative
+        for x in run.ok_samples
+        if x.decode_steps >= 1
+    ]
+    return MeasuredSpeedup(
+        k=k,
+        role=role,
+        e2e_speedup=point,
+        ci_low=low,
+        ci_high=high,
+        n=len(base_e2e),
+        tokens_per_step=fmean(tokens) if tokens else None,
+    )
+
+
+def _mean_step_s(run: ClassRun) -> float:
+    steps = [s.step_s for s in run.ok_samples if s.step_s is not None]
+    if not steps:
+        raise PredictionError(
+            f"class {run.prompt_class}: no request produced two chunks; raise max_tokens"
+        )
+    return fmean(steps)
+
+
+def _mean(values: Sequence[float | None], what: str) -> float:
+    present = [v for v in values if v is not None]
+    if not present:
+        raise PredictionError(f"no successful request measured {what}")
+    return fmean(present)
+
+
+def acceptance_of(run: ClassRun, k: int) -> tuple[Acceptance, str | None]:
+    """Counters when the server exported them, else the client's tokens per chunk."""
+    if run.acceptance is not None and run.acceptance.per_position_rate:
+        return run.acceptance, None
+    rates = rates_from_chunk_tokens([s.chunk_tokens for s in run.ok_samples], k)
+    steps = sum(max(len(s.chunk_tokens) - 2, 0) for s in run.ok_samples)
+    return (
+        Acceptance(
+            source="client_chunks",
+            per_position_rate=[float(r) for r in rates],
+            acceptance_rate=float(rates.mean()),
+            steps=steps,
+        ),
+        CLIENT_CHUNKS_NOTE,
+    )
+
+
+def class_model(
+    runs: Sequence[Run],
+    draft: str,
+    prompt_class: str,
+    fit_k: Sequence[int],
+    predict_k_max: int,
+    boot: Bootstrap,
+) -> tuple[ClassModel, list[str]]:
+    """Fit (draft, class) on its fit-k runs at concurrency 1; predict every k; list the
+    measured points (fit and held-out) next to the predictions."""
+    notes: list[str] = []
+    baseline_run = find_run(runs, Setting(), 1)
+    if baseline_run is None or prompt_class not in baseline_run.classes:
+        raise PredictionError("the baseline was not measured at concurrency 1")
+    baseline = baseline_run.classes[prompt_class]
+    fit_runs = {}
+    for k in fit_k:
+        run = find_run(runs, Setting(draft=draft, k=k), 1)
+        if run is not None and prompt_class in run.classes and run.classes[prompt_class].ok_samples:
+            fit_runs[k] = run.classes[prompt_class]
+    if len(fit_runs) < 2:
+        raise PredictionError(
+            f"{draft}/{prompt_class}: fewer than two fit k measured ({sorted(fit_runs)})"
+        )
+    k_rates = max(fit_runs)
+    acceptance, note = acceptance_of(fit_runs[k_rates], k_rates)
+    if note:
+        notes.append(f"{draft}/{prompt_class}: {note}")
+    cost = fit_step_cost(_mean_step_s(baseline), {k: _mean_step_s(r) for k, r in fit_runs.items()})
+    output_tokens = _mean([s.output_tokens for s in baseline.ok_samples], "output tokens")
+    ttft = _mean([s.ttft_s for r in fit_runs.values() for s in r.ok_samples], "SD TTFT")
+    baseline_ttft = _mean([s.ttft_s for s in baseline.ok_samples], "baseline TTFT")
+    predictions = []
+    for k in range(1, predict_k_max + 1):
+        p = predict(
+            acceptance.per_position_rate,
+            cost,
+            k,
+            output_tokens=output_tokens,
+            ttft_s=ttft,
+            baseline_ttft_s=baseline_ttft,
+        )
+        predictions.append(
+            KPrediction(
+                k=k,
+                tokens_per_step=p.tokens_per_step,
+                step_ms=p.step_s * 1e3,
+                per_token_ms=p.per_token_s * 1e3,
+                e2e_speedup=p.e2e_speedup,
+                extrapolated=p.extrapolated,
+            )
+        )
+    measured = []
+    for run in runs:
+        if run.setting.draft != draft or run.concurrency != 1 or prompt_class not in run.classes:
+            continue
+        point = measured_speedup(
+            [baseline], [run.classes[prompt_class]], run.setting.k, run.role, boot
+        )
+        if point is not None:
+            measured.append(point)
+    model = ClassModel(
+        draft=draft,
+        prompt_class=prompt_class,
+        acceptance=acceptance,
+        acceptance_from_k=k_rates,
+        step_cost=StepCostFit(
+            baseline_step_ms=cost.baseline_s * 1e3,
+            intercept_ms=cost.intercept_s * 1e3,
+            per_k_ms=cost.per_k_s * 1e3,
+            fit_k=sorted(fit_runs),
+        ),
+        output_tokens=output_tokens,
+        ttft_ms=ttft * 1e3,
+        baseline_ttft_ms=baseline_ttft * 1e3,
+        predictions=predictions,
+        measured=sorted(measured, key=lambda m: m.k),
+    )
+    return model, notes
+
+
+def holdout_checks(models: Sequence[ClassModel], tolerance: float) -> list[Check]:
+    checks = []
+    for model in models:
+        for point in model.measured:
+            if point.role != "holdout":
+                continue
+            predicted = model.prediction(point.k).e2e_speedup
+            error = relative_error(predicted, point.e2e_speedup)
+            checks.append(
+                Check(
+                    draft=model.draft,
+                    prompt_class=model.prompt_class,
+                    k=point.k,
+                    predicted_speedup=predicted,
+                    measured=point,
+                    relative_error=error,
+                    within_tolerance=abs(error) <= tolerance,
+                )
+            )
+    return checks
+
+
+def within_one_step(k: int, best: int, grid: Sequence[int]) -> bool:
+    """k lies between the measured neighbours of ``best`` (one grid step either side)."""
+    ordered = sorted(grid)
+    i = ordered.index(best)
+    low = ordered[i - 1] if i > 0 else best - 1
+    high = ordered[i + 1] if i + 1 < len(ordered) else best + 1
+    return low <= k <= high
+
+
+def _baseline_e2e(model: ClassModel) -> float:
+    return model.baseline_ttft_ms + (model.output_tokens - 1) * model.step_cost.baseline_step_ms
+
+
+def _best_measured(points: Sequence[MeasuredSpeedup]) -> MeasuredSpeedup | None:
+    return max(points, key=lambda m: m.e2e_speedup) if points else None
+
+
+def recommend(
+    models: Sequence[ClassModel], runs: Sequence[Run], weights: dict[str, int], boot: Bootstrap
+) -> list[Recommendation]:
+    """Per class and overall: the (draft, k) with the highest predicted E2E speedup among the
+    k whose acceptance was measured (extrapolated k are shown, never recommended)."""
+    by_class: dict[str, list[ClassModel]] = {}
+    for model in models:
+        by_class.setdefault(model.prompt_class, []).append(model)
+    baseline_run = find_run(runs, Setting(), 1)
+    recommendations = []
+    for name, class_models in sorted(by_class.items()):
+        model, p = max(
+            ((m, p) for m in class_models for p in m.predictions if not p.extrapolated),
+            key=lambda mp: mp[1].e2e_speedup,
+        )
+        measured = next((m for m in model.measured if m.k == p.k), None)
+        best = _best_measured(model.measured)
+        recommendations.append(
+            Recommendation(
+                scope=name,
+                draft=model.draft,
+                k=p.k,
+                predicted_speedup=p.e2e_speedup,
+                measured=measured,
+                best_measured_k=best.k if best else None,
+                within_one_step=within_one_step(p.k, best.k, [m.k for m in model.measured])
+                if best
+                else None,
+            )
+        )
+    # Overall: the total time of the workload (classes weighted by their request counts).
+    drafts = sorted({m.draft for m in models})
+    candidates: list[tuple[float, str, int]] = []
+    for draft in drafts:
+        mine = [m for m in models if m.draft == draft]
+        if len(mine) != len(by_class):
+            continue
+        for k in (p.k for p in mine[0].predictions if not p.extrapolated):
+            if any(m.prediction(k).extrapolated for m in mine):
+                continue
+            base = sum(weights.get(m.prompt_class, 1) * _baseline_e2e(m) for m in mine)
+            spec = sum(
+                weights.get(m.prompt_class, 1) * _baseline_e2e(m) / m.prediction(k).e2e_speedup
+                for m in mine
+            )
+            candidates.append((base / spec, draft, k))
+    if candidates and baseline_run is not None:
+        speedup, draft, k = max(candidates)
+        pooled = _overall_measured(runs, baseline_run, draft, boot)
+        measured = next((m for m in pooled if m.k == k), None)
+        best = _best_measured(pooled)
+        recommendations.append(
+            Recommendation(
+                scope=OVERALL,
+                draft=draft,
+                k=k,
+                predicted_speedup=speedup,
+                measured=measured,
+                best_measured_k=best.k if best else None,
+                within_one_step=within_one_step(k, best.k, [m.k for m in pooled]) if best else None,
+            )
+        )
+    return recommendations
+
+
+def _overall_measured(
+    runs: Sequence[Run], baseline_run: Run, draft: str, boot: Bootstrap
+) -> list[MeasuredSpeedup]:
+    points = []
+    for run in runs:
+        if run.setting.draft != draft or run.concurrency != 1:
+            continue
+        names = sorted(set(run.classes) & set(baseline_run.classes))
+        point = measured_speedup(
+            [baseline_run.classes[n] for n in names],
+            [run.classes[n] for n in names],
+            run.setting.k,
+            run.role,
+            boot,
+        )
+        if point is not None:
+            points.append(point)
+    return sorted(points, key=lambda m: m.k)
+
+
+def break_even_by_class(
+    runs: Sequence[Run], setting: Setting, max_num_seqs: int, boot: Bootstrap
+) -> list[BreakEven]:
+    """Measured speedup of ``setting`` over the baseline at each concurrency, per class."""
+    levels = sorted({r.concurrency for r in runs if r.setting == setting})
+    results = []
+    classes = sorted({name for r in runs if r.setting == setting for name in r.classes})
+    for name in classes:
+        points: list[tuple[int, MeasuredSpeedup]] = []
+        for level in levels:
+            base, spec = find_run(runs, Setting(), level), find_run(runs, setting, level)
+            if base is None or spec is None or name not in base.classes:
+                continue
+            point = measured_speedup(
+                [base.classes[name]], [spec.classes[name]], setting.k, spec.role, boot
+            )
+            if point is not None:
+                points.append((level, point))
+        if not points:
+            continue
+        results.append(
+            BreakEven(
+                prompt_class=name,
+                setting=setting,
+                points=points,
+                break_even_concurrency=break_even(
+                    [c for c, _ in points], [p.e2e_speedup for _, p in points]
+                ),
+                max_num_seqs=max_num_seqs,
+            )
+        )
+    return results

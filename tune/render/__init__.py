@@ -1,0 +1,1 @@
+"""Renderers of a TuneResult, one module per output format."""

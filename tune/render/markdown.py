@@ -1,0 +1,139 @@
+"""tune.md: the recommendation first, then the evidence (held-out checks, the fitted model
+per draft and class, break-even load, plan and notes)."""
+
+from __future__ import annotations
+
+from tune.render.plots import ACCEPTANCE_PLOT, BREAK_EVEN_PLOT, SPEEDUP_PLOT
+from tune.results import MeasuredSpeedup, TuneResult
+
+
+def _ci(point: MeasuredSpeedup | None) -> str:
+    if point is None:
+        return "not measured"
+    return f"{point.e2e_speedup:.2f}x [{point.ci_low:.2f}, {point.ci_high:.2f}] (n={point.n})"
+
+
+def _recommendations(result: TuneResult) -> list[str]:
+    lines = [
+        "| scope | draft | k | predicted E2E speedup | measured (95% CI, n) | error "
+        "| best measured k | within one step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result.recommendations:
+        error = (
+            f"{(r.predicted_speedup - r.measured.e2e_speedup) / r.measured.e2e_speedup:+.1%}"
+            if r.measured
+            else "-"
+        )
+        lines.append(
+            f"| {r.scope} | {r.draft} | {r.k} | {r.predicted_speedup:.2f}x | {_ci(r.measured)} "
+            f"| {error} | {r.best_measured_k} | {r.within_one_step} |"
+        )
+    return lines
+
+
+def _checks(result: TuneResult) -> list[str]:
+    if not result.checks:
+        return ["No held-out k was measured (quick mode or none configured)."]
+    lines = [
+        f"Predicted without their data, then measured; goal: |error| <= {result.tolerance:.0%}.",
+        "",
+        "| draft | class | k | predicted | measured (95% CI, n) | error | within goal |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in result.checks:
+        lines.append(
+            f"| {c.draft} | {c.prompt_class} | {c.k} | {c.predicted_speedup:.2f}x "
+            f"| {_ci(c.measured)} | {c.relative_error:+.1%} | {c.within_tolerance} |"
+        )
+    return lines
+
+
+def _models(result: TuneResult) -> list[str]:
+    lines = []
+    for m in result.models:
+        cost = m.step_cost
+        rates = ", ".join(f"{r:.2f}" for r in m.acceptance.per_position_rate)
+        lines += [
+            f"### {m.draft} / {m.prompt_class}",
+            "",
+            f"- acceptance per position (from k={m.acceptance_from_k}, {m.acceptance.source}): "
+            f"{rates}",
+            f"- step cost: baseline {cost.baseline_step_ms:.2f} ms; SD T(k) = "
+            f"{cost.intercept_ms:.2f} + {cost.per_k_ms:.2f} k ms (fit on k = {cost.fit_k}; "
+            f"fixed overhead {cost.fixed_overhead_ms:+.2f} ms)",
+            f"- {m.output_tokens:.0f} output tokens; TTFT baseline {m.baseline_ttft_ms:.1f} ms, "
+            f"SD {m.ttft_ms:.1f} ms",
+            "",
+            "| k | tokens/step | step ms | per-token ms | predicted E2E speedup | measured |",
+            "|---|---|---|---|---|---|",
+        ]
+        measured = {p.k: p for p in m.measured}
+        for p in m.predictions:
+            flag = " (extrapolated)" if p.extrapolated else ""
+            point = measured.get(p.k)
+            lines.append(
+                f"| {p.k} | {p.tokens_per_step:.2f} | {p.step_ms:.2f} | {p.per_token_ms:.2f} "
+                f"| {p.e2e_speedup:.2f}x{flag} "
+                f"| {_ci(point) + f' ({point.role})' if point else '-'} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _break_even(result: TuneResult) -> list[str]:
+    if not result.break_even:
+        return ["Not measured (no concurrency level above 1, or the budget ran out)."]
+    lines = [
+        f"Setting: {result.break_even[0].setting.label}; max_num_seqs "
+        f"{result.break_even[0].max_num_seqs}.",
+        "",
+        "| class | speedup by concurrency | SD stops paying above |",
+        "|---|---|---|",
+    ]
+    for b in result.break_even:
+        points = "; ".join(f"c={c}: {_ci(p)}" for c, p in b.points)
+        if b.break_even_concurrency is None:
+            verdict = f"pays at every level measured (up to {b.points[-1][0]})"
+        elif b.break_even_concurrency == 0:
+            verdict = "pays at no level measured"
+        else:
+            verdict = f"{b.break_even_concurrency:.1f} concurrent requests"
+        lines.append(f"| {b.prompt_class} | {points} | {verdict} |")
+    return lines
+
+
+def render_markdown(result: TuneResult, plots: list[str]) -> str:
+    lines = [
+        f"# Tuning sweep ({result.target}): choose the draft and k",
+        "",
+        "## Recommendation",
+        "",
+        *_recommendations(result),
+        "",
+        f"Paste: `{result.overrides}`" if result.overrides else "No recommendation.",
+        "",
+        "## Held-out checks",
+        "",
+        *_checks(result),
+        "",
+        "## Break-even load",
+        "",
+        *_break_even(result),
+        "",
+    ]
+    titles = {
+        SPEEDUP_PLOT: "E2E speedup vs k",
+        ACCEPTANCE_PLOT: "acceptance per position",
+        BREAK_EVEN_PLOT: "break-even",
+    }
+    lines += [f"![{titles.get(p, p)}]({p})" for p in plots]
+    lines += ["", "## Fitted model per draft and prompt class", "", *_models(result)]
+    if result.notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in result.notes), ""]
+    load = ", ".join(f"{x:.2f}" for x in result.load_average)
+    lines.append(
+        f"Sweep took {result.elapsed_s / 60:.1f} min; load average (1/5/15 min) at the end: "
+        f"{load or 'n/a'}."
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,225 @@
+"""The typed result of a sweep: what ``python -m tune`` writes as tune.json.
+
+tune.json is ``TuneResult.model_dump_json()``; its JSON Schema is generated from these
+models (``python -m tune schema``), published as docs/schemas/tune.schema.json next to the
+run summary's. Units are in the field names (``_s``, ``_ms``). Renderers (Markdown report,
+plots, the ``-c`` line) read these models, never the JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+Role = Literal["baseline", "fit", "holdout", "break_even"]
+AcceptanceSource = Literal["counters", "client_chunks"]
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Setting(_Result):
+    """One serving configuration: no draft (the baseline) or a draft with window k."""
+
+    draft: str | None = None
+    k: int = 0
+
+    @property
+    def label(self) -> str:
+        return "baseline" if self.draft is None else f"{self.draft} k={self.k}"
+
+
+class RequestSample(_Result):
+    """One request as the client saw it (chunk times are offsets from the request start)."""
+
+    prompt_id: str
+    repeat: int
+    ok: bool
+    error: str | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    output_tokens: int | None = None
+    chunk_tokens: list[int] = Field(default_factory=list)
+    chunk_times_s: list[float] = Field(default_factory=list)
+
+    @property
+    def decode_steps(self) -> int:
+        return max(len(self.chunk_times_s) - 1, 0)
+
+    @property
+    def step_s(self) -> float | None:
+        """Mean time of one target step after the first token (one chunk per step)."""
+        if self.decode_steps < 1:
+            return None
+        return (self.chunk_times_s[-1] - self.chunk_times_s[0]) / self.decode_steps
+
+
+class Acceptance(_Result):
+    """Per-position acceptance r_i = P(at least i drafts accepted in a step), i = 1..k."""
+
+    source: AcceptanceSource
+    per_position_rate: list[float]
+    acceptance_rate: float | None = None
+    steps: float | None = None  # drafts counted (counters) or full steps seen (client)
+
+
+class ClassRun(_Result):
+    prompt_class: str
+    samples: list[RequestSample]
+    acceptance: Acceptance | None = None
+    acceptance_note: str | None = None  # why acceptance is missing or came from the client
+
+    @property
+    def ok_samples(self) -> list[RequestSample]:
+        return [s for s in self.samples if s.ok]
+
+    @property
+    def failed(self) -> int:
+        return sum(not s.ok for s in self.samples)
+
+
+class Run(_Result):
+    """One server measured at one concurrency."""
+
+    setting: Setting
+    role: Role
+    concurrency: int
+    classes: dict[str, ClassRun]
+    server_ready_s: float | None = None
+    wall_s: float
+    skipped_requests: int = 0  # not sent: the sweep's budget ran out
+
+
+class StepCostFit(_Result):
+    baseline_step_ms: float
+    intercept_ms: float
+    per_k_ms: float
+    fit_k: list[int]
+
+    @property
+    def fixed_overhead_ms(self) -> float:
+        return self.intercept_ms - self.baseline_step_ms
+
+
+class KPrediction(_Result):
+    k: int
+    tokens_per_step: float
+    step_ms: float
+    per_token_ms: float
+    e2e_speedup: float
+    extrapolated: bool
+
+
+class MeasuredSpeedup(_Result):
+    """mean(E2E baseline) / mean(E2E SD), paired by prompt, with its bootstrap interval."""
+
+    k: int
+    role: Role
+    e2e_speedup: float
+    ci_low: float
+    ci_high: float
+    n: int
+    tokens_per_step: float | None = None
+
+
+class ClassModel(_Result):
+    """The fitted model of one (draft, prompt class): predictions for every k and the
+    measured points next to them."""
+
+    draft: str
+    prompt_class: str
+    acceptance: Acceptance
+    acceptance_from_k: int
+    step_cost: StepCostFit
+    output_tokens: float
+    ttft_ms: float
+    baseline_ttft_ms: float
+    predictions: list[KPrediction]
+    measured: list[MeasuredSpeedup]
+
+    def prediction(self, k: int) -> KPrediction:
+        return next(p for p in self.predictions if p.k == k)
+
+
+class Check(_Result):
+    """A held-out k: predicted without its data, then measured."""
+
+    draft: str
+    prompt_class: str
+    k: int
+    predicted_speedup: float
+    measured: MeasuredSpeedup
+    relative_error: float
+    within_tolerance: bool
+
+
+class Recommendation(_Result):
+    scope: str  # a prompt class, or "overall"
+    draft: str
+    k: int
+    predicted_speedup: float
+    measured: MeasuredSpeedup | None = None  # when that (draft, k) was measured
+    best_measured_k: int | None = None
+    within_one_step: bool | None = None  # of the best measured k (measured grid neighbours)
+
+
+class BreakEven(_Result):
+    """SD vs baseline by concurrency for the recommended setting, one prompt class."""
+
+    prompt_class: str
+    setting: Setting
+    points: list[tuple[int, MeasuredSpeedup]]
+    # Concurrency above which SD stops paying (interpolated between levels); None: it pays
+    # at every level measured; 0: at none.
+    break_even_concurrency: float | None
+    max_num_seqs: int
+
+
+class Trn2Plan(_Result):
+    candidates: list[Setting]
+    compiles: int
+    already_compiled: int
+    node_hours: float
+    arms_per_node: int
+    usd_per_hour: float
+    price_source: str
+    price_nominal: bool
+    cost_usd: float
+    predicted_k: list[int]
+
+
+class LocalPlan(_Result):
+    runs: list[tuple[Setting, Role, list[int]]]  # setting, role, concurrency levels
+    server_starts: int
+    requests: int
+    estimated_s: float
+    budget_s: float
+    predicted_k: list[int]
+
+
+class TuneResult(_Result):
+    """tune.json."""
+
+    schema_version: int = SCHEMA_VERSION
+    target: Literal["local", "trn2"]
+    tolerance: float
+    plan: LocalPlan | Trn2Plan
+    runs: list[Run] = Field(default_factory=list)
+    models: list[ClassModel] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
+    recommendations: list[Recommendation] = Field(default_factory=list)
+    break_even: list[BreakEven] = Field(default_factory=list)
+    overrides: str | None = None  # the recommendation as one line of -c overrides
+    notes: list[str] = Field(default_factory=list)
+    load_average: list[float] = Field(default_factory=list)  # 1/5/15 min, at the end
+    elapsed_s: float = 0.0
+
+
+def tune_json_schema() -> dict[str, Any]:
+    """The JSON Schema of tune.json, generated from the model."""
+    schema = TuneResult.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
