@@ -797,6 +797,9 @@ class TuningConfig(_Model):
     compile_hours: Annotated[float, Field(gt=0)] = 2.0
     measure_hours: Annotated[float, Field(gt=0)] = 0.5
     budget_node_hours: Annotated[float, Field(gt=0)] = 48.0
+    # Deploy every candidate (tuning.drafts x measured k) as its own arm next to the two
+    # arms of the comparison (charts/app.py); off: only the comparison is deployed.
+    deploy: bool = False
 
     @model_validator(mode="after")
     def _ks(self) -> TuningConfig:
@@ -902,6 +905,18 @@ class ExperimentConfig(_Model):
     def model_path(self, model_id: str) -> str:
         """Where a checkpoint sits inside the serving container (S3 mount)."""
         return f"{self.model_store.mount_path}/{self.model_store.checkpoints_prefix}/{model_id}"
+
+    def with_speculative(self, draft: str, k: int, service_name: str) -> ExperimentConfig:
+        """This configuration with another (draft, k) as the speculative arm, named
+        ``service_name``: one tuning candidate (everything else unchanged)."""
+        serving = self.serving.model_copy(
+            update={
+                "draft_model": draft,
+                "num_speculative_tokens": k,
+                "speculative_service": service_name,
+            }
+        )
+        return self.model_copy(update={"serving": serving})
 
     def compiled_artifacts_path(self, arm: Arm) -> str:
         return (
