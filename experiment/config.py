@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from datetime import date
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from experiment.instance_regions import regions_offering
+from runtime import validate as rules
 from runtime.spec import Generation, ServingSpec
 
 
@@ -24,6 +36,51 @@ class _Model(BaseModel):
     # Unknown keys are typos: reject them rather than silently ignoring them. A number given
     # to a string field (`kubernetes_version: 1.35` in YAML, `-c ...=1.35`) is that string.
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+
+def _apply_rule(rule: Callable[[rules.Namer], None], section: str, *loc: str) -> None:
+    """Apply one serving rule of runtime/validate.py (their one source, also run in the
+    container) to the config, naming fields by their config path (``serving.draft_model``),
+    and report its error under that path: ``loc`` is where the calling validator sits."""
+    try:
+        rule(lambda field: f"{section}.{field}")
+    except rules.SpecError as err:
+        raise _error_at((*loc, err.field) if err.field else loc, str(err)) from None
+
+
+def _error_at(loc: tuple[str, ...], message: str) -> ValidationError:
+    """A validation error reported under ``loc`` (relative to the validating model), for
+    checks that read several fields but have one field the user must change."""
+    problem = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data(
+        "ExperimentConfig", [InitErrorDetails(type=problem, loc=loc, input=None)]
+    )
+
+
+# Kubernetes names (kubernetes.io/docs/concepts/overview/working-with-objects/names): a
+# namespace is an RFC 1123 label, a Service an RFC 1035 label (starts with a letter), a
+# service account a DNS subdomain.
+_RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _kubernetes_name(pattern: re.Pattern[str], max_length: int, kind: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if len(value) > max_length or not pattern.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid Kubernetes {kind}: use at most {max_length} "
+                "lowercase letters, digits and '-', starting and ending with a letter or digit"
+                + (" (a Service name starts with a letter)" if pattern is _RFC1035_LABEL else "")
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+NamespaceName = Annotated[str, _kubernetes_name(_RFC1123_LABEL, 63, "namespace name")]
+ServiceName = Annotated[str, _kubernetes_name(_RFC1035_LABEL, 63, "Service name")]
+ServiceAccountName = Annotated[str, _kubernetes_name(_DNS_SUBDOMAIN, 253, "service account name")]
 
 
 class Arm(StrEnum):
@@ -242,7 +299,7 @@ class ClusterConfig(_Model):
     # A documented DRA-capable release (aws-neuron/neuron-helm-charts releases 1.9.0, 1.10.0).
     neuron_helm_chart_version: str = "1.10.0"
     # The chart's draDriver.namespaceOverride default: where the driver's DaemonSet lands.
-    neuron_namespace: str = "neuron-dra-driver"
+    neuron_namespace: NamespaceName = "neuron-dra-driver"
 
     @field_validator("name")
     @classmethod
@@ -313,20 +370,30 @@ class ClusterConfig(_Model):
         return int(self.kubernetes_version.split(".")[1])
 
 
+# The plugin generation's own draft and method: an EAGLE3 speculator trained for Qwen3-32B
+# (huggingface.co/RedHatAI/Qwen3-32B-speculator.eagle3, built with vllm-project/speculators),
+# run with the method vllm-neuron's releases after 0.2.x accept (runtime/validate.py).
+PLUGIN_DEFAULTS: dict[str, str] = {
+    "draft_model": "RedHatAI/Qwen3-32B-speculator.eagle3",
+    "speculative_method": "eagle3",
+}
+
+
 class ServingConfig(_Model):
     """What both vLLM services share, plus the speculative settings of the SD arm."""
 
-    namespace: str = "qwen"
-    baseline_service: str = "qwen-vllm"
-    speculative_service: str = "qwen-sd-vllm"
+    namespace: NamespaceName = "qwen"
+    baseline_service: ServiceName = "qwen-vllm"
+    speculative_service: ServiceName = "qwen-sd-vllm"
     generation: Generation = Generation.NEURON_FORK
     image: str = (
         "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:"
         "0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04"
     )
     target_model: str = "Qwen/Qwen3-32B"
+    # The fork generation's defaults; the plugin generation has its own (PLUGIN_DEFAULTS).
     draft_model: str = "Qwen/Qwen3-1.7B"
-    speculative_method: str | None = None  # plugin generation needs "eagle" or "eagle3"
+    speculative_method: str | None = None  # fork: rendered as "eagle" (runtime/render.py)
     num_speculative_tokens: int = 7
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 32
     logical_neuron_cores: Literal[1, 2] = 2
@@ -346,14 +413,19 @@ class ServingConfig(_Model):
     termination_grace_seconds: Annotated[int, Field(ge=1)] = 120  # let in-flight streams finish
     seed: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _generation_defaults(cls, data: Any) -> Any:
+        # `generation: neuron-plugin` alone must give a servable arm: the plugin speculates
+        # only with EAGLE-family drafts, so it brings its own draft and method unless named.
+        if isinstance(data, dict) and data.get("generation") == Generation.NEURON_PLUGIN:
+            return {**PLUGIN_DEFAULTS, **data}
+        return data
+
     @field_validator("num_speculative_tokens")
     @classmethod
     def _k(cls, value: int) -> int:
-        if not 1 <= value <= 15:
-            raise ValueError(
-                f"serving.num_speculative_tokens is {value}; choose k between 1 and 15 "
-                "(the experiment found 7 best for a Qwen3-1.7B draft)"
-            )
+        rules.check_num_speculative_tokens(value, lambda field: f"serving.{field}")
         return value
 
     @field_validator("neuron_devices")
@@ -370,21 +442,22 @@ class ServingConfig(_Model):
     def _lengths(self) -> ServingConfig:
         if self.baseline_service == self.speculative_service:
             raise ValueError("serving.baseline_service and speculative_service must differ")
-        compiled = self.compiled_max_model_len
-        if compiled is not None and self.max_model_len > compiled:
-            raise ValueError(
-                f"serving.max_model_len {self.max_model_len} exceeds compiled_max_model_len "
-                f"{self.compiled_max_model_len}; recompile or lower max_model_len"
-            )
-        if self.generation == Generation.NEURON_PLUGIN and self.speculative_method not in (
-            "eagle",
-            "eagle3",
-        ):
-            raise ValueError(
-                "serving.generation 'neuron-plugin' only supports EAGLE/EAGLE3 drafts; set "
-                "serving.speculative_method to 'eagle' or 'eagle3' with an EAGLE draft, or use "
-                "generation 'neuron-fork' for a plain draft model such as Qwen/Qwen3-1.7B"
-            )
+        _apply_rule(
+            lambda name: rules.check_compiled_length(
+                self.max_model_len, self.compiled_max_model_len, name
+            ),
+            "serving",
+        )
+        _apply_rule(
+            lambda name: rules.check_draft_is_not_target(self.target_model, self.draft_model, name),
+            "serving",
+        )
+        _apply_rule(
+            lambda name: rules.check_speculative_method(
+                self.generation, self.speculative_method, self.draft_model, name
+            ),
+            "serving",
+        )
         return self
 
     def service_name(self, arm: Arm) -> str:
@@ -469,7 +542,9 @@ class LoadTestConfig(_Model):
     warmup_requests: Annotated[int, Field(ge=0)] = 2
     max_tokens: Annotated[int, Field(ge=1)] = 600
     ignore_eos: bool = True
-    temperature: float = 0.0
+    # vLLM's SamplingParams rejects a negative temperature (vllm/sampling_params.py,
+    # _verify_args); 0 is greedy, what the lossless check needs.
+    temperature: Annotated[float, Field(ge=0)] = 0.0
     seed: int = 0
     request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     max_duration_s: Annotated[float, Field(gt=0)] = 3600.0
@@ -490,7 +565,7 @@ class LoadTestConfig(_Model):
     # (first deploy compiles for hours); part of the Job's deadline.
     wait_ready_s: Annotated[int, Field(ge=0)] = 14400
     slo: SloConfig = Field(default_factory=SloConfig)
-    service_account: str = "loadtest"
+    service_account: ServiceAccountName = "loadtest"
     pod: LoadTestPodConfig = Field(default_factory=LoadTestPodConfig)
     image_directory: str = "loadtest"  # Dockerfile for the load-test image (CDK image asset)
 
@@ -666,6 +741,11 @@ class LocalConfig(_Model):
     def _ports(self) -> LocalConfig:
         if self.baseline_port == self.speculative_port:
             raise ValueError("local.baseline_port and local.speculative_port must differ")
+        if self.num_speculative_tokens is not None:
+            _apply_rule(
+                lambda name: rules.check_num_speculative_tokens(self.num_speculative_tokens, name),
+                "local",
+            )
         if any(not arg.startswith("--") for arg in self.server_args[:1]):
             raise ValueError(
                 f"local.server_args {self.server_args} must start with a flag such as "
@@ -865,6 +945,19 @@ class ExperimentConfig(_Model):
         return value
 
     @model_validator(mode="after")
+    def _region_offers_the_neuron_type(self) -> ExperimentConfig:
+        instance_type = self.cluster.neuron_nodes.instance_type
+        regions = regions_offering(instance_type)
+        if regions is not None and self.region not in regions:
+            raise _error_at(
+                ("region",),
+                f"region {self.region!r} does not offer {instance_type} (cfn-lint's "
+                f"instance-type data, experiment/instance_regions.py); use one of "
+                f"{list(regions)} and AZs there, or another Neuron instance type",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _cross_checks(self) -> ExperimentConfig:
         for az in self.network.availability_zones:
             if not az.startswith(self.region):
@@ -886,15 +979,22 @@ class ExperimentConfig(_Model):
                 f"serving.neuron_devices {serving.neuron_devices} exceeds the "
                 f"{nodes.devices} devices of a {nodes.instance_type}"
             )
-        logical_cores = self.claimed_logical_cores
-        if serving.tensor_parallel_size != logical_cores:
-            raise ValueError(
-                f"serving.tensor_parallel_size {serving.tensor_parallel_size} x LNC "
-                f"{serving.logical_neuron_cores} does not match the claim: "
-                f"{serving.neuron_devices} devices x {nodes.physical_cores_per_device} physical "
-                f"cores / LNC {serving.logical_neuron_cores} = {logical_cores} logical cores. "
-                f"Set tensor_parallel_size to {logical_cores} or change neuron_devices/LNC"
-            )
+        claim = (
+            f"of the claim ({serving.neuron_devices} devices x "
+            f"{nodes.physical_cores_per_device} physical cores / LNC "
+            f"{serving.logical_neuron_cores}; serving.neuron_devices)"
+        )
+        _apply_rule(
+            lambda name: rules.check_parallelism(
+                serving.tensor_parallel_size,
+                serving.logical_neuron_cores,
+                self.claimed_logical_cores,
+                name,
+                claim,
+            ),
+            "serving",
+            "serving",
+        )
         return self
 
     @property
@@ -953,7 +1053,11 @@ class ExperimentConfig(_Model):
         local = self.local
         speculative = arm == Arm.SPECULATIVE
         port = local.baseline_port if arm == Arm.BASELINE else local.speculative_port
-        k = local.num_speculative_tokens or self.serving.num_speculative_tokens
+        k = (
+            self.serving.num_speculative_tokens
+            if local.num_speculative_tokens is None
+            else local.num_speculative_tokens
+        )
         return ServingSpec(
             service_name=self.serving.service_name(arm),
             generation=Generation.LOCAL_CPU,

@@ -109,11 +109,7 @@ _CORE_RESOLVERS = (
 # Timestamps too are YAML 1.1 only: `as_of: 2026-11-23` stays text, pydantic reads the date.
 _REPLACED_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "float", "timestamp")}
 _ConfigTextLoader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if tag not in _REPLACED_TAGS
-    ]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _REPLACED_TAGS]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 for _tag, _pattern, _first in _CORE_RESOLVERS:
@@ -262,7 +258,8 @@ def _format_validation_error(err: ValidationError) -> str:
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown key; check the spelling against experiment/config.py"
-        lines.append(f"  - {where}: {message}")
+        # A rule that names its own path (`serving.draft_model is ...`) is not prefixed twice.
+        lines.append(f"  - {message}" if message.startswith(where) else f"  - {where}: {message}")
     return "\n".join(lines)
 
 

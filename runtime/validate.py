@@ -10,111 +10,210 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from runtime.spec import Generation, ServingSpec
 
 MIN_SPECULATIVE_TOKENS = 1
 MAX_SPECULATIVE_TOKENS = 15
-# vllm-neuron (vLLM >= 0.11) only fuses EAGLE-style drafts; a plain model needs the 0.9 fork.
-PLUGIN_SPECULATIVE_METHODS = ("eagle", "eagle3")
+# The method names each vllm-neuron release accepts (vllm-project/vllm-neuron): releases
+# 0.1.0 and 0.2.x turn on EAGLE only for `method == "eagle"`
+# (vllm_neuron/worker/neuronx_distributed_model_loader.py; README: "Only Eagle V1 is
+# supported"); later main documents `method: "eagle3"` as the one speculation method
+# (docs/design/speculation/speculative_decoding_design.md). Both speculate only with
+# EAGLE-family drafts: a plain model such as Qwen3-1.7B needs the 0.9 fork.
+PLUGIN_METHODS_BY_RELEASE: dict[str, tuple[str, ...]] = {
+    "0.1.x-0.2.x": ("eagle",),
+    "after 0.2.x": ("eagle3",),
+}
+PLUGIN_SPECULATIVE_METHODS = tuple(
+    sorted({method for methods in PLUGIN_METHODS_BY_RELEASE.values() for method in methods})
+)
 LOCAL_SPECULATIVE_METHODS = ("draft_model",)
 NEURON_GENERATIONS = (Generation.NEURON_FORK, Generation.NEURON_PLUGIN)
+LOGICAL_NEURON_CORE_VALUES = (1, 2)
 # Files whose content defines the token <-> id mapping; equal content = same tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
 class SpecError(ValueError):
-    """A serving spec that cannot be served; the message says what to change."""
+    """A serving spec that cannot be served; the message says what to change.
+
+    ``field`` names the setting to change (relative: ``num_speculative_tokens``), so the
+    configuration can report it under its own path (``serving.num_speculative_tokens``).
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
-def _check_draft_fields(spec: ServingSpec) -> None:
+# The rules below are the one source of the serving rules: `validate_spec` applies them to a
+# spec in the container, experiment/config.py to the configuration at synth time. `name`
+# turns a field into what the user sees: `serving.num_speculative_tokens` in the config,
+# `qwen-sd-vllm: num_speculative_tokens` for a spec.
+Namer = Callable[[str], str]
+
+
+def _plain(field: str) -> str:
+    return field
+
+
+def check_num_speculative_tokens(k: int, name: Namer = _plain) -> None:
+    if not MIN_SPECULATIVE_TOKENS <= k <= MAX_SPECULATIVE_TOKENS:
+        raise SpecError(
+            f"{name('num_speculative_tokens')} is {k}; choose k between "
+            f"{MIN_SPECULATIVE_TOKENS} and {MAX_SPECULATIVE_TOKENS} "
+            "(the experiment found 7 best for a Qwen3-1.7B draft)",
+            "num_speculative_tokens",
+        )
+
+
+def check_draft_is_not_target(target: str, draft: str, name: Namer = _plain) -> None:
+    if draft == target:
+        raise SpecError(
+            f"{name('draft_model')} is the target itself ({draft}); name a smaller model "
+            f"with the same tokenizer, or use the baseline arm for {name('target_model')}",
+            "draft_model",
+        )
+
+
+def looks_like_eagle_draft(draft: str) -> bool:
+    """EAGLE-family drafts are published under names that say so (RedHatAI/*.eagle3,
+    yuhuili/EAGLE3-*); a plain model's name never does."""
+    return "eagle" in draft.lower()
+
+
+def check_speculative_method(
+    generation: Generation, method: str | None, draft: str, name: Namer = _plain
+) -> None:
+    """The draft kind and method each generation can speculate with."""
+    if generation == Generation.NEURON_PLUGIN:
+        if method not in PLUGIN_SPECULATIVE_METHODS:
+            raise SpecError(
+                f"{name('speculative_method')} is {method!r}, but generation 'neuron-plugin' "
+                f"(vllm-neuron) speculates only with EAGLE-family drafts: set it to one of "
+                f"{list(PLUGIN_SPECULATIVE_METHODS)} (by plugin release: "
+                f"{PLUGIN_METHODS_BY_RELEASE}), or use generation 'neuron-fork' for a plain "
+                "draft model",
+                "speculative_method",
+            )
+        if not looks_like_eagle_draft(draft):
+            raise SpecError(
+                f"{name('draft_model')} {draft} is a plain model, but generation "
+                "'neuron-plugin' (vllm-neuron) speculates only with EAGLE-family drafts: "
+                f"name an EAGLE/EAGLE3 draft (e.g. RedHatAI/Qwen3-32B-speculator.eagle3 for "
+                "Qwen3-32B; its model-store directory name must say 'eagle'), or use "
+                "generation 'neuron-fork' for a plain draft model",
+                "draft_model",
+            )
+        if "eagle3" in draft.lower() and method != "eagle3":
+            raise SpecError(
+                f"{name('draft_model')} {draft} is an EAGLE3 draft but "
+                f"{name('speculative_method')} is {method!r}; set it to 'eagle3' (a "
+                "vllm-neuron release after 0.2.x)",
+                "speculative_method",
+            )
+    if generation == Generation.LOCAL_CPU and method not in (None, *LOCAL_SPECULATIVE_METHODS):
+        raise SpecError(
+            f"{name('speculative_method')}: the local CPU profile runs a plain draft model; "
+            f"speculative_method must be 'draft_model', not {method!r}",
+            "speculative_method",
+        )
+
+
+def check_logical_neuron_cores(lnc: int | None, name: Namer = _plain) -> None:
+    if lnc not in LOGICAL_NEURON_CORE_VALUES:
+        raise SpecError(
+            f"{name('logical_neuron_cores')} must be 1 or 2 on trn2 (got {lnc}); it must "
+            "match the LNC the artifacts were compiled with",
+            "logical_neuron_cores",
+        )
+
+
+def check_parallelism(
+    tensor_parallel_size: int,
+    lnc: int | None,
+    claimed: int,
+    name: Namer = _plain,
+    claim: str = "the resource claim provides",
+) -> None:
+    """TP x LNC must use exactly the logical NeuronCores the DRA claim provides."""
+    if tensor_parallel_size != claimed:
+        raise SpecError(
+            f"{name('tensor_parallel_size')} {tensor_parallel_size} with LNC {lnc} does not "
+            f"use the {claimed} logical NeuronCores {claim}; set "
+            f"{name('tensor_parallel_size')} to {claimed} or change the claimed devices / LNC",
+            "tensor_parallel_size",
+        )
+
+
+def check_compiled_length(
+    max_model_len: int, compiled_max_model_len: int | None, name: Namer = _plain
+) -> None:
+    if compiled_max_model_len is not None and max_model_len > compiled_max_model_len:
+        raise SpecError(
+            f"{name('max_model_len')} {max_model_len} exceeds the compiled length "
+            f"{compiled_max_model_len}; lower max_model_len or recompile with a larger "
+            f"{name('compiled_max_model_len')}",
+            "max_model_len",
+        )
+
+
+def _check_draft_fields(spec: ServingSpec, name: Namer) -> None:
     k = spec.num_speculative_tokens
     if spec.draft_model is None:
         if k is not None or spec.speculative_method is not None:
             raise SpecError(
-                f"{spec.service_name}: num_speculative_tokens/speculative_method are set but "
-                "draft_model is not; set draft_model for the speculative arm or clear both "
-                "for the baseline"
+                f"{name('num_speculative_tokens')}/speculative_method are set but draft_model "
+                "is not; set draft_model for the speculative arm or clear both for the baseline"
             )
         return
     if k is None:
         raise SpecError(
-            f"{spec.service_name}: draft_model is set but num_speculative_tokens is not; "
+            f"{name('draft_model')} is set but num_speculative_tokens is not; "
             f"set k between {MIN_SPECULATIVE_TOKENS} and {MAX_SPECULATIVE_TOKENS}"
         )
-    if not MIN_SPECULATIVE_TOKENS <= k <= MAX_SPECULATIVE_TOKENS:
-        raise SpecError(
-            f"{spec.service_name}: num_speculative_tokens is {k}; choose k between "
-            f"{MIN_SPECULATIVE_TOKENS} and {MAX_SPECULATIVE_TOKENS} "
-            "(the experiment found 7 best for a Qwen3-1.7B draft)"
-        )
-    if spec.draft_model == spec.target_model:
-        raise SpecError(
-            f"{spec.service_name}: draft_model is the target itself ({spec.draft_model}); "
-            "name a smaller model with the same tokenizer"
-        )
-    method = spec.speculative_method
-    if spec.generation == Generation.NEURON_PLUGIN and method not in PLUGIN_SPECULATIVE_METHODS:
-        raise SpecError(
-            f"{spec.service_name}: generation 'neuron-plugin' only fuses EAGLE/EAGLE3 drafts, "
-            f"but speculative_method is {method!r} (a plain draft model such as "
-            f"{spec.draft_model}); use an EAGLE draft with speculative_method 'eagle' or "
-            "'eagle3', or generation 'neuron-fork' for a plain draft model"
-        )
-    if spec.generation == Generation.LOCAL_CPU and method not in (None, *LOCAL_SPECULATIVE_METHODS):
-        raise SpecError(
-            f"{spec.service_name}: the local CPU profile runs a plain draft model; "
-            f"speculative_method must be 'draft_model', not {method!r}"
-        )
+    check_num_speculative_tokens(k, name)
+    check_draft_is_not_target(spec.target_model, spec.draft_model, name)
+    check_speculative_method(spec.generation, spec.speculative_method, spec.draft_model, name)
 
 
-def _check_neuron_fields(spec: ServingSpec) -> None:
-    name = spec.service_name
-    if spec.logical_neuron_cores not in (1, 2):
-        raise SpecError(
-            f"{name}: logical_neuron_cores must be 1 or 2 on trn2 (got "
-            f"{spec.logical_neuron_cores}); it must match the LNC the artifacts were compiled with"
-        )
+def _check_neuron_fields(spec: ServingSpec, name: Namer) -> None:
+    check_logical_neuron_cores(spec.logical_neuron_cores, name)
     claimed = spec.claimed_logical_cores
     if claimed is None:
         raise SpecError(
-            f"{name}: claimed_logical_cores is missing; build the spec with "
+            f"{name('claimed_logical_cores')} is missing; build the spec with "
             "ExperimentConfig.serving_spec() so it carries what the DRA claim provides"
         )
-    if spec.tensor_parallel_size != claimed:
-        raise SpecError(
-            f"{name}: tensor_parallel_size {spec.tensor_parallel_size} with LNC "
-            f"{spec.logical_neuron_cores} does not use the {claimed} logical NeuronCores the "
-            f"resource claim provides; set tensor_parallel_size to {claimed} or change the "
-            "claimed devices / LNC"
-        )
+    check_parallelism(spec.tensor_parallel_size, spec.logical_neuron_cores, claimed, name)
     if not spec.compiled_artifacts_path:
         raise SpecError(
-            f"{name}: compiled_artifacts_path is empty; Neuron serving loads (or writes) its "
+            f"{name('compiled_artifacts_path')} is empty; Neuron serving loads (or writes) its "
             "compiled model there, set it to a directory on the model store"
         )
-    compiled = spec.compiled_max_model_len
-    if compiled is not None and spec.max_model_len > compiled:
-        raise SpecError(
-            f"{name}: max_model_len {spec.max_model_len} exceeds the compiled length {compiled}; "
-            "lower max_model_len or recompile with a larger compiled_max_model_len"
-        )
+    check_compiled_length(spec.max_model_len, spec.compiled_max_model_len, name)
 
 
 def validate_spec(spec: ServingSpec) -> None:
     """Raise SpecError if the spec cannot be rendered into a working command."""
+
+    def name(field: str) -> str:
+        return f"{spec.service_name}: {field}"
+
     if not 1 <= spec.port <= 65535:
-        raise SpecError(f"{spec.service_name}: port {spec.port} is not a TCP port (1-65535)")
+        raise SpecError(f"{name('port')} {spec.port} is not a TCP port (1-65535)")
     for field in ("max_num_seqs", "max_model_len", "block_size", "tensor_parallel_size"):
         if getattr(spec, field) < 1:
-            raise SpecError(f"{spec.service_name}: {field} must be at least 1")
-    _check_draft_fields(spec)
+            raise SpecError(f"{name(field)} must be at least 1")
+    _check_draft_fields(spec, name)
     if spec.generation in NEURON_GENERATIONS:
-        _check_neuron_fields(spec)
+        _check_neuron_fields(spec, name)
     elif spec.tensor_parallel_size != 1:
         raise SpecError(
-            f"{spec.service_name}: the local CPU profile runs one process; set "
+            f"{name('tensor_parallel_size')}: the local CPU profile runs one process; set "
             f"tensor_parallel_size to 1 (got {spec.tensor_parallel_size})"
         )
 

@@ -1,4 +1,5 @@
-"""CloudWatch dashboard: both arms side by side, by prompt class, plus Container Insights.
+"""CloudWatch dashboard: both arms side by side, by prompt class, cost per 1M output tokens,
+the guardrail alarms (stacks/alarms.py) and Container Insights.
 
 Metric names, namespace and dimensions come from ``config.loadtest`` (the contract with the
 publisher in ``loadtest/``). Prompt classes are data-driven (prompt files), so graphs use
@@ -13,6 +14,7 @@ from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
 from experiment import Arm, ExperimentConfig
+from stacks.alarms import GuardrailAlarms
 
 PERIOD = cdk.Duration.minutes(1)
 PERCENTILES = ("p50", "p90", "p99")
@@ -74,6 +76,32 @@ class ObservabilityStack(cdk.Stack):
         self.dashboard.add_widgets(
             self._by_variant("Draft acceptance rate", names.acceptance_rate, "ratio"),
             self._by_variant("Mean acceptance length", names.mean_acceptance_length, "tokens"),
+        )
+        currency = config.pricing.currency
+        self.dashboard.add_widgets(
+            self._by_prompt_class(
+                f"Cost per 1M output tokens ({currency}, each arm's share of its instance)",
+                names.cost_per_million_output_tokens,
+                "Average",
+                currency,
+            ),
+            self._by_prompt_class(
+                "SD acceptance estimate (client-side, per class)",
+                names.acceptance_rate_estimate,
+                "Minimum",
+                "ratio",
+            ),
+            self._by_prompt_class(
+                "Failed request share", names.failed_request_share, "Maximum", "share"
+            ),
+        )
+        self.guardrails = GuardrailAlarms(self, "Guardrails", config=config)
+        self.dashboard.add_widgets(
+            cw.AlarmStatusWidget(
+                title="Guardrails (thresholds: config.guardrails)",
+                alarms=self.guardrails.alarms,
+                width=WIDTH,
+            )
         )
         self.dashboard.add_widgets(*self._container_insights(config.cluster.name))
 

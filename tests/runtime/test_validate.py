@@ -47,7 +47,7 @@ def test_draft_equal_to_target(spec) -> None:
 
 
 def test_tp_times_lnc_must_match_claim(spec) -> None:
-    with pytest.raises(SpecError, match="set tensor_parallel_size to 32"):
+    with pytest.raises(SpecError, match="tensor_parallel_size to 32 or change the claimed"):
         validate_spec(dataclasses.replace(spec, tensor_parallel_size=16))
 
 
@@ -72,18 +72,32 @@ def test_neuron_needs_artifacts_path(spec) -> None:
 
 
 @pytest.mark.parametrize("method", [None, "draft_model"])
-def test_plugin_rejects_plain_draft(spec, method) -> None:
+def test_plugin_rejects_methods_it_does_not_know(spec, method) -> None:
     plugin = dataclasses.replace(
         spec, generation=Generation.NEURON_PLUGIN, speculative_method=method
     )
-    with pytest.raises(SpecError, match="only fuses EAGLE/EAGLE3 drafts"):
+    with pytest.raises(SpecError, match="speculates only with EAGLE-family drafts: set it to"):
         render(plugin)
 
 
-def test_plugin_accepts_eagle3(spec) -> None:
-    validate_spec(
-        dataclasses.replace(spec, generation=Generation.NEURON_PLUGIN, speculative_method="eagle3")
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_plugin_rejects_a_plain_draft_whatever_the_method(spec, method) -> None:
+    # The default spec's draft is the fork's plain Qwen3-1.7B.
+    plugin = dataclasses.replace(
+        spec, generation=Generation.NEURON_PLUGIN, speculative_method=method
     )
+    with pytest.raises(SpecError, match=r"Qwen3-1\.7B is a plain model"):
+        render(plugin)
+
+
+def test_plugin_accepts_its_default_eagle3_draft() -> None:
+    config = build_config({"serving.generation": "neuron-plugin"})
+    spec = config.serving_spec(Arm.SPECULATIVE)
+    validate_spec(spec)
+    assert spec.speculative_method == "eagle3"
+    assert spec.draft_model and spec.draft_model.endswith("RedHatAI/Qwen3-32B-speculator.eagle3")
+    with pytest.raises(SpecError, match=r"EAGLE3 draft but .*speculative_method is 'eagle'"):
+        validate_spec(dataclasses.replace(spec, speculative_method="eagle"))
 
 
 def test_local_cpu_rejects_other_methods_and_tp() -> None:

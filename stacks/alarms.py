@@ -1,0 +1,178 @@
+"""Guardrail alarms: speculation stopped paying, requests fail, or SD changed the output.
+
+Each alarm watches a metric the load test publishes (loadtest/cloudwatch.py); namespace,
+metric names, dimension names and the Variant labels come from ``config.loadtest`` and the
+thresholds from ``config.guardrails``, so publisher and alarm cannot drift apart
+(tests/stacks/test_alarms.py publishes a run's metrics to moto and matches every alarm).
+
+- acceptance: the SD arm's acceptance estimate of each prompt class below
+  ``min_acceptance_rate``. CloudWatch alarms need concrete dimensions (no SEARCH), so the
+  classes are those of the configured prompt files, read at synth time.
+- failed-request share above ``max_failed_request_share``, per arm.
+- lossless mismatches above ``max_lossless_mismatches`` (SD output differing from the
+  baseline at temperature 0).
+
+A run publishes once, so missing data is "not breaching": no run, no alarm. With
+``guardrails.alarm_email`` set, every alarm (and its recovery) notifies a KMS-encrypted SNS
+topic with that e-mail subscription.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from experiment import Arm, ExperimentConfig
+from loadtest.prompts import load_prompts
+
+
+def prompt_classes(config: ExperimentConfig) -> list[str]:
+    """The prompt classes of the configured prompt files, sorted."""
+    return sorted({p.prompt_class for p in load_prompts(config.loadtest.prompts.files)})
+
+
+def _construct_id(text: str) -> str:
+    return "".join(part.capitalize() for part in text.replace("-", "_").split("_") if part)
+
+
+class GuardrailAlarms(Construct):
+    """The guardrail alarms of ``config.guardrails`` (and their SNS topic when configured)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: ExperimentConfig) -> None:
+        super().__init__(scope, construct_id)
+        lt = config.loadtest
+        names = lt.metric_names
+        guard = config.guardrails
+        self.config = config
+        self.period = cdk.Duration.minutes(guard.period_minutes)
+        self.alarms: list[cw.Alarm] = []
+        prefix = config.project
+        sd = lt.variant_labels[Arm.SPECULATIVE]
+        for prompt_class in prompt_classes(config):
+            self._alarm(
+                f"Acceptance{_construct_id(prompt_class)}",
+                name=f"{prefix}-sd-acceptance-{prompt_class}",
+                description=(
+                    f"SD arm ({sd}): acceptance estimate of prompt class {prompt_class!r} "
+                    f"below guardrails.min_acceptance_rate {guard.min_acceptance_rate}; "
+                    "speculation may cost more than it saves for this class"
+                ),
+                metric=names.acceptance_rate_estimate,
+                dimensions={lt.variant_dimension: sd, lt.prompt_class_dimension: prompt_class},
+                statistic="Minimum",
+                threshold=guard.min_acceptance_rate,
+                comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            )
+        for arm in Arm:
+            label = lt.variant_labels[arm]
+            self._alarm(
+                f"FailedShare{_construct_id(arm.value)}",
+                name=f"{prefix}-failed-share-{arm.value}",
+                description=(
+                    f"{arm.value} arm ({label}): share of failed requests above "
+                    f"guardrails.max_failed_request_share {guard.max_failed_request_share}"
+                ),
+                metric=names.failed_request_share,
+                dimensions={lt.variant_dimension: label},
+                statistic="Maximum",
+                threshold=guard.max_failed_request_share,
+                comparison=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            )
+        self._alarm(
+            "LosslessMismatch",
+            name=f"{prefix}-lossless-mismatch",
+            description=(
+                f"SD arm ({sd}) output differs from the baseline at temperature 0 for more "
+                f"than guardrails.max_lossless_mismatches ({guard.max_lossless_mismatches}) "
+                "prompts: see the run's report (lossless section)"
+            ),
+            metric=names.lossless_mismatches,
+            dimensions={lt.variant_dimension: sd},
+            statistic="Maximum",
+            threshold=guard.max_lossless_mismatches,
+            comparison=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        )
+        self.topic: sns.Topic | None = None
+        if guard.alarm_email:
+            self.topic = self._topic(guard.alarm_email)
+            action = cw_actions.SnsAction(self.topic)
+            for alarm in self.alarms:
+                alarm.add_alarm_action(action)
+                alarm.add_ok_action(action)
+
+    def _alarm(
+        self,
+        construct_id: str,
+        *,
+        name: str,
+        description: str,
+        metric: str,
+        dimensions: dict[str, str],
+        statistic: str,
+        threshold: float,
+        comparison: cw.ComparisonOperator,
+    ) -> None:
+        lt = self.config.loadtest
+        alarm = cw.Alarm(
+            self,
+            construct_id,
+            alarm_name=name,
+            alarm_description=description,
+            metric=cw.Metric(
+                namespace=lt.metric_namespace,
+                metric_name=metric,
+                dimensions_map=dimensions,
+                statistic=statistic,
+                period=self.period,
+            ),
+            threshold=threshold,
+            comparison_operator=comparison,
+            evaluation_periods=self.config.guardrails.evaluation_periods,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.alarms.append(alarm)
+
+    def _topic(self, email: str) -> sns.Topic:
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description=f"{self.config.project}: encrypts the guardrail alarm topic",
+            enable_key_rotation=True,
+        )
+        # CloudWatch publishes to an encrypted topic only if the key lets it (SNS developer
+        # guide, "Enable compatibility between event sources from AWS services and encrypted
+        # topics"); the conditions keep it to this account's guardrail alarms.
+        stack = cdk.Stack.of(self)
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name=f"{self.config.project}-*",
+                            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
+            )
+        )
+        topic = sns.Topic(
+            self,
+            "Topic",
+            display_name=f"{self.config.project} guardrail alarms",
+            master_key=key,
+            enforce_ssl=True,
+        )
+        topic.add_subscription(subscriptions.EmailSubscription(email))
+        return topic
