@@ -3,12 +3,14 @@
 - ``<project>-serving``: namespace, the runtime package and both arms' specs, the Neuron
   DRA claim template, the S3 model-store volumes, and ``qwen-vllm`` / ``qwen-sd-vllm``
   from the one ``VllmService`` construct (each pod precompiles its arm into the store on
-  first start, then serves).
+  first start, then serves). With ``tuning.deploy`` the same construct also makes one arm
+  per tuning candidate (draft, k), each with its own fingerprinted artifacts path.
 - ``<project>-loadtest``: the load-test service account and Job (depends on serving).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import cdk8s
@@ -21,9 +23,11 @@ from charts.model_store import model_store_volumes
 from charts.naming import labels
 from charts.network_policy import network_policies
 from charts.objects import api_object
-from charts.symmetry import arm_asymmetries
+from charts.symmetry import arm_asymmetries, fleet_asymmetries
 from charts.vllm_service import VllmService, arm_manifests, runtime_configmap
 from experiment.config import Arm, ExperimentConfig
+from experiment.loading import ConfigError
+from runtime.artifacts import compile_fingerprint
 
 # The vLLM pods run as root (the DLC's user) but need nothing beyond that.
 POD_SECURITY_LEVEL = "baseline"
@@ -31,6 +35,60 @@ POD_SECURITY_LEVEL = "baseline"
 
 class ArmsDriftError(RuntimeError):
     """The two services differ in something other than decoding."""
+
+
+# Kubernetes Service names are DNS-1035 labels.
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+FINGERPRINT_CHARS = 8
+
+
+def candidate_service_name(config: ExperimentConfig, draft: str, k: int) -> str:
+    """``<speculative_service>-<draft>-k<k>-<fingerprint>``: the compile fingerprint in the
+    name puts it in the artifacts path (compiled/<service>), so a changed setting compiles
+    into a new path and an unchanged one is found again, never compiled twice."""
+    stem = config.serving.speculative_service
+    spec = config.with_speculative(draft, k, stem).serving_spec(Arm.SPECULATIVE)
+    slug = re.sub(r"[^a-z0-9]+", "-", draft.rsplit("/", 1)[-1].lower()).strip("-")
+    name = f"{stem}-{slug}-k{k}-{compile_fingerprint(spec)[:FINGERPRINT_CHARS]}"
+    if not _DNS_1035.fullmatch(name):
+        raise ConfigError(
+            f"tuning candidate {draft} k={k} gives the service name {name!r}, not a valid "
+            "Kubernetes name (63 lowercase characters at most); shorten "
+            "serving.speculative_service"
+        )
+    return name
+
+
+def candidate_configs(config: ExperimentConfig) -> dict[str, ExperimentConfig]:
+    """One configuration per tuning candidate when ``tuning.deploy`` is on, by service name.
+    The comparison's own speculative arm is not repeated (it is that candidate already)."""
+    if not config.tuning.deploy:
+        return {}
+    serving = config.serving
+    candidates = {}
+    for draft in config.tuning.drafts:
+        for k in config.tuning.measured_k:
+            if (draft, k) == (serving.draft_model, serving.num_speculative_tokens):
+                continue
+            name = candidate_service_name(config, draft, k)
+            candidates[name] = config.with_speculative(draft, k, name)
+    check_capacity(config, len(candidates))
+    return candidates
+
+
+def check_capacity(config: ExperimentConfig, candidates: int) -> None:
+    """Every arm runs at once: the Neuron node group must hold them all."""
+    nodes = config.cluster.neuron_nodes
+    arms = 2 + candidates
+    per_node = nodes.devices // config.serving.neuron_devices
+    needed = -(-arms * config.serving.replicas // per_node)
+    if needed > nodes.max_size:
+        raise ConfigError(
+            f"tuning.deploy: {arms} arms x {config.serving.neuron_devices} devices need "
+            f"{needed} {nodes.instance_type} nodes ({per_node} arms per node) but "
+            f"cluster.neuron_nodes.max_size is {nodes.max_size}; raise max_size to {needed} "
+            "or deploy fewer candidates (tuning.drafts, tuning.holdout_k)"
+        )
 
 
 def namespace(config: ExperimentConfig) -> dict[str, Any]:
@@ -58,11 +116,16 @@ def shared_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[di
 
 
 def check_arms(config: ExperimentConfig) -> None:
-    problems = arm_asymmetries(
-        arm_manifests(config, Arm.BASELINE), arm_manifests(config, Arm.SPECULATIVE)
-    )
+    baseline = arm_manifests(config, Arm.BASELINE)
+    problems = arm_asymmetries(baseline, arm_manifests(config, Arm.SPECULATIVE))
     if problems:
         raise ArmsDriftError("the two services differ beyond decoding: " + "; ".join(problems))
+    arms = {config.serving.speculative_service: arm_manifests(config, Arm.SPECULATIVE)}
+    for name, candidate in candidate_configs(config).items():
+        arms[name] = arm_manifests(candidate, Arm.SPECULATIVE)
+    problems = fleet_asymmetries(baseline, arms)
+    if problems:
+        raise ArmsDriftError("the arms differ beyond decoding: " + "; ".join(problems))
 
 
 class ServingChart(cdk8s.Chart):
@@ -74,6 +137,10 @@ class ServingChart(cdk8s.Chart):
         for body in shared_manifests(config, inputs):
             api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
         self.services = {arm: VllmService(self, arm.value, config, arm) for arm in Arm}
+        self.candidates = {
+            name: VllmService(self, name, candidate, Arm.SPECULATIVE)
+            for name, candidate in candidate_configs(config).items()
+        }
 
 
 class LoadTestChart(cdk8s.Chart):

@@ -10,6 +10,10 @@ and returns every difference that is not one of the allowed ones:
 - in the rendered vLLM command: only ``--speculative-config`` and the fused-speculation
   key of the Neuron override JSON.
 
+``fleet_asymmetries`` extends the proof to N arms (the tuning candidates of
+``tuning.deploy``): each arm against the baseline, and no two arms with the same name,
+artifacts path or (draft, k) -- one compile per candidate, none twice.
+
 ``python -m charts`` refuses to write manifests that fail this check.
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from charts.naming import ARM_LABEL, INSTANCE, SPEC_FILE
@@ -153,3 +157,37 @@ def _dig(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     for key in keys:
         obj = obj[key]
     return obj
+
+
+def _spec_of(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    configmap = next(obj for obj in manifests if obj["kind"] == "ConfigMap")
+    return dict(json.loads(configmap["data"][SPEC_FILE]))
+
+
+def fleet_asymmetries(
+    baseline: list[dict[str, Any]], arms: Mapping[str, list[dict[str, Any]]]
+) -> list[str]:
+    """N speculative arms: each differs from the baseline only in decoding, and no two of
+    them share a service name, an artifacts path or a (draft, k)."""
+    problems = [
+        f"{name}: {problem}"
+        for name, manifests in arms.items()
+        for problem in arm_asymmetries(baseline, manifests)
+    ]
+    seen: dict[str, dict[Any, str]] = {
+        "service_name": {},
+        "compiled_artifacts_path": {},
+        "draft": {},
+    }
+    for name, manifests in arms.items():
+        spec = _spec_of(manifests)
+        keys = {
+            "service_name": spec["service_name"],
+            "compiled_artifacts_path": spec["compiled_artifacts_path"],
+            "draft": (spec["draft_model"], spec["num_speculative_tokens"]),
+        }
+        for field, value in keys.items():
+            other = seen[field].setdefault(value, name)
+            if other != name:
+                problems.append(f"{name} and {other} share the same {field} {value!r}")
+    return problems

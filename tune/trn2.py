@@ -17,10 +17,8 @@ from tune.results import Setting, Trn2Plan
 
 def candidate_config(config: ExperimentConfig, setting: Setting) -> ExperimentConfig:
     """The configuration whose speculative arm is ``setting`` (everything else as given)."""
-    serving = config.serving.model_copy(
-        update={"draft_model": setting.draft, "num_speculative_tokens": setting.k}
-    )
-    return config.model_copy(update={"serving": serving})
+    assert setting.draft is not None, "the baseline is not a candidate"
+    return config.with_speculative(setting.draft, setting.k, config.serving.speculative_service)
 
 
 def candidates(config: ExperimentConfig) -> list[Setting]:
@@ -66,7 +64,7 @@ def trn2_plan(config: ExperimentConfig, already_compiled: set[str] | None = None
 
 def plan_text(plan: Trn2Plan, config: ExperimentConfig) -> str:
     nodes = config.cluster.neuron_nodes
-    wall = math.ceil(len(plan.candidates) / plan.arms_per_node)
+    wall = math.ceil((len(plan.candidates) + 1) / plan.arms_per_node)
     lines = [
         f"plan (trn2): {len(plan.candidates)} candidate arms + the baseline, "
         f"{plan.arms_per_node} arms per {nodes.instance_type} "

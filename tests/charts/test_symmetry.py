@@ -203,3 +203,98 @@ def test_synthesis_refuses_drifted_arms(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(app_module, "arm_manifests", drifted)
     with pytest.raises(ArmsDriftError, match=r"limits\.cpu"):
         check_arms(build_config({}))
+
+
+# N arms: the tuning candidates (tuning.deploy) come from the same construct.
+SWEEP = {"experiment.tuning.deploy": "true", "experiment.cluster.neuron_nodes.max_size": "5"}
+
+
+def _fleet(overrides=None) -> tuple[list[Manifest], dict[str, list[Manifest]]]:
+    from charts.app import candidate_configs
+
+    config = build_config({**SWEEP, **(overrides or {})})
+    arms = {config.serving.speculative_service: arm_manifests(config, Arm.SPECULATIVE)}
+    for name, candidate in candidate_configs(config).items():
+        arms[name] = arm_manifests(candidate, Arm.SPECULATIVE)
+    return arm_manifests(config, Arm.BASELINE), arms
+
+
+@pytest.mark.parametrize(
+    ("overrides", "arms"),
+    [
+        ({"experiment.tuning.deploy": "false"}, 1),  # 2 arms: baseline + SD
+        ({}, 9),  # 2 drafts x 4 k + the comparison's SD arm
+        ({"experiment.tuning.holdout_k": "[4, 7]"}, 8),  # 1.7B k=7 is the SD arm already
+    ],
+)
+def test_every_arm_differs_from_the_baseline_only_in_decoding(overrides, arms) -> None:
+    from charts.symmetry import fleet_asymmetries
+
+    baseline, fleet = _fleet(overrides)
+    assert len(fleet) == arms
+    assert fleet_asymmetries(baseline, fleet) == []
+    check_arms(build_config({**SWEEP, **overrides}))
+    specs = [json.loads(_kind(m, "ConfigMap")["data"][SPEC_FILE]) for m in fleet.values()]
+    # Each arm compiles into its own path, named with its compile fingerprint.
+    paths = [s["compiled_artifacts_path"] for s in specs]
+    assert len(set(paths)) == len(paths)
+    assert len({(s["draft_model"], s["num_speculative_tokens"]) for s in specs}) == arms
+
+
+def test_candidate_names_carry_draft_k_and_fingerprint() -> None:
+    from charts.app import candidate_service_name
+    from runtime.artifacts import compile_fingerprint
+
+    config = build_config(SWEEP)
+    name = candidate_service_name(config, "Qwen/Qwen3-0.6B", 4)
+    assert name.startswith("qwen-sd-vllm-qwen3-0-6b-k4-")
+    spec = config.with_speculative("Qwen/Qwen3-0.6B", 4, name).serving_spec(Arm.SPECULATIVE)
+    assert name.endswith(compile_fingerprint(spec)[:8])
+    assert spec.compiled_artifacts_path.endswith(f"/compiled/{name}")
+    # A setting that changes the compiled graph changes the path: no stale artifacts reused.
+    longer = build_config({**SWEEP, "experiment.serving.max_model_len": "2048"})
+    assert candidate_service_name(longer, "Qwen/Qwen3-0.6B", 4) != name
+
+
+@pytest.mark.parametrize("mutation", ["cpu", "env", "spec field other than decoding"])
+def test_a_drifted_candidate_is_named(mutation: str) -> None:
+    from charts.symmetry import fleet_asymmetries
+
+    baseline, fleet = _fleet()
+    victim = sorted(fleet)[3]
+    MUTATIONS[mutation](fleet[victim])
+    problems = fleet_asymmetries(baseline, fleet)
+    assert problems
+    assert all(p.startswith(f"{victim}: ") for p in problems)
+
+
+def test_two_arms_with_the_same_draft_and_k_are_refused() -> None:
+    from charts.symmetry import fleet_asymmetries
+
+    baseline, fleet = _fleet()
+    first, second = sorted(fleet)[:2]
+    fleet[second] = copy.deepcopy(fleet[first])
+    problems = fleet_asymmetries(baseline, fleet)
+    assert any("share the same service_name" in p for p in problems)
+    assert any("share the same draft" in p for p in problems)
+
+
+def test_too_many_arms_for_the_node_group_is_rejected_at_synth() -> None:
+    from experiment.loading import ConfigError
+
+    config = build_config({"experiment.tuning.deploy": "true"})
+    with pytest.raises(ConfigError, match="raise max_size to 5"):
+        check_arms(config)
+
+
+def test_the_serving_chart_deploys_every_candidate() -> None:
+    import cdk8s
+
+    from charts.app import ServingChart
+    from charts.inputs import ClusterInputs
+
+    config = build_config(SWEEP)
+    chart = ServingChart(cdk8s.App(), "serving", config, ClusterInputs("bucket", "image:tag"))
+    assert len(chart.candidates) == 8
+    deployments = [o for o in chart.to_json() if o["kind"] == "Deployment"]
+    assert len(deployments) == 10
