@@ -1,5 +1,8 @@
 """EKS add-ons and the Pod Identity associations of their service accounts.
 
+- vpc-cni: the managed add-on, with its network policy agent on. Without the agent EKS
+  accepts NetworkPolicies but enforces none (EKS user guide, cni-network-policy-configure:
+  managed add-on configuration ``{"enableNetworkPolicy": "true"}``, a string).
 - eks-pod-identity-agent: the credential path for every association below.
 - aws-mountpoint-s3-csi-driver: kube-system/s3-csi-driver-sa -> the model-store role (scoped to
   the one bucket, defined in ``model_store.py``).
@@ -16,6 +19,11 @@ from stacks.nag import acknowledge, managed_policy_finding
 from stacks.node_groups import NEURON_TAINT_KEY
 from stacks.pod_identity import associate, pod_identity_role
 
+VPC_CNI = "vpc-cni"
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+# EKS installs vpc-cni self-managed on every new cluster; OVERWRITE lets the managed add-on
+# take it over (CloudFormation AWS::EKS::Addon ResolveConflicts: NONE | OVERWRITE | PRESERVE).
+VPC_CNI_RESOLVE_CONFLICTS = "OVERWRITE"
 POD_IDENTITY_AGENT = "eks-pod-identity-agent"
 S3_CSI_DRIVER = "aws-mountpoint-s3-csi-driver"
 S3_CSI_NAMESPACE = "kube-system"
@@ -40,6 +48,15 @@ class ClusterAddons(Construct):
         mountpoint_role: iam.IRole,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.vpc_cni = eks.Addon(
+            self,
+            "VpcCni",
+            cluster=cluster,
+            addon_name=VPC_CNI,
+            configuration_values=VPC_CNI_CONFIGURATION,
+        )
+        cfn_vpc_cni: eks.CfnAddon = self.vpc_cni.node.default_child  # type: ignore[assignment]
+        cfn_vpc_cni.resolve_conflicts = VPC_CNI_RESOLVE_CONFLICTS
         self.pod_identity_agent = eks.Addon(
             self, "PodIdentityAgent", cluster=cluster, addon_name=POD_IDENTITY_AGENT
         )
@@ -94,4 +111,9 @@ class ClusterAddons(Construct):
 
     @property
     def addons(self) -> list[eks.Addon]:
-        return [self.pod_identity_agent, self.s3_csi_driver, self.cloudwatch_observability]
+        return [
+            self.vpc_cni,
+            self.pod_identity_agent,
+            self.s3_csi_driver,
+            self.cloudwatch_observability,
+        ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 
 from experiment import ExperimentConfig, build_config
+from stacks.checkov import AcknowledgeCdkHandlers
 from stacks.cluster import ClusterStack
 from stacks.dashboard import ObservabilityStack
 from stacks.model_store import ModelStoreStack
@@ -30,6 +31,7 @@ def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
             config.network.availability_zones,
         )
     add_checks(app)
+    cdk.Aspects.of(app).add(AcknowledgeCdkHandlers())
     prefix = config.project
     tags = {"project": config.project}
     network = NetworkStack(
@@ -43,6 +45,7 @@ def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
         "Cluster",
         config=config,
         vpc=network.vpc,
+        logs_key=network.logs_key,
         bucket_name=store.bucket.bucket_name,
         mountpoint_role=store.mountpoint_role,
         env=env,

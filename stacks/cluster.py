@@ -17,6 +17,7 @@ from constructs import Construct
 from experiment import ExperimentConfig
 from experiment.config import EndpointAccess
 from stacks.addons import ClusterAddons
+from stacks.log_encryption import EncryptLogGroups
 from stacks.nag import acknowledge, managed_policy_finding
 from stacks.neuron_dra import add_neuron_dra_driver
 from stacks.node_groups import NeuronNodeGroup, add_system_nodes
@@ -64,12 +65,15 @@ class ClusterStack(cdk.Stack):
         *,
         config: ExperimentConfig,
         vpc: ec2.IVpc,
+        logs_key: kms.IKey,
         bucket_name: str,
         mountpoint_role: iam.IRole,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         settings = config.cluster
+        # The kubectl provider's log groups (aws_eks_v2 creates them) use the network's logs key.
+        cdk.Aspects.of(self).add(EncryptLogGroups(logs_key))
         private_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
         secrets_key = kms.Key(

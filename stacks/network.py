@@ -9,6 +9,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from experiment import ExperimentConfig
+from stacks.log_encryption import EncryptLogGroups, log_group_key
 
 
 class NetworkStack(cdk.Stack):
@@ -17,6 +18,11 @@ class NetworkStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         network = config.network
+        # Shared with the cluster stack: its handler log groups use the same key.
+        self.logs_key = log_group_key(
+            self, "LogsKey", f"{config.project}: CloudWatch log groups (flow logs, handlers)"
+        )
+        cdk.Aspects.of(self).add(EncryptLogGroups(self.logs_key))
         self.vpc = ec2.Vpc(
             self,
             "Vpc",

@@ -15,6 +15,7 @@ from constructs import Construct
 from experiment.config import CapacityType, NeuronNodeGroupConfig, NodeGroupConfig
 
 NEURON_TAINT_KEY = "aws.amazon.com/neuron"
+CAPACITY_BLOCK_MARKET_TYPE = "capacity-block"
 ROOT_DEVICE = "/dev/xvda"  # the AL2023 EKS AMIs' root device
 
 
@@ -29,6 +30,19 @@ def add_system_nodes(cluster: eks.Cluster, nodes: NodeGroupConfig) -> eks.Nodegr
         disk_size=nodes.root_volume_gib,
         labels={"role": "system"},
         subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+    )
+
+
+def neuron_subnets(nodes: NeuronNodeGroupConfig) -> ec2.SubnetSelection:
+    """Private subnets; only the reservation's AZ when the capacity is reserved.
+
+    Instances of a Capacity Block or ODCR exist in one AZ: a group spanning others may try to
+    launch there and fail (EKS Blueprints, "EKS w/ ML Capacity Block Reservation": restrict the
+    node group's subnets to the block's AZ).
+    """
+    zones = [nodes.availability_zone] if nodes.availability_zone else None
+    return ec2.SubnetSelection(
+        subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=zones
     )
 
 
@@ -71,6 +85,11 @@ class NeuronNodeGroup(Construct):
                     "capacityReservationId": nodes.capacity_reservation_id
                 }
             }
+        if nodes.capacity_type == CapacityType.CAPACITY_BLOCK:
+            # EKS user guide (capacity-blocks-mng): a Capacity Block node group's launch template
+            # sets this market type next to the reservation target (CloudFormation
+            # LaunchTemplateData.InstanceMarketOptions.MarketType: spot | capacity-block).
+            data["instanceMarketOptions"] = {"marketType": CAPACITY_BLOCK_MARKET_TYPE}
         if nodes.placement_group:
             self.placement_group = ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster")
             data["placement"] = {"groupName": self.placement_group.ref}
@@ -101,7 +120,7 @@ class NeuronNodeGroup(Construct):
             taints=[
                 eks.TaintSpec(key=NEURON_TAINT_KEY, effect=eks.TaintEffect.NO_SCHEDULE),
             ],
-            subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            subnets=neuron_subnets(nodes),
         )
 
     def _efa_interfaces(self, cluster: eks.Cluster, nodes: NeuronNodeGroupConfig) -> list[dict]:

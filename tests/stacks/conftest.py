@@ -78,12 +78,13 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 
 @pytest.fixture(scope="session")
 def synth_options(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    """Every non-default option at once: Capacity Block, EFA, placement group, public endpoint
-    restricted to a CIDR, an explicit account, an admin principal."""
+    """Every non-default option at once: Capacity Block in one AZ, EFA, placement group,
+    public endpoint restricted to a CIDR, an explicit account, an admin principal."""
     overrides = {
         "experiment.account": "123456789012",
         "experiment.cluster.neuron_nodes.capacity_type": "capacity-block",
         "experiment.cluster.neuron_nodes.capacity_reservation_id": "cr-0123456789abcdef0",
+        "experiment.cluster.neuron_nodes.availability_zone": "us-east-2b",
         "experiment.cluster.neuron_nodes.efa": "true",
         "experiment.cluster.neuron_nodes.placement_group": "true",
         "experiment.cluster.endpoint_access": "public-and-private",
@@ -92,6 +93,17 @@ def synth_options(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         "experiment.model_store.retain_on_delete": "false",
     }
     return synthesize(overrides, tmp_path_factory.mktemp("cdk.out-options"))
+
+
+@pytest.fixture(scope="session")
+def synth_reservation(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The Neuron nodes on an on-demand capacity reservation (ODCR) in one AZ."""
+    overrides = {
+        "experiment.cluster.neuron_nodes.capacity_type": "reservation",
+        "experiment.cluster.neuron_nodes.capacity_reservation_id": "cr-0fedcba9876543210",
+        "experiment.cluster.neuron_nodes.availability_zone": "us-east-2c",
+    }
+    return synthesize(overrides, tmp_path_factory.mktemp("cdk.out-reservation"))
 
 
 __all__ = ["PROJECT_ROOT", "Synthesized", "synthesize"]

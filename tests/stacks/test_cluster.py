@@ -6,6 +6,7 @@ import json
 
 import pytest
 from aws_cdk import assertions
+from conftest import decode_manifest
 
 from stacks.addons import (
     CLOUDWATCH_NAMESPACE,
@@ -15,9 +16,10 @@ from stacks.addons import (
     S3_CSI_DRIVER,
     S3_CSI_NAMESPACE,
     S3_CSI_SERVICE_ACCOUNT,
+    VPC_CNI,
 )
-from stacks.neuron_dra import DRA_HELM_VALUES
-from stacks.node_groups import NEURON_TAINT_KEY
+from stacks.neuron_dra import RELEASE, dra_helm_values
+from stacks.node_groups import CAPACITY_BLOCK_MARKET_TYPE, NEURON_TAINT_KEY
 from stacks.workloads import LOADTEST_CONTEXT_INCLUDES
 
 pytestmark = pytest.mark.infra
@@ -34,6 +36,31 @@ def _neuron_nodegroup(synth) -> dict:
     neuron = [g for g in groups.values() if g["Properties"].get("Taints")]
     assert len(neuron) == 1, "exactly one tainted (Neuron) node group"
     return neuron[0]["Properties"]
+
+
+def _neuron_subnet_azs(synth) -> set[str]:
+    """The AZs of the subnets the Neuron node group may launch into (resolved through the
+    network stack's exports)."""
+    network = synth.templates["Network"]
+    outputs = network.get("Outputs", {})
+    zones = set()
+    for subnet in _neuron_nodegroup(synth)["Subnets"]:
+        # aws-cdk-lib references another stack's output with Fn::GetStackOutput (or, in older
+        # releases, an export and Fn::ImportValue).
+        if "Fn::GetStackOutput" in subnet:
+            output = outputs[subnet["Fn::GetStackOutput"]["OutputName"]]
+        else:
+            (output,) = (
+                o for o in outputs.values() if o.get("Export", {}).get("Name") == subnet
+            )
+        logical_id = output["Value"]["Ref"]
+        zones.add(network["Resources"][logical_id]["Properties"]["AvailabilityZone"])
+    return zones
+
+
+def _neuron_launch_template(synth) -> dict:
+    (template,) = synth.resources("Cluster", "AWS::EC2::LaunchTemplate").values()
+    return template["Properties"]["LaunchTemplateData"]
 
 
 def test_cluster_version_logging_encryption_and_private_endpoint(synth) -> None:
@@ -93,6 +120,9 @@ def test_trn2_node_group_uses_neuron_ami_launch_template_and_taint(synth) -> Non
     assert root["VolumeSize"] == nodes.root_volume_gib
     assert root["Encrypted"] is True
     assert "NetworkInterfaces" not in data and "Placement" not in data
+    assert "InstanceMarketOptions" not in data and "CapacityReservationSpecification" not in data
+    # No reservation: the group may use every AZ of the network.
+    assert _neuron_subnet_azs(synth) == set(synth.config.network.availability_zones)
 
 
 def test_capacity_block_efa_and_placement_group(synth_options) -> None:
@@ -104,12 +134,24 @@ def test_capacity_block_efa_and_placement_group(synth_options) -> None:
     ]["LaunchTemplateData"]
     target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
     assert target["CapacityReservationId"] == nodes.capacity_reservation_id
+    assert data["InstanceMarketOptions"] == {"MarketType": CAPACITY_BLOCK_MARKET_TYPE}
+    assert _neuron_subnet_azs(synth_options) == {nodes.availability_zone} == {"us-east-2b"}
     interfaces = data["NetworkInterfaces"]
     assert len(interfaces) == nodes.efa_interfaces == 16
     assert interfaces[0]["InterfaceType"] == "efa" and interfaces[0]["DeviceIndex"] == 0
     assert {i["NetworkCardIndex"] for i in interfaces} == set(range(16))
     assert "GroupName" in data["Placement"]
     assert len(synth_options.resources("Cluster", "AWS::EC2::PlacementGroup")) == 1
+
+
+def test_reservation_targets_the_odcr_in_its_az_without_a_market_type(synth_reservation) -> None:
+    nodes = synth_reservation.config.cluster.neuron_nodes
+    assert _neuron_nodegroup(synth_reservation)["CapacityType"] == "ON_DEMAND"
+    data = _neuron_launch_template(synth_reservation)
+    target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert target["CapacityReservationId"] == nodes.capacity_reservation_id
+    assert "InstanceMarketOptions" not in data  # capacity-block market type is for blocks only
+    assert _neuron_subnet_azs(synth_reservation) == {nodes.availability_zone} == {"us-east-2c"}
 
 
 def test_system_node_group_is_untainted_and_sized_from_config(synth) -> None:
@@ -130,7 +172,12 @@ def test_addons_and_pod_identity_associations(synth) -> None:
         a["Properties"]["AddonName"]: a
         for a in synth.resources("Cluster", "AWS::EKS::Addon").values()
     }
-    assert set(addons) == {POD_IDENTITY_AGENT, S3_CSI_DRIVER, CLOUDWATCH_OBSERVABILITY}
+    assert set(addons) == {VPC_CNI, POD_IDENTITY_AGENT, S3_CSI_DRIVER, CLOUDWATCH_OBSERVABILITY}
+    # NetworkPolicies are only enforced with the VPC CNI's network policy agent on; the
+    # managed add-on takes over the self-managed vpc-cni EKS installs.
+    vpc_cni = addons[VPC_CNI]["Properties"]
+    assert json.loads(vpc_cni["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert vpc_cni["ResolveConflicts"] == "OVERWRITE"
     associations = {
         (a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"])
         for a in synth.resources("Cluster", "AWS::EKS::PodIdentityAssociation").values()
@@ -153,11 +200,56 @@ def test_dra_driver_chart_has_the_device_plugin_disabled(synth) -> None:
     props = charts[0]["Properties"]
     assert props["Repository"] == settings.neuron_helm_chart
     assert props["Version"] == settings.neuron_helm_chart_version
-    assert props["Namespace"] == settings.neuron_namespace
+    assert props["Version"] == "1.10.0"  # a documented DRA-capable release
+    assert props["Namespace"] == settings.neuron_namespace == "neuron-dra-driver"
+    assert props.get("CreateNamespace") is not True  # pre-created below, adoptable by Helm
     values = json.loads(props["Values"])
-    assert values == DRA_HELM_VALUES
+    assert values == dra_helm_values(settings)
     assert values["devicePlugin"]["enabled"] is False
-    assert values["draDriver"]["enabled"] is True
+    assert values["npd"]["enabled"] is False
+    assert values["scheduler"]["enabled"] is False
+    assert values["draDriver"] == {"enabled": True, "namespaceOverride": settings.neuron_namespace}
+
+
+def test_dra_driver_namespace_exists_before_the_chart_and_helm_can_adopt_it(synth) -> None:
+    settings = synth.config.cluster
+    resources = synth.templates["Cluster"]["Resources"]
+    helm_id, helm = next(
+        (k, r) for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+    )
+    namespaces = {
+        logical_id: obj
+        for logical_id, resource in resources.items()
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        for obj in decode_manifest(resource["Properties"]["Manifest"])
+        if obj["kind"] == "Namespace" and obj["metadata"]["name"] == settings.neuron_namespace
+    }
+    assert len(namespaces) == 1
+    ((logical_id, namespace),) = namespaces.items()
+    assert logical_id in helm.get("DependsOn", [])
+    assert resources[logical_id]["Properties"].get("Overwrite") is True
+    # The chart renders this Namespace itself; Helm adopts an existing object only with
+    # exactly this ownership metadata (helm pkg/action/validate.go, checkOwnership).
+    metadata = namespace["metadata"]
+    assert metadata["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert helm["Properties"]["Release"] == RELEASE
+    assert metadata["annotations"] == {
+        "meta.helm.sh/release-name": RELEASE,
+        "meta.helm.sh/release-namespace": helm["Properties"]["Namespace"],
+    }
+    assert helm_id not in resources[logical_id].get("DependsOn", [])
+
+
+def test_every_log_group_is_encrypted_with_the_logs_key(synth, synth_options) -> None:
+    for result in (synth, synth_options):
+        groups = {
+            (stack, logical_id): group
+            for stack in result.templates
+            for logical_id, group in result.resources(stack, "AWS::Logs::LogGroup").items()
+        }
+        assert len(groups) >= 3  # flow logs + the kubectl provider's two handlers
+        for where, group in groups.items():
+            assert "KmsKeyId" in group["Properties"], where
 
 
 def test_no_neuron_device_plugin_anywhere(synth, synth_options) -> None:
@@ -172,7 +264,11 @@ def test_no_neuron_device_plugin_anywhere(synth, synth_options) -> None:
 def test_charts_apply_after_addons_and_the_dra_driver(synth) -> None:
     resources = synth.templates["Cluster"]["Resources"]
     charts = {
-        k: r for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        k: r
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        # the DRA driver's own namespace goes before the driver, not after it
+        and not k.startswith("ClusterNeuronDraNamespace")
     }
     assert charts, "the experiment charts are applied by the cluster stack"
     helm = next(k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart")

@@ -38,6 +38,28 @@ BAD_CONFIGS = {
         {"experiment.cluster.neuron_nodes.capacity_type": "capacity-block"},
         r"needs capacity_reservation_id",
     ),
+    "capacity-block-without-az": (
+        {
+            "experiment.cluster.neuron_nodes.capacity_type": "capacity-block",
+            "experiment.cluster.neuron_nodes.capacity_reservation_id": "cr-0123456789abcdef0",
+        },
+        r"'capacity-block' needs availability_zone",
+    ),
+    "reservation-without-az": (
+        {
+            "experiment.cluster.neuron_nodes.capacity_type": "reservation",
+            "experiment.cluster.neuron_nodes.capacity_reservation_id": "cr-0123456789abcdef0",
+        },
+        r"'reservation' needs availability_zone",
+    ),
+    "capacity-az-outside-the-network": (
+        {
+            "experiment.cluster.neuron_nodes.capacity_type": "capacity-block",
+            "experiment.cluster.neuron_nodes.capacity_reservation_id": "cr-0123456789abcdef0",
+            "experiment.cluster.neuron_nodes.availability_zone": "us-east-2d",
+        },
+        r"availability_zone 'us-east-2d' is not one of network\.availability_zones",
+    ),
     "empty-az-list": (
         {"experiment.network.availability_zones": "[]"},
         r"availability_zones must list at least 2 AZs",
