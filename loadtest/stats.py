@@ -22,13 +22,14 @@ Definitions (docs/costs-and-statistics.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from loadtest.metrics import token_chunks, tpot_s
+from loadtest.metrics import tpot_s
 from loadtest.records import RequestRecord
 
 NO_DIFFERENCE = 1.0
@@ -74,39 +75,47 @@ class BootstrapSettings:
     seed: int = 0
 
 
-def resample_counts(n: int, settings: BootstrapSettings) -> np.ndarray:
-    """(resamples, n) uint8: how often each of ``n`` pairs is drawn in each resample.
+@dataclass
+class Resamples:
+    """The paired resamples of ``n`` pairs: ``counts[r, i]`` = draws of pair ``i`` in ``r``."""
 
-    Seeded: the same (n, settings) always give the same matrix, so a summary is reproducible.
+    counts: np.ndarray  # (resamples, n) uint8
+
+    @cached_property
+    def weights(self) -> np.ndarray:
+        # Converted once per scope: every mean and sum is then one BLAS product.
+        return self.counts.astype(np.float32)
+
+    def sums(self, columns: np.ndarray) -> np.ndarray:
+        """(resamples, m) sums of each column of (n, m) ``columns`` under each resample."""
+        return (self.weights @ columns.astype(np.float32)).astype(float)
+
+
+def resample_counts(n: int, settings: BootstrapSettings) -> Resamples:
+    """How often each of ``n`` pairs is drawn in each of ``settings.resamples`` resamples.
+
+    Seeded: the same (n, settings) always give the same draws, so a summary is reproducible.
     """
     rng = np.random.default_rng(settings.seed)
     counts = np.empty((settings.resamples, n), dtype=np.uint8)
-    rows_per_chunk = max(1, 2_000_000 // max(n, 1))  # bounds the int64 scratch to ~16 MB
+    rows_per_chunk = max(1, 2_000_000 // max(n, 1))  # bounds the scratch arrays to ~16 MB
     for start in range(0, settings.resamples, rows_per_chunk):
         rows = min(rows_per_chunk, settings.resamples - start)
-        draws = rng.integers(0, n, size=(rows, n))
+        draws = rng.integers(0, n, size=(rows, n), dtype=np.int64)
         draws += (np.arange(rows) * n)[:, None]
         flat = np.bincount(draws.ravel(), minlength=rows * n)
         # P(a pair is drawn > 255 times out of n) is astronomically small; clip to be safe.
         counts[start : start + rows] = np.minimum(flat, MAX_COUNT).reshape(rows, n)
-    return counts
-
-
-def _weighted_sums(counts: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """(resamples, m) sums of each column of (n, m) ``columns`` under each resample."""
-    out = np.empty((counts.shape[0], columns.shape[1]), dtype=float)
-    step = max(1, 4_000_000 // max(counts.shape[1], 1))
-    for start in range(0, counts.shape[0], step):
-        out[start : start + step] = counts[start : start + step].astype(np.float32) @ columns
-    return out
+    return Resamples(counts=counts)
 
 
 def _weighted_quantiles(
-    counts: np.ndarray, values: np.ndarray, quantiles: tuple[float, ...]
+    resamples: Resamples, values: np.ndarray, quantiles: tuple[float, ...]
 ) -> np.ndarray:
     """(resamples, len(quantiles)) inverted-CDF quantiles of ``values`` under each resample.
 
     NaN values (a metric the request does not have) carry no weight."""
+    counts = resamples.counts
     valid = ~np.isnan(values)
     order = np.argsort(np.where(valid, values, np.inf), kind="stable")
     ordered = values[order]
@@ -114,14 +123,19 @@ def _weighted_quantiles(
     out = np.full((counts.shape[0], len(quantiles)), np.nan)
     if n_valid == 0:
         return out
+    # Cumulative counts fit in uint16 below 65,536 pairs: half the memory traffic of int32.
+    dtype = np.uint16 if counts.shape[1] < np.iinfo(np.uint16).max else np.int64
     step = max(1, 4_000_000 // max(counts.shape[1], 1))
     for start in range(0, counts.shape[0], step):
-        cumulative = np.cumsum(counts[start : start + step][:, order[:n_valid]], axis=1)
-        total = cumulative[:, -1]
-        for column, q in enumerate(quantiles):
-            rank = np.maximum(np.ceil(q * total), 1)
-            position = np.minimum((cumulative < rank[:, None]).sum(axis=1), n_valid - 1)
-            out[start : start + step, column] = ordered[position]
+        cumulative = np.cumsum(
+            counts[start : start + step][:, order[:n_valid]], axis=1, dtype=dtype
+        )
+        total = cumulative[:, -1].astype(np.int64)
+        ranks = np.maximum(np.ceil(np.outer(total, quantiles)), 1).astype(np.int64)
+        for row in range(cumulative.shape[0]):
+            # first position whose cumulative count reaches the rank (rows are sorted)
+            positions = np.searchsorted(cumulative[row], ranks[row], side="left")
+            out[start + row] = ordered[np.minimum(positions, n_valid - 1)]
     return out
 
 
@@ -178,7 +192,7 @@ def paired_speedups(
     speculative: np.ndarray,
     *,
     lower_is_better: bool,
-    counts: np.ndarray,
+    resamples: Resamples,
     settings: BootstrapSettings,
     stats: Iterable[str] = STATS,
 ) -> dict[str, Interval]:
@@ -196,7 +210,7 @@ def paired_speedups(
     points: dict[str, tuple[float | None, float | None]] = {}
     if "mean" in stats:
         columns = np.stack([np.nan_to_num(base), np.nan_to_num(sd), both.astype(float)], axis=1)
-        sums = _weighted_sums(counts, columns)
+        sums = resamples.sums(columns)
         arms["mean"] = np.stack(
             [_safe_ratio(sums[:, 0], sums[:, 2]), _safe_ratio(sums[:, 1], sums[:, 2])], axis=1
         )
@@ -207,8 +221,8 @@ def paired_speedups(
     quantile_stats = [s for s in stats if s.startswith("p")]
     if quantile_stats:
         quantiles = tuple(int(s[1:]) / 100 for s in quantile_stats)
-        base_q = _weighted_quantiles(counts, base, quantiles)
-        sd_q = _weighted_quantiles(counts, sd, quantiles)
+        base_q = _weighted_quantiles(resamples, base, quantiles)
+        sd_q = _weighted_quantiles(resamples, sd, quantiles)
         for column, (stat, q) in enumerate(zip(quantile_stats, quantiles, strict=True)):
             arms[stat] = np.stack([base_q[:, column], sd_q[:, column]], axis=1)
             points[stat] = (_point_quantile(base, q), _point_quantile(sd, q))
@@ -227,7 +241,7 @@ def paired_rate_ratio(
     numerators: tuple[np.ndarray, np.ndarray],
     denominators: tuple[np.ndarray, np.ndarray],
     *,
-    counts: np.ndarray,
+    resamples: Resamples,
     settings: BootstrapSettings,
     scale: float = 1.0,
 ) -> Interval:
@@ -237,7 +251,7 @@ def paired_rate_ratio(
     effective concurrency, or of their prices)."""
     (num_b, num_s), (den_b, den_s) = numerators, denominators
     columns = np.stack([num_b, den_b, num_s, den_s], axis=1).astype(float)
-    sums = _weighted_sums(counts, columns)
+    sums = resamples.sums(columns)
     replicates = scale * _safe_ratio(
         _safe_ratio(sums[:, 2], sums[:, 3]), _safe_ratio(sums[:, 0], sums[:, 1])
     )
@@ -255,13 +269,13 @@ def acceptance_estimate(
     chunks: tuple[np.ndarray, np.ndarray],
     *,
     num_speculative_tokens: int,
-    counts: np.ndarray,
+    resamples: Resamples,
     settings: BootstrapSettings,
 ) -> Interval:
     """Client-side acceptance rate with its interval (see the module docstring)."""
     (tok_b, tok_s), (chk_b, chk_s) = tokens, chunks
     columns = np.stack([tok_b, chk_b, tok_s, chk_s], axis=1).astype(float)
-    sums = _weighted_sums(counts, columns)
+    sums = resamples.sums(columns)
     totals = columns.sum(axis=0)
 
     def acceptance(s: np.ndarray) -> np.ndarray:
@@ -316,24 +330,32 @@ class PairedSamples:
 
 def _after_first_chunk(record: RequestRecord) -> tuple[float, float]:
     """(tokens, chunks) after the first token-carrying chunk of a request."""
-    _, tokens = token_chunks(record)
+    tokens = [n for n in record.chunk_tokens if n > 0]
     if len(tokens) < 2:
         return 0.0, 0.0
-    return float(sum(tokens[1:])), float(len(tokens) - 1)
+    return float(sum(tokens) - tokens[0]), float(len(tokens) - 1)
 
 
-EXTRACTORS: dict[str, Callable[[RequestRecord], float | None]] = {
-    "ttft_ms": lambda r: None if r.ttft_s is None else r.ttft_s * 1000,
-    "tpot_ms": lambda r: None if (t := tpot_s(r)) is None else t * 1000,
-    "e2e_ms": lambda r: None if r.e2e_s is None else r.e2e_s * 1000,
-    "output_tokens_per_s": lambda r: (
-        (r.output_tokens or 0) / r.e2e_s if r.e2e_s and r.output_tokens is not None else None
-    ),
-    "e2e_s": lambda r: r.e2e_s,
-    "output_tokens": lambda r: None if r.output_tokens is None else float(r.output_tokens),
-    "tokens_after_first": lambda r: _after_first_chunk(r)[0],
-    "chunks_after_first": lambda r: _after_first_chunk(r)[1],
-}
+def request_values(record: RequestRecord) -> dict[str, float]:
+    """Every per-request value the paired statistics use (NaN: the request has none)."""
+    nan = float("nan")
+    tpot = tpot_s(record)
+    e2e = record.e2e_s
+    tokens = record.output_tokens
+    after_tokens, after_chunks = _after_first_chunk(record)
+    return {
+        "ttft_ms": nan if record.ttft_s is None else record.ttft_s * 1000,
+        "tpot_ms": nan if tpot is None else tpot * 1000,
+        "e2e_ms": nan if e2e is None else e2e * 1000,
+        "output_tokens_per_s": tokens / e2e if e2e and tokens is not None else nan,
+        "e2e_s": nan if e2e is None else e2e,
+        "output_tokens": nan if tokens is None else float(tokens),
+        "tokens_after_first": after_tokens,
+        "chunks_after_first": after_chunks,
+    }
+
+
+VALUE_NAMES = tuple(request_values(RequestRecord(arm="", index=0, prompt_id="", prompt_class="")))
 
 
 def pair_records(
@@ -345,16 +367,18 @@ def pair_records(
     indices = sorted(i for i in set(base) & set(sd) if base[i].ok and sd[i].ok)
     unpaired = len(set(base) | set(sd)) - len(indices)
 
-    def column(records: dict[int, RequestRecord], name: str) -> np.ndarray:
-        extract = EXTRACTORS[name]
-        return np.array(
-            [np.nan if (v := extract(records[i])) is None else v for i in indices], dtype=float
-        )
+    def table(records: dict[int, RequestRecord]) -> np.ndarray:
+        rows = [list(request_values(records[i]).values()) for i in indices]
+        return np.array(rows, dtype=float).reshape(len(indices), len(VALUE_NAMES))
 
+    base_table, sd_table = table(base), table(sd)
     return PairedSamples(
         index=np.array(indices, dtype=int),
         prompt_class=np.array([base[i].prompt_class for i in indices], dtype=object),
-        values={name: (column(base, name), column(sd, name)) for name in EXTRACTORS},
+        values={
+            name: (base_table[:, column], sd_table[:, column])
+            for column, name in enumerate(VALUE_NAMES)
+        },
         unpaired=unpaired,
     )
 
@@ -373,12 +397,12 @@ class ScopeStatistics(BaseModel):
 def scope_statistics(
     samples: PairedSamples, *, num_speculative_tokens: int, settings: BootstrapSettings
 ) -> ScopeStatistics:
-    counts = resample_counts(len(samples), settings)
+    resamples = resample_counts(len(samples), settings)
     speedup = {
         metric: paired_speedups(
             *samples.values[metric],
             lower_is_better=lower,
-            counts=counts,
+            resamples=resamples,
             settings=settings,
         )
         for metric, lower in PAIRED_METRICS.items()
@@ -386,14 +410,14 @@ def scope_statistics(
     busy = paired_rate_ratio(
         samples.values["output_tokens"],
         samples.values["e2e_s"],
-        counts=counts,
+        resamples=resamples,
         settings=settings,
     )
     acceptance = acceptance_estimate(
         samples.values["tokens_after_first"],
         samples.values["chunks_after_first"],
         num_speculative_tokens=num_speculative_tokens,
-        counts=counts,
+        resamples=resamples,
         settings=settings,
     )
     return ScopeStatistics(

@@ -25,12 +25,12 @@ SETTINGS = BootstrapSettings(confidence=0.95, resamples=2000, seed=7)
 
 
 def _speedups(base, sd, lower_is_better=True, settings=SETTINGS):
-    counts = resample_counts(len(base), settings)
+    resamples = resample_counts(len(base), settings)
     return paired_speedups(
         np.asarray(base, dtype=float),
         np.asarray(sd, dtype=float),
         lower_is_better=lower_is_better,
-        counts=counts,
+        resamples=resamples,
         settings=settings,
     )
 
@@ -87,9 +87,10 @@ def test_resampled_quantiles_equal_explicit_resampling() -> None:
     rng = np.random.default_rng(2)
     values = rng.normal(size=57)
     values[[3, 20]] = np.nan  # requests without the metric carry no weight
-    counts = resample_counts(values.size, BootstrapSettings(resamples=25, seed=4))
+    resamples = resample_counts(values.size, BootstrapSettings(resamples=25, seed=4))
+    counts = resamples.counts
     quantiles = (0.5, 0.9, 0.99)
-    fast = _weighted_quantiles(counts, values, quantiles)
+    fast = _weighted_quantiles(resamples, values, quantiles)
     for row in range(counts.shape[0]):
         drawn = np.repeat(values, counts[row])
         drawn = drawn[~np.isnan(drawn)]
@@ -99,10 +100,10 @@ def test_resampled_quantiles_equal_explicit_resampling() -> None:
 
 def test_resample_counts_draw_n_per_row_and_repeat_by_seed() -> None:
     settings = BootstrapSettings(resamples=300, seed=1)
-    counts = resample_counts(40, settings)
+    counts = resample_counts(40, settings).counts
     assert counts.shape == (300, 40) and counts.dtype == np.uint8
     assert (counts.sum(axis=1) == 40).all()
-    np.testing.assert_array_equal(counts, resample_counts(40, settings))
+    np.testing.assert_array_equal(counts, resample_counts(40, settings).counts)
 
 
 def test_missing_values_reduce_n_of_that_metric_only() -> None:
@@ -116,8 +117,8 @@ def test_missing_values_reduce_n_of_that_metric_only() -> None:
 def test_rate_ratio_is_ratio_of_sums_with_scale() -> None:
     tokens = (np.array([100.0, 100.0, 100.0]), np.array([100.0, 100.0, 100.0]))
     seconds = (np.array([2.0, 4.0, 6.0]), np.array([1.0, 2.0, 3.0]))
-    counts = resample_counts(3, SETTINGS)
-    interval = paired_rate_ratio(tokens, seconds, counts=counts, settings=SETTINGS, scale=1.5)
+    resamples = resample_counts(3, SETTINGS)
+    interval = paired_rate_ratio(tokens, seconds, resamples=resamples, settings=SETTINGS, scale=1.5)
     assert interval.estimate == pytest.approx(3.0)  # 2x the tokens per second, scaled 1.5
     assert interval.low == pytest.approx(3.0) and interval.high == pytest.approx(3.0)
 
@@ -126,12 +127,12 @@ def test_acceptance_estimate_removes_chunk_merging() -> None:
     # k = 7; the SD arm carries 3 tokens per chunk where the baseline carries 1: each target
     # step accepted 2 of 7 drafts. With every chunk merged in pairs (2 vs 6) the same holds.
     n = 50
-    counts = resample_counts(n, SETTINGS)
+    resamples = resample_counts(n, SETTINGS)
     for per_chunk_base in (1.0, 2.0):
         chunks = (np.full(n, 60.0), np.full(n, 20.0))
         tokens = (chunks[0] * per_chunk_base, chunks[1] * 3 * per_chunk_base)
         interval = acceptance_estimate(
-            tokens, chunks, num_speculative_tokens=7, counts=counts, settings=SETTINGS
+            tokens, chunks, num_speculative_tokens=7, resamples=resamples, settings=SETTINGS
         )
         assert interval.estimate == pytest.approx(2 / 7)
         assert interval.low == pytest.approx(2 / 7) and interval.high == pytest.approx(2 / 7)
