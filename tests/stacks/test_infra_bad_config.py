@@ -32,7 +32,7 @@ BAD_CONFIGS = {
     ),
     "tp-times-lnc-mismatch": (
         {"experiment.serving.tensor_parallel_size": "64"},
-        r"tensor_parallel_size 64 x LNC 2 does not match the claim",
+        r"tensor_parallel_size 64 with LNC 2 does not use the 32 logical NeuronCores",
     ),
     "capacity-block-without-reservation": (
         {"experiment.cluster.neuron_nodes.capacity_type": "capacity-block"},
