@@ -62,18 +62,18 @@ def is_local_run(config: ExperimentConfig, urls: Mapping[str, str]) -> bool:
 def price_basis(config: ExperimentConfig, *, local: bool) -> PriceBasis:
     """The price one arm pays: the local CPU machine (whole) or its share of the trn2 node."""
     if local:
-        price = config.pricing.local
+        machine = config.pricing.local
         return PriceBasis(
             target="local",
-            instance_type=price.instance_type,
+            instance_type=machine.instance_type,
             capacity_type=LOCAL_CAPACITY,
-            instance_usd_per_hour=price.usd_per_hour,
+            instance_usd_per_hour=machine.usd_per_hour,
             # Each local arm has the machine to itself while it is measured (arms run in turn).
             devices_claimed=1,
             devices_per_instance=1,
-            source=price.source,
-            as_of=price.as_of.isoformat(),
-            nominal=price.nominal,
+            source=machine.source,
+            as_of=machine.as_of.isoformat(),
+            nominal=machine.nominal,
         )
     nodes = config.cluster.neuron_nodes
     price = config.pricing.neuron[nodes.capacity_type]
