@@ -1,4 +1,4 @@
-"""Command line: ``python -m loadtest run|report|publish`` (see docs/loadtest.md)."""
+"""Command line: ``python -m loadtest run|report|publish|schema`` (see docs/loadtest.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from experiment.loading import add_config_arguments, config_from_arguments
 from loadtest.plan import Overrides
 
 LOG = logging.getLogger("loadtest")
+SCHEMA_IN_REPO = "docs/schemas/summary.schema.json"
+SUMMARY_SCHEMA = Path(__file__).resolve().parent.parent / SCHEMA_IN_REPO
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
@@ -102,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
     publish = sub.add_parser("publish", help="publish a finished run to CloudWatch")
     publish.add_argument("run_dir", type=Path)
     add_config_arguments(publish)
+    schema = sub.add_parser("schema", help="write the JSON Schema of summary.json")
+    schema.add_argument(
+        "--out", type=Path, default=SUMMARY_SCHEMA, help=f"default: {SCHEMA_IN_REPO}"
+    )
     return parser
 
 
@@ -116,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "report":
             return _report(args.run_dir)
+        if args.command == "schema":
+            return _schema(args.out)
         return _publish(args)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -123,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from loadtest.render.console import render_summary_table
     from loadtest.runner import run_comparison
-    from loadtest.table import render_summary_table
 
     config = _config(args)
     local = config.local
@@ -150,17 +158,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(run_dir: Path) -> int:
+    from loadtest.render.console import render_summary_table
     from loadtest.report import write_report
-    from loadtest.runner import summarize
-    from loadtest.table import render_summary_table
+    from loadtest.summary import previous_cloudwatch, summarize, write_summary
 
-    previous = run_dir / "summary.json"
-    cloudwatch = json.loads(previous.read_text()).get("cloudwatch") if previous.is_file() else None
+    # Older run directories (summary.json schema_version 1) are rebuilt from their records.
+    cloudwatch = previous_cloudwatch(run_dir)
     summary = summarize(run_dir)
     if cloudwatch is not None:
-        summary.data["cloudwatch"] = cloudwatch
-        previous.write_text(json.dumps(summary.data, indent=1))
-    paths = write_report(summary)
+        summary.cloudwatch = cloudwatch
+        write_summary(summary, run_dir)
+    paths = write_report(summary, run_dir)
     print(render_summary_table(summary))
     print(f"\nreport: {paths['html']}")
     return 0
@@ -168,12 +176,21 @@ def _report(run_dir: Path) -> int:
 
 def _publish(args: argparse.Namespace) -> int:
     from loadtest.cloudwatch import publish_run
-    from loadtest.runner import summarize
+    from loadtest.summary import summarize
 
     config = _config(args)
     result = publish_run(config, args.run_dir, summarize(args.run_dir))
-    print(json.dumps(result))
-    return 0 if result["published"] else 1
+    print(result.model_dump_json(exclude_none=True))
+    return 0 if result.published else 1
+
+
+def _schema(out: Path) -> int:
+    from loadtest.results import summary_json_schema
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary_json_schema(), indent=2) + "\n")
+    print(out)
+    return 0
 
 
 if __name__ == "__main__":

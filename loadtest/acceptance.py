@@ -20,6 +20,8 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadtest.results import Acceptance
+
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "num_drafts"
 DRAFT_TOKENS = "num_draft_tokens"
@@ -60,32 +62,25 @@ def scrape(base_url: str, session: requests.Session | None = None) -> Counters |
         return None
 
 
-def acceptance_from_deltas(before: Counters | None, after: Counters | None) -> dict[str, Any]:
+def acceptance_from_deltas(before: Counters | None, after: Counters | None) -> Acceptance:
     """The acceptance block of the summary; values are None when not available."""
-    empty: dict[str, Any] = {
-        "available": False,
-        "acceptance_rate": None,
-        "mean_acceptance_length": None,
-        "per_position_rate": None,
-        "drafts": None,
-        "draft_tokens": None,
-        "accepted_tokens": None,
-    }
     if not before and not after:
-        empty["reason"] = "no vllm:spec_decode_* counters on /metrics"
-        return empty
+        return Acceptance(available=False, reason="no vllm:spec_decode_* counters on /metrics")
     if before is None or after is None:
-        empty["reason"] = "/metrics could not be scraped before and after the window"
-        return empty
+        return Acceptance(
+            available=False, reason="/metrics could not be scraped before and after the window"
+        )
     needed = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
     if any(name not in after for name in needed):
-        empty["reason"] = f"counters missing on /metrics: {[n for n in needed if n not in after]}"
-        return empty
+        missing = [n for n in needed if n not in after]
+        return Acceptance(available=False, reason=f"counters missing on /metrics: {missing}")
     delta = {name: after[name] - before.get(name, 0.0) for name in needed}
     if delta[DRAFTS] <= 0 or delta[DRAFT_TOKENS] <= 0:
-        empty["reason"] = "no speculative steps during the measured window"
-        empty["drafts"] = delta[DRAFTS]
-        return empty
+        return Acceptance(
+            available=False,
+            reason="no speculative steps during the measured window",
+            drafts=delta[DRAFTS],
+        )
     # JSON round trips turn the position keys into strings: normalise to int.
     per_pos_after = {int(k): v for k, v in after.get(PER_POSITION, {}).items()}
     per_pos_before = {int(k): v for k, v in before.get(PER_POSITION, {}).items()}
@@ -93,12 +88,12 @@ def acceptance_from_deltas(before: Counters | None, after: Counters | None) -> d
         (per_pos_after[pos] - per_pos_before.get(pos, 0.0)) / delta[DRAFTS]
         for pos in sorted(per_pos_after)
     ]
-    return {
-        "available": True,
-        "acceptance_rate": delta[ACCEPTED] / delta[DRAFT_TOKENS],
-        "mean_acceptance_length": 1.0 + delta[ACCEPTED] / delta[DRAFTS],
-        "per_position_rate": per_position or None,
-        "drafts": delta[DRAFTS],
-        "draft_tokens": delta[DRAFT_TOKENS],
-        "accepted_tokens": delta[ACCEPTED],
-    }
+    return Acceptance(
+        available=True,
+        acceptance_rate=delta[ACCEPTED] / delta[DRAFT_TOKENS],
+        mean_acceptance_length=1.0 + delta[ACCEPTED] / delta[DRAFTS],
+        per_position_rate=per_position or None,
+        drafts=delta[DRAFTS],
+        draft_tokens=delta[DRAFT_TOKENS],
+        accepted_tokens=delta[ACCEPTED],
+    )

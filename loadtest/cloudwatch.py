@@ -28,12 +28,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from experiment.config import Arm, ExperimentConfig
 from loadtest.metrics import per_token_itl_s, tpot_s
 from loadtest.records import RequestRecord, read_records
+from loadtest.results import CloudWatchResult, MetricBlock, RunSummary
 
 LOG = logging.getLogger("loadtest.cloudwatch")
 MAX_VALUES_PER_DATUM = 150  # PutMetricData limit for Values/Counts
 DATUMS_PER_CALL = 100  # well under the 1000-datum / 1 MB request limits
 VALUE_DECIMALS = 3  # 1 microsecond: identical values share one Counts entry
-ALL_CLASSES = None
 
 _warned_no_credentials = False
 
@@ -78,7 +78,7 @@ def _scalar(
 def build_metric_data(
     config: ExperimentConfig,
     run_dir: Path,
-    summary: dict[str, Any],
+    summary: RunSummary,
     timestamp: datetime | None = None,
 ) -> list[dict[str, Any]]:
     lt = config.loadtest
@@ -86,16 +86,16 @@ def build_metric_data(
     timestamp = timestamp or datetime.now(UTC)
     data: list[dict[str, Any]] = []
     for arm in Arm:
-        arm_summary = summary["arms"].get(arm.value)
+        arm_summary = summary.arms.get(arm.value)
         path = run_dir / f"records_{arm.value}.jsonl"
         if arm_summary is None or not path.is_file():
             continue
         records = [r for r in read_records(path) if not r.warmup]
         variant = {"Name": lt.variant_dimension, "Value": lt.variant_labels[arm]}
-        scopes: list[tuple[list[dict[str, str]], list[RequestRecord], dict[str, Any]]] = [
-            ([variant], records, arm_summary["overall"])
+        scopes: list[tuple[list[dict[str, str]], list[RequestRecord], MetricBlock]] = [
+            ([variant], records, arm_summary.overall)
         ]
-        for cls, block in arm_summary["by_class"].items():
+        for cls, block in arm_summary.by_class.items():
             dims = [variant, {"Name": lt.prompt_class_dimension, "Value": cls}]
             scopes.append((dims, [r for r in records if r.prompt_class == cls], block))
         for dims, scoped, block in scopes:
@@ -125,28 +125,28 @@ def build_metric_data(
                 names.output_throughput,
                 "Count/Second",
                 dims,
-                block["output_throughput_tok_s"],
+                block.output_throughput_tok_s,
                 timestamp,
             )
             data += _scalar(
                 names.request_throughput,
                 "Count/Second",
                 dims,
-                block["request_throughput_rps"],
+                block.request_throughput_rps,
                 timestamp,
             )
-            data += _scalar(names.goodput, "Count/Second", dims, block["goodput_rps"], timestamp)
-            data += _scalar(names.failed_requests, "Count", dims, block["failed"], timestamp)
-        acceptance = arm_summary["acceptance"]
-        if acceptance.get("available"):
+            data += _scalar(names.goodput, "Count/Second", dims, block.goodput_rps, timestamp)
+            data += _scalar(names.failed_requests, "Count", dims, block.failed, timestamp)
+        acceptance = arm_summary.acceptance
+        if acceptance.available:
             data += _scalar(
-                names.acceptance_rate, "None", [variant], acceptance["acceptance_rate"], timestamp
+                names.acceptance_rate, "None", [variant], acceptance.acceptance_rate, timestamp
             )
             data += _scalar(
                 names.mean_acceptance_length,
                 "None",
                 [variant],
-                acceptance["mean_acceptance_length"],
+                acceptance.mean_acceptance_length,
                 timestamp,
             )
     return data
@@ -160,25 +160,26 @@ def _has_credentials(session: boto3.Session) -> bool:
 
 
 def publish_run(
-    config: ExperimentConfig, run_dir: Path, summary: Any, client: Any = None
-) -> dict[str, Any]:
-    """Publish the run; returns what happened (stored under "cloudwatch" in summary.json)."""
+    config: ExperimentConfig, run_dir: Path, summary: RunSummary, client: Any = None
+) -> CloudWatchResult:
+    """Publish the run; returns what happened (stored under "cloudwatch" in summary.json).
+
+    ``client``: a boto3 CloudWatch client (tests pass a stub); boto3 has no type stubs here."""
     global _warned_no_credentials
-    data_dict = summary.data if hasattr(summary, "data") else summary
     if client is None:
         session = boto3.Session(region_name=config.region)
         if not _has_credentials(session):
             if not _warned_no_credentials:
                 LOG.warning("CloudWatch publishing disabled: no AWS credentials found")
                 _warned_no_credentials = True
-            return {"published": False, "reason": "no AWS credentials"}
+            return CloudWatchResult(published=False, reason="no AWS credentials")
         client = session.client(
             "cloudwatch",
             config=Config(
                 connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}
             ),
         )
-    data = build_metric_data(config, Path(run_dir), data_dict)
+    data = build_metric_data(config, Path(run_dir), summary)
     namespace = config.loadtest.metric_namespace
     calls = 0
     try:
@@ -189,11 +190,8 @@ def publish_run(
             calls += 1
     except (BotoCoreError, ClientError) as err:
         LOG.warning("CloudWatch publishing failed after %d calls: %s", calls, err)
-        return {
-            "published": False,
-            "reason": str(err)[:500],
-            "calls": calls,
-            "namespace": namespace,
-        }
+        return CloudWatchResult(
+            published=False, reason=str(err)[:500], calls=calls, namespace=namespace
+        )
     LOG.info("published %d metric data to CloudWatch %s in %d calls", len(data), namespace, calls)
-    return {"published": True, "namespace": namespace, "datums": len(data), "calls": calls}
+    return CloudWatchResult(published=True, namespace=namespace, datums=len(data), calls=calls)

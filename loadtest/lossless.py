@@ -10,9 +10,8 @@ within the baseline arm are compared too: if the baseline does not even agree wi
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadtest.records import RequestRecord
+from loadtest.results import Lossless, LosslessMismatch
 
 CONTEXT_CHARS = 40
 
@@ -37,23 +36,23 @@ def _token_at(record: RequestRecord, char_offset: int) -> tuple[int, str]:
     return tokens_before, ""
 
 
-def first_difference(baseline: RequestRecord, speculative: RequestRecord) -> dict[str, Any]:
+def first_difference(baseline: RequestRecord, speculative: RequestRecord) -> LosslessMismatch:
     a, b = baseline.text, speculative.text
     offset = next(
         (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
     token_index, baseline_token = _token_at(baseline, offset)
     _, speculative_token = _token_at(speculative, offset)
-    return {
-        "prompt_id": baseline.prompt_id,
-        "prompt_class": baseline.prompt_class,
-        "first_diff_char": offset,
-        "first_diff_token": token_index,
-        "baseline_token": baseline_token,
-        "speculative_token": speculative_token,
-        "baseline_context": a[max(0, offset - CONTEXT_CHARS) : offset + CONTEXT_CHARS],
-        "speculative_context": b[max(0, offset - CONTEXT_CHARS) : offset + CONTEXT_CHARS],
-    }
+    return LosslessMismatch(
+        prompt_id=baseline.prompt_id,
+        prompt_class=baseline.prompt_class,
+        first_diff_char=offset,
+        first_diff_token=token_index,
+        baseline_token=baseline_token,
+        speculative_token=speculative_token,
+        baseline_context=a[max(0, offset - CONTEXT_CHARS) : offset + CONTEXT_CHARS],
+        speculative_context=b[max(0, offset - CONTEXT_CHARS) : offset + CONTEXT_CHARS],
+    )
 
 
 def _self_consistency(records: list[RequestRecord]) -> float | None:
@@ -73,18 +72,18 @@ def _self_consistency(records: list[RequestRecord]) -> float | None:
 
 def lossless_check(
     baseline: list[RequestRecord], speculative: list[RequestRecord], temperature: float
-) -> dict[str, Any]:
+) -> Lossless:
     base, sd = _first_ok(baseline), _first_ok(speculative)
     common = sorted(set(base) & set(sd))
     mismatches = [first_difference(base[p], sd[p]) for p in common if base[p].text != sd[p].text]
-    return {
-        "applicable": temperature == 0.0,
-        "note": None
+    return Lossless(
+        applicable=temperature == 0.0,
+        note=None
         if temperature == 0.0
         else f"temperature {temperature} > 0: outputs may differ legitimately",
-        "prompts_compared": len(common),
-        "exact_matches": len(common) - len(mismatches),
-        "exact_match_rate": (len(common) - len(mismatches)) / len(common) if common else None,
-        "baseline_self_consistency": _self_consistency(baseline),
-        "mismatches": mismatches,
-    }
+        prompts_compared=len(common),
+        exact_matches=len(common) - len(mismatches),
+        exact_match_rate=(len(common) - len(mismatches)) / len(common) if common else None,
+        baseline_self_consistency=_self_consistency(baseline),
+        mismatches=mismatches,
+    )

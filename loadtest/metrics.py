@@ -16,15 +16,25 @@ Definitions (the same for both arms; see docs/loadtest.md):
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from loadtest.records import RequestRecord
+from loadtest.results import (
+    Comparison,
+    Distribution,
+    LengthMismatch,
+    MetricBlock,
+    Speedups,
+    StatSpeedups,
+)
 
-PERCENTILES = (50, 90, 95, 99)
+PERCENTILES = (50, 90, 95, 99)  # the p* fields of results.Distribution
+SPEEDUP_STATS = ("mean", "p50", "p90", "p99")  # the fields of results.StatSpeedups
 # Chunks closer than this arrived in one burst (one socket read, or a stalled reader):
 # their gaps say nothing about generation speed.
 BURST_GAP_S = 1e-4
@@ -47,30 +57,27 @@ RATES: dict[str, bool] = {  # run-level rates; all higher is better
 }
 
 
-def _fraction(values: list[float], predicate: Any) -> float | None:
+def _fraction(values: list[float], predicate: Callable[[float], bool]) -> float | None:
     if not values:
         return None
     return sum(1 for v in values if predicate(v)) / len(values)
 
 
-def describe(values: Iterable[float]) -> dict[str, float | int | None]:
+def describe(values: Iterable[float]) -> Distribution:
     array = np.asarray(list(values), dtype=float)
     if array.size == 0:
-        return {
-            "count": 0,
-            "mean": None,
-            **{f"p{p}": None for p in PERCENTILES},
-            "min": None,
-            "max": None,
-        }
-    quantiles = np.percentile(array, PERCENTILES)
-    return {
-        "count": int(array.size),
-        "mean": float(array.mean()),
-        **{f"p{p}": float(q) for p, q in zip(PERCENTILES, quantiles, strict=True)},
-        "min": float(array.min()),
-        "max": float(array.max()),
-    }
+        return Distribution(count=0)
+    p50, p90, p95, p99 = (float(q) for q in np.percentile(array, PERCENTILES))
+    return Distribution(
+        count=int(array.size),
+        mean=float(array.mean()),
+        p50=p50,
+        p90=p90,
+        p95=p95,
+        p99=p99,
+        min=float(array.min()),
+        max=float(array.max()),
+    )
 
 
 def token_chunks(record: RequestRecord) -> tuple[list[float], list[int]]:
@@ -122,9 +129,7 @@ def length_mismatch(record: RequestRecord) -> bool:
     return record.ok and record.max_tokens > 0 and record.output_tokens != record.max_tokens
 
 
-def metric_block(
-    records: list[RequestRecord], window: float, slo: dict[str, float]
-) -> dict[str, Any]:
+def metric_block(records: list[RequestRecord], window: float, slo: dict[str, float]) -> MetricBlock:
     ok = [r for r in records if r.ok]
     failures = Counter(r.error for r in records if not r.ok)
     output_total = sum(r.output_tokens or 0 for r in ok)
@@ -132,57 +137,66 @@ def metric_block(
     per_request_tps = [
         (r.output_tokens or 0) / r.e2e_s for r in ok if r.e2e_s and r.output_tokens is not None
     ]
-    return {
-        "requests": len(records),
-        "succeeded": len(ok),
-        "failed": len(records) - len(ok),
-        "failures_by_reason": dict(sorted(failures.items())),
-        "output_tokens_total": output_total,
-        "length_mismatches": sum(1 for r in ok if length_mismatch(r)),
-        "inexact_token_accounting": sum(1 for r in ok if r.token_accounting != "usage"),
-        "slo_met": good,
-        "slo_attainment": good / len(records) if records else None,
-        "ttft_ms": describe(r.ttft_s * 1000 for r in ok if r.ttft_s is not None),
-        "tpot_ms": describe(t * 1000 for r in ok if (t := tpot_s(r)) is not None),
-        "itl_ms": describe(v * 1000 for r in ok for v in per_token_itl_s(r)),
-        "chunk_gap_ms": describe(v * 1000 for r in ok for v in chunk_gaps_s(r)),
-        "e2e_ms": describe((r.e2e_s or 0.0) * 1000 for r in ok),
-        "output_tokens_per_s": describe(per_request_tps),
-        "tokens_per_chunk": describe(n for r in ok for n in token_chunks(r)[1]),
-        "burst_gap_fraction": _fraction(
+    return MetricBlock(
+        requests=len(records),
+        succeeded=len(ok),
+        failed=len(records) - len(ok),
+        failures_by_reason={str(k): v for k, v in sorted(failures.items())},
+        output_tokens_total=output_total,
+        length_mismatches=sum(1 for r in ok if length_mismatch(r)),
+        inexact_token_accounting=sum(1 for r in ok if r.token_accounting != "usage"),
+        slo_met=good,
+        slo_attainment=good / len(records) if records else None,
+        ttft_ms=describe(r.ttft_s * 1000 for r in ok if r.ttft_s is not None),
+        tpot_ms=describe(t * 1000 for r in ok if (t := tpot_s(r)) is not None),
+        itl_ms=describe(v * 1000 for r in ok for v in per_token_itl_s(r)),
+        chunk_gap_ms=describe(v * 1000 for r in ok for v in chunk_gaps_s(r)),
+        e2e_ms=describe((r.e2e_s or 0.0) * 1000 for r in ok),
+        output_tokens_per_s=describe(per_request_tps),
+        tokens_per_chunk=describe(n for r in ok for n in token_chunks(r)[1]),
+        burst_gap_fraction=_fraction(
             [g for r in ok for g in chunk_gaps_s(r)], lambda g: g < BURST_GAP_S
         ),
-        "output_throughput_tok_s": output_total / window if window > 0 else None,
-        "request_throughput_rps": len(ok) / window if window > 0 else None,
-        "goodput_rps": good / window if window > 0 else None,
-    }
+        output_throughput_tok_s=output_total / window if window > 0 else None,
+        request_throughput_rps=len(ok) / window if window > 0 else None,
+        goodput_rps=good / window if window > 0 else None,
+    )
 
 
-def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> dict[str, Any]:
-    """{"window_s", "overall": block, "by_class": {class: block}} for measured records."""
+@dataclass
+class ArmMetrics:
+    """The record-derived part of an arm's summary (the rest comes from its window file)."""
+
+    window_s: float
+    warmup_excluded: int
+    arrival_lag_ms: Distribution
+    overall: MetricBlock
+    by_class: dict[str, MetricBlock] = field(default_factory=dict)
+    length_mismatch_examples: list[LengthMismatch] = field(default_factory=list)
+
+
+def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> ArmMetrics:
+    """Window, overall and per-class blocks of the measured (non-warm-up) records."""
     measured = [r for r in records if not r.warmup]
     window = window_s(measured)
     by_class: dict[str, list[RequestRecord]] = defaultdict(list)
     for record in measured:
         by_class[record.prompt_class].append(record)
-    return {
-        "window_s": window,
-        "warmup_excluded": sum(1 for r in records if r.warmup),
+    return ArmMetrics(
+        window_s=window,
+        warmup_excluded=sum(1 for r in records if r.warmup),
         # open loop: how late requests left vs their Poisson arrival (all users busy)
-        "arrival_lag_ms": describe(r.scheduled_lag_s * 1000 for r in measured),
-        "overall": metric_block(measured, window, slo),
-        "by_class": {name: metric_block(rs, window, slo) for name, rs in sorted(by_class.items())},
-        "length_mismatch_examples": [
-            {
-                "index": r.index,
-                "prompt_id": r.prompt_id,
-                "requested": r.max_tokens,
-                "got": r.output_tokens,
-            }
+        arrival_lag_ms=describe(r.scheduled_lag_s * 1000 for r in measured),
+        overall=metric_block(measured, window, slo),
+        by_class={name: metric_block(rs, window, slo) for name, rs in sorted(by_class.items())},
+        length_mismatch_examples=[
+            LengthMismatch(
+                index=r.index, prompt_id=r.prompt_id, requested=r.max_tokens, got=r.output_tokens
+            )
             for r in measured
             if length_mismatch(r)
         ][:20],
-    }
+    )
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -191,28 +205,39 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def speedups(baseline: dict[str, Any], speculative: dict[str, Any]) -> dict[str, Any]:
+def speedups(baseline: MetricBlock, speculative: MetricBlock) -> Speedups:
     """SD vs baseline, > 1 means SD is better: latency baseline/SD, throughput SD/baseline."""
     result: dict[str, Any] = {}
     for name, (_, lower_is_better) in DISTRIBUTIONS.items():
         if name == "tokens_per_chunk":
             continue
         stats: dict[str, float | None] = {}
-        for stat in ("mean", "p50", "p90", "p99"):
-            b, s = baseline[name][stat], speculative[name][stat]
+        for stat in SPEEDUP_STATS:
+            b = baseline.distribution(name).stat(stat)
+            s = speculative.distribution(name).stat(stat)
             stats[stat] = _ratio(b, s) if lower_is_better else _ratio(s, b)
-        result[name] = stats
+        result[name] = StatSpeedups(**stats)
     for name in RATES:
-        result[name] = _ratio(speculative[name], baseline[name])
-    return result
+        result[name] = _ratio(getattr(speculative, name), getattr(baseline, name))
+    return Speedups(**result)
 
 
-def compare_arms(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+class ArmBlocks(Protocol):
+    """What a comparison needs of an arm (an ArmSummary, or the ArmMetrics it is built from)."""
+
+    @property
+    def overall(self) -> MetricBlock: ...
+
+    @property
+    def by_class(self) -> dict[str, MetricBlock]: ...
+
+
+def compare_arms(arms: Mapping[str, ArmBlocks]) -> Comparison:
     base, sd = arms.get("baseline"), arms.get("speculative")
     if base is None or sd is None:
-        return {}
-    classes = sorted(set(base["by_class"]) & set(sd["by_class"]))
-    return {
-        "overall": speedups(base["overall"], sd["overall"]),
-        "by_class": {c: speedups(base["by_class"][c], sd["by_class"][c]) for c in classes},
-    }
+        return Comparison()
+    classes = sorted(set(base.by_class) & set(sd.by_class))
+    return Comparison(
+        overall=speedups(base.overall, sd.overall),
+        by_class={c: speedups(base.by_class[c], sd.by_class[c]) for c in classes},
+    )

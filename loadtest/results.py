@@ -25,7 +25,8 @@ SCHEMA_VERSION = 2
 
 class _Result(BaseModel):
     # Unknown keys are an error: a typo in an extension must not pass silently.
-    model_config = ConfigDict(extra="forbid")
+    # Attribute docstrings become the field descriptions of the published JSON Schema.
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class Distribution(_Result):
@@ -54,20 +55,32 @@ class MetricBlock(_Result):
     failures_by_reason: dict[str, int] = Field(default_factory=dict)
     output_tokens_total: int = 0
     length_mismatches: int = 0
-    inexact_token_accounting: int = 0  # responses without per-chunk usage
+    inexact_token_accounting: int = 0
+    """Responses without per-chunk usage: their tokens per chunk are counted as 1."""
     slo_met: int = 0
-    slo_attainment: float | None = None  # slo_met / requests
+    slo_attainment: float | None = None
+    """slo_met / requests."""
     ttft_ms: Distribution
+    """Request start -> first chunk carrying generated content."""
     tpot_ms: Distribution
-    itl_ms: Distribution  # per token
-    chunk_gap_ms: Distribution  # per SSE chunk
+    """(e2e - ttft) / (output_tokens - 1) per request (vLLM's definition)."""
+    itl_ms: Distribution
+    """Inter-token latency per token: a chunk of n tokens after a gap g gives n values g/n."""
+    chunk_gap_ms: Distribution
+    """Raw time between consecutive content chunks (not per token)."""
     e2e_ms: Distribution
-    output_tokens_per_s: Distribution  # per request
+    """Request start -> end of the stream."""
+    output_tokens_per_s: Distribution
+    """output_tokens / e2e, per request."""
     tokens_per_chunk: Distribution
-    burst_gap_fraction: float | None = None  # share of chunk gaps under BURST_GAP_S
-    output_throughput_tok_s: float | None = None  # over the measured window
+    """Tokens each content chunk carried (from the server's cumulative usage)."""
+    burst_gap_fraction: float | None = None
+    """Share of chunk gaps under BURST_GAP_S."""
+    output_throughput_tok_s: float | None = None
+    """Total output tokens / measured window (first start -> last end)."""
     request_throughput_rps: float | None = None
-    goodput_rps: float | None = None  # requests meeting every SLO per second
+    goodput_rps: float | None = None
+    """Requests meeting every SLO per second."""
 
     def distribution(self, name: str) -> Distribution:
         value = getattr(self, name)
@@ -87,27 +100,43 @@ class Acceptance(_Result):
     """Speculative acceptance from the server's /metrics counter deltas (None: not exported)."""
 
     available: bool
-    acceptance_rate: float | None = None  # accepted / drafted tokens
-    mean_acceptance_length: float | None = None  # 1 + accepted / drafts: tokens per target step
+    acceptance_rate: float | None = None
+    """Accepted / drafted tokens over the measured window."""
+    mean_acceptance_length: float | None = None
+    """1 + accepted / drafts: tokens per target step."""
     per_position_rate: list[float] | None = None
     drafts: float | None = None
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
-    reason: str | None = None  # why not available
+    reason: str | None = None
+    """Why the values are not available (None when they are)."""
+
+
+class ClassAcceptance(Acceptance):
+    """Acceptance of one prompt class, probed one request at a time (loadtest.probe)."""
+
+    prompts: int
+    failed: int
+    """Requests of the probe that failed."""
 
 
 class ArmSummary(_Result):
     """One serving arm: how its Locust window ended, its metrics and its acceptance."""
 
-    label: str  # config.loadtest.variant_labels[arm], the CloudWatch Variant dimension
+    label: str
+    """config.loadtest.variant_labels[arm]; the CloudWatch Variant dimension value."""
     url: str
-    stopped_by: str  # schedule_done, time_bound, killed, crashed, not_run
+    stopped_by: str
+    """Why the arm ended: schedule_done (every request sent), time_limit, worker_lost,
+    killed or crashed (Locust process), not_run (no window file)."""
     unfinished_requests: int = 0
-    load_generator_cpu: float | None = None  # share of one core used by the Locust process
+    load_generator_cpu: float | None = None
+    """Share of one core used by the Locust process."""
     not_started_requests: int = 0
     window_s: float = 0.0
     warmup_excluded: int = 0
-    arrival_lag_ms: Distribution  # open loop: how late requests left vs their arrival time
+    arrival_lag_ms: Distribution
+    """Open loop: how late requests left vs their arrival time."""
     overall: MetricBlock
     by_class: dict[str, MetricBlock] = Field(default_factory=dict)
     length_mismatch_examples: list[LengthMismatch] = Field(default_factory=list)
@@ -156,7 +185,8 @@ class LosslessMismatch(_Result):
     prompt_id: str
     prompt_class: str
     first_diff_char: int
-    first_diff_token: int  # counted on the baseline's stream
+    first_diff_token: int
+    """Counted on the baseline's stream."""
     baseline_token: str
     speculative_token: str
     baseline_context: str
@@ -166,12 +196,14 @@ class LosslessMismatch(_Result):
 class Lossless(_Result):
     """At temperature 0, the SD arm's output must equal the baseline's, prompt by prompt."""
 
-    applicable: bool  # temperature == 0
+    applicable: bool
+    """True at temperature 0 (otherwise outputs may differ legitimately)."""
     note: str | None = None
     prompts_compared: int
     exact_matches: int
     exact_match_rate: float | None = None
-    baseline_self_consistency: float | None = None  # repeats of a prompt agreeing on baseline
+    baseline_self_consistency: float | None = None
+    """Share of repeated prompts whose baseline outputs all agree (batching determinism)."""
     mismatches: list[LosslessMismatch] = Field(default_factory=list)
 
 
@@ -189,8 +221,10 @@ class RequestInfo(_Result):
 
 class LoadShapeInfo(_Result):
     concurrency: int
-    request_rate: float | None = None  # None: closed loop
-    max_duration_s: float  # per arm
+    request_rate: float | None = None
+    """None: closed loop."""
+    max_duration_s: float
+    """Time bound of one arm."""
 
 
 class SloInfo(_Result):
@@ -202,13 +236,15 @@ class SloInfo(_Result):
 class RunInfo(_Result):
     """What was run: run.json of the run directory."""
 
-    started_at: str  # UTC, ISO 8601
+    started_at: str
+    """UTC, ISO 8601."""
     model: str
     urls: dict[str, str]
     variant_labels: dict[str, str]
     request: RequestInfo
     load_shape: LoadShapeInfo
-    max_duration_s: float | None = None  # the whole comparison
+    max_duration_s: float | None = None
+    """Time bound of the whole comparison (both arms)."""
     measured_requests: int
     warmup_requests: int
     seed: int
@@ -233,11 +269,13 @@ class RunSummary(_Result):
 
     schema_version: int = SCHEMA_VERSION
     run: RunInfo
-    arms: dict[str, ArmSummary]  # keyed by Arm value, baseline first
+    arms: dict[str, ArmSummary]
+    """Keyed by Arm value, baseline first."""
     speedup: Comparison = Field(default_factory=Comparison)
     lossless: Lossless
     warnings: list[str] = Field(default_factory=list)
-    cloudwatch: CloudWatchResult | None = None  # None: not published from this run
+    cloudwatch: CloudWatchResult | None = None
+    """None: not published from this run."""
 
     def arm(self, arm: Arm | str) -> ArmSummary:
         return self.arms[str(arm)]

@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT
+from loadtest.render.headline import Headline, headline, headline_text
+from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
 from local_run.models import ModelPair, ensure_models
 from local_run.servers import LocalServers, sigterm_raises
@@ -33,7 +34,7 @@ LOCAL_RUN_MD = "local_run.md"
 class LocalRunResult:
     run_dir: Path
     ok: bool
-    headline: dict[str, Any] = field(default_factory=dict)
+    headline: Headline | None = None
     problems: list[str] = field(default_factory=list)
 
 
@@ -54,70 +55,14 @@ def new_run_dir(config: ExperimentConfig) -> Path:
     return run_dir
 
 
-def headline(summary_data: dict[str, Any]) -> dict[str, Any]:
-    """The numbers the issue asks the report to state, pulled from summary.json."""
-    speedup = (summary_data.get("speedup") or {}).get("overall") or {}
-    acceptance = summary_data["arms"]["speculative"].get("acceptance") or {}
-    lossless = summary_data.get("lossless") or {}
-    by_class = {}
-    for name, block in ((summary_data.get("speedup") or {}).get("by_class") or {}).items():
-        by_class[name] = {
-            "e2e_mean": (block.get("e2e_ms") or {}).get("mean"),
-            "tpot_mean": (block.get("tpot_ms") or {}).get("mean"),
-        }
-    return {
-        "acceptance_rate": acceptance.get("acceptance_rate"),
-        "mean_acceptance_length": acceptance.get("mean_acceptance_length"),
-        "acceptance_note": acceptance.get("reason"),
-        "speedup_e2e_mean": (speedup.get("e2e_ms") or {}).get("mean"),
-        "speedup_tpot_mean": (speedup.get("tpot_ms") or {}).get("mean"),
-        "speedup_ttft_mean": (speedup.get("ttft_ms") or {}).get("mean"),
-        "speedup_output_throughput": speedup.get("output_throughput_tok_s"),
-        "speedup_by_class": by_class,
-        "lossless_exact_match_rate": lossless.get("exact_match_rate"),
-        "lossless_prompts_compared": lossless.get("prompts_compared"),
-    }
-
-
-def _fmt(value: Any, pattern: str) -> str:
-    return "n/a" if value is None else pattern.format(value)
-
-
-def headline_text(numbers: dict[str, Any]) -> str:
-    lines = [
-        f"acceptance rate: {_fmt(numbers['acceptance_rate'], '{:.1%}')} "
-        f"(mean acceptance length {_fmt(numbers['mean_acceptance_length'], '{:.2f}')} "
-        "tokens per target step)",
-    ]
-    for name, rate in sorted((numbers.get("acceptance_by_class") or {}).items()):
-        lines.append(f"  {name} prompts, one at a time: {_fmt(rate, '{:.1%}')}")
-    lines += [
-        f"speedup SD vs baseline (>1 = SD faster): E2E mean "
-        f"{_fmt(numbers['speedup_e2e_mean'], '{:.2f}x')}, TPOT mean "
-        f"{_fmt(numbers['speedup_tpot_mean'], '{:.2f}x')}, output throughput "
-        f"{_fmt(numbers['speedup_output_throughput'], '{:.2f}x')}",
-    ]
-    for name, block in sorted(numbers["speedup_by_class"].items()):
-        lines.append(
-            f"  {name} prompts: E2E mean {_fmt(block['e2e_mean'], '{:.2f}x')}, "
-            f"TPOT mean {_fmt(block['tpot_mean'], '{:.2f}x')}"
-        )
-    lines.append(
-        f"lossless exact-match rate (greedy SD output == baseline output): "
-        f"{_fmt(numbers['lossless_exact_match_rate'], '{:.0%}')} of "
-        f"{numbers['lossless_prompts_compared']} prompts"
-    )
-    return "\n".join(lines)
-
-
-def _problems(summary_data: dict[str, Any]) -> list[str]:
+def _problems(summary: RunSummary) -> list[str]:
     problems = []
     for arm in Arm:
-        overall = summary_data["arms"][arm.value]["overall"]
-        if overall["failed"] or overall["succeeded"] != overall["requests"]:
+        overall = summary.arm(arm).overall
+        if overall.failed or overall.succeeded != overall.requests:
             problems.append(
-                f"{arm.value}: {overall['succeeded']} of {overall['requests']} requests "
-                f"succeeded ({overall['failures_by_reason']})"
+                f"{arm.value}: {overall.succeeded} of {overall.requests} requests "
+                f"succeeded ({overall.failures_by_reason})"
             )
     return problems
 
@@ -127,12 +72,12 @@ def _write_local_report(
     pair: ModelPair,
     servers: LocalServers,
     timings: dict[str, float],
-    numbers: dict[str, Any],
+    numbers: Headline,
     table: str,
     problems: list[str],
 ) -> None:
     data = {
-        "headline": numbers,
+        "headline": numbers.model_dump(mode="json"),
         "problems": problems,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "server_ready_after_s": {s.name: s.ready_after_s for s in servers.servers},
@@ -215,17 +160,14 @@ def run_local(
         per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
     timings["total"] = time.monotonic() - started
     table = render_summary_table(summary)
-    numbers = headline(summary.data)
-    numbers["acceptance_by_class"] = {
-        name: block.get("acceptance_rate") for name, block in per_class.items()
-    }
-    problems = _problems(summary.data)
+    numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
+    problems = _problems(summary)
     _write_local_report(run_dir, pair, running, timings, numbers, table, problems)
     log("")
     log(table)
     log("")
     log(headline_text(numbers))
-    for warning in summary.data.get("warnings", []):
+    for warning in summary.warnings:
         log(f"warning: {warning}")
     for problem in problems:
         log(f"problem: {problem}")

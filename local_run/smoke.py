@@ -15,7 +15,9 @@ import requests
 from experiment.config import Arm, ExperimentConfig
 from loadtest.acceptance import Counters, scrape
 from loadtest.client import RequestParams, stream_request
+from loadtest.probe import acceptance_by_class as probe_acceptance
 from loadtest.records import RequestRecord
+from loadtest.results import ClassAcceptance
 from loadtest.transport import StreamSession
 
 SMOKE_PROMPT = "Count from 1 to 60 in digits, separated by commas and a space, with no other text."
@@ -103,32 +105,9 @@ def smoke_problems(checks: dict[Arm, ArmCheck]) -> list[str]:
 
 def acceptance_by_class(
     config: ExperimentConfig, speculative_url: str, max_tokens: int | None = None
-) -> dict[str, dict[str, Any]]:
-    """Acceptance per prompt class on the speculative server.
-
-    The comparison's counters cover the whole mixed window; here each class's prompts are
-    sent one at a time (nothing else in flight) so the counter deltas belong to that class.
-    """
-    from loadtest.acceptance import acceptance_from_deltas
-    from loadtest.prompts import load_prompts
-
-    params = request_params(config, max_tokens)
-    by_class: dict[str, list[str]] = {}
-    for prompt in load_prompts(config.loadtest.prompts.files):
-        by_class.setdefault(prompt.prompt_class, []).append(prompt.text)
-    result: dict[str, dict[str, Any]] = {}
-    with requests.Session() as scrapes, StreamSession() as streams:
-        for name, texts in sorted(by_class.items()):
-            before = scrape(speculative_url, scrapes)
-            failed = 0
-            for index, text in enumerate(texts):
-                record = RequestRecord(
-                    arm=Arm.SPECULATIVE.value,
-                    index=index,
-                    prompt_id=f"{name}-{index}",
-                    prompt_class=name,
-                )
-                failed += not stream_request(streams, speculative_url, text, params, record).ok
-            block = acceptance_from_deltas(before, scrape(speculative_url, scrapes))
-            result[name] = {"prompts": len(texts), "failed": failed, **block}
-    return result
+) -> dict[str, ClassAcceptance]:
+    """Acceptance per prompt class of the configured suite on the speculative server, with
+    the local checks' request (loadtest.probe: one request at a time)."""
+    return probe_acceptance(
+        config.loadtest.prompts.files, speculative_url, request_params(config, max_tokens)
+    )

@@ -1,15 +1,46 @@
-"""Shared fixtures: scripted servers (ground truth) on ephemeral loopback ports."""
+"""Shared fixtures: scripted servers (ground truth) on ephemeral loopback ports, a fake run
+directory, and the check that every summary.json a test writes matches the published schema."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 
 from loadtest.client import RequestParams
 from loadtest.records import RequestRecord
 from loadtest.scripted_server import ScriptedServer
 from loadtest.transport import StreamSession
+
+SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"
+
+
+def _summary_schema_errors(summary: dict[str, Any]) -> list[str]:
+    """What is wrong with ``summary`` according to docs/schemas/summary.schema.json."""
+    schema = json.loads(SUMMARY_SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    return [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(summary)
+    ]
+
+
+@pytest.fixture
+def summary_schema_errors() -> Callable[[dict[str, Any]], list[str]]:
+    return _summary_schema_errors
+
+
+@pytest.fixture(autouse=True)
+def summaries_match_the_published_schema(tmp_path: Path) -> Iterator[None]:
+    """After each test: every summary.json under its tmp_path validates against the schema."""
+    yield
+    for path in sorted(tmp_path.rglob("summary.json")):
+        errors = _summary_schema_errors(json.loads(path.read_text()))
+        assert not errors, f"{path} does not match {SUMMARY_SCHEMA.name}: {errors[:5]}"
 
 
 @pytest.fixture

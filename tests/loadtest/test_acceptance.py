@@ -47,11 +47,11 @@ def test_deltas_give_rate_length_and_positions() -> None:
     }
     after = parse_counters(VLLM_TEXT)
     result = acceptance_from_deltas(before, after)
-    assert result["available"] is True
-    assert result["acceptance_rate"] == pytest.approx(120 / 210)
-    assert result["mean_acceptance_length"] == pytest.approx(1 + 120 / 30)
+    assert result.available is True
+    assert result.acceptance_rate == pytest.approx(120 / 210)
+    assert result.mean_acceptance_length == pytest.approx(1 + 120 / 30)
     # positions sorted numerically (10 after 1), each divided by the drafts delta
-    assert result["per_position_rate"] == pytest.approx([31 / 30, 5 / 30, 1 / 30])
+    assert result.per_position_rate == pytest.approx([31 / 30, 5 / 30, 1 / 30])
 
 
 def test_json_round_tripped_positions_still_match() -> None:
@@ -67,7 +67,7 @@ def test_json_round_tripped_positions_still_match() -> None:
         "num_accepted_tokens": 6.0,
         "num_accepted_tokens_per_pos": {"0": 5.0, "2": 2.0, "10": 0.0},
     }
-    assert acceptance_from_deltas(before, after)["per_position_rate"] == [1.0, 0.5, 0.0]
+    assert acceptance_from_deltas(before, after).per_position_rate == [1.0, 0.5, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -85,9 +85,9 @@ def test_json_round_tripped_positions_still_match() -> None:
 )
 def test_not_available_is_none_never_zero(before, after, reason) -> None:
     result = acceptance_from_deltas(before, after)
-    assert result["available"] is False
-    assert result["acceptance_rate"] is None and result["mean_acceptance_length"] is None
-    assert reason in result["reason"]
+    assert result.available is False
+    assert result.acceptance_rate is None and result.mean_acceptance_length is None
+    assert reason in result.reason
 
 
 def test_scrape_the_scripted_server_matches_its_truth() -> None:
@@ -111,8 +111,8 @@ def test_scrape_the_scripted_server_matches_its_truth() -> None:
         truth = server.spec_decode_truth()
         assert scrape(baseline.url) == {}
     result = acceptance_from_deltas(before, after)
-    assert result["drafts"] == truth["drafts"] == 12
-    assert result["acceptance_rate"] == pytest.approx(truth["accepted"] / truth["draft_tokens"])
+    assert result.drafts == truth["drafts"] == 12
+    assert result.acceptance_rate == pytest.approx(truth["accepted"] / truth["draft_tokens"])
     # mean acceptance length = tokens per target step = mean tokens per chunk here
-    assert result["mean_acceptance_length"] == pytest.approx(14 / 4)
+    assert result.mean_acceptance_length == pytest.approx(14 / 4)
     assert scrape(unused_loopback_url()) is None

@@ -10,7 +10,8 @@ from moto import mock_aws
 
 from experiment import build_config
 from loadtest import cloudwatch
-from loadtest.runner import summarize
+from loadtest.results import CloudWatchResult
+from loadtest.summary import summarize
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_publishes_raw_values_with_config_names(fake_run_dir, aws_env) -> None:
             Period=86400,
             Statistics=["SampleCount", "Maximum"],
         )
-    assert result["published"] is True and result["calls"] >= 1
+    assert result.published is True and result.calls is not None and result.calls >= 1
     names = lt.metric_names
     for name in (
         names.ttft,
@@ -76,7 +77,7 @@ def test_publishes_raw_values_with_config_names(fake_run_dir, aws_env) -> None:
 
 def test_value_arrays_respect_the_api_limits(fake_run_dir) -> None:
     config = build_config({})
-    data = cloudwatch.build_metric_data(config, fake_run_dir, summarize(fake_run_dir).data)
+    data = cloudwatch.build_metric_data(config, fake_run_dir, summarize(fake_run_dir))
     for datum in data:
         assert len(datum.get("Values", [])) <= cloudwatch.MAX_VALUES_PER_DATUM
         assert len(datum.get("Values", [])) == len(datum.get("Counts", []))
@@ -109,7 +110,7 @@ def test_no_credentials_disables_publishing_once(fake_run_dir, monkeypatch, capl
     with caplog.at_level(logging.WARNING, logger="loadtest.cloudwatch"):
         first = cloudwatch.publish_run(config, fake_run_dir, summary)
         second = cloudwatch.publish_run(config, fake_run_dir, summary)
-    assert first == second == {"published": False, "reason": "no AWS credentials"}
+    assert first == second == CloudWatchResult(published=False, reason="no AWS credentials")
     assert sum("no AWS credentials" in r.message for r in caplog.records) == 1
 
 
@@ -123,4 +124,4 @@ def test_cloudwatch_errors_are_reported_not_raised(fake_run_dir) -> None:
     result = cloudwatch.publish_run(
         build_config({}), fake_run_dir, summarize(fake_run_dir), client=Failing()
     )
-    assert result["published"] is False and "monitoring.invalid" in result["reason"]
+    assert result.published is False and "monitoring.invalid" in (result.reason or "")

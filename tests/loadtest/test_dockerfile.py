@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -53,10 +54,12 @@ def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None
     aliases = {"yaml": "pyyaml", "botocore": "boto3", "gevent": "locust"}
     local = {"experiment", "runtime", "loadtest"}
     imported: set[str] = set()
-    pattern = re.compile(r"^\s*(?:from|import) ([a-zA-Z_][a-zA-Z0-9_]*)", re.M)
-    for path in (ROOT / "loadtest").glob("*.py"):
-        for match in pattern.finditer(path.read_text()):
-            imported.add(match.group(1))
+    for path in (ROOT / "loadtest").rglob("*.py"):  # subpackages too (loadtest/render/)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module.split(".")[0])
     import sys
 
     third_party = {

@@ -48,25 +48,25 @@ def make(
 def test_describe_uses_exact_percentiles() -> None:
     values = [float(v) for v in range(1, 1001)]
     stats = describe(values)
-    assert stats["p99"] == pytest.approx(np.percentile(values, 99)) == pytest.approx(990.01)
-    assert stats["mean"] == 500.5 and stats["count"] == 1000
-    assert describe([])["p50"] is None
+    assert stats.p99 == pytest.approx(np.percentile(values, 99)) == pytest.approx(990.01)
+    assert stats.mean == 500.5 and stats.count == 1000
+    assert describe([]).p50 is None
 
 
 def test_block_definitions() -> None:
     # 1 + 4 + 3 tokens; gaps 40 ms (4 tokens) and 30 ms (3 tokens)
     record = make(0, ttft=0.05, gaps=[0.04, 0.03], tokens=[1, 4, 3])
     block = metric_block([record], window=0.12, slo=SLO)
-    assert block["ttft_ms"]["mean"] == pytest.approx(50.0)
-    assert block["itl_ms"]["count"] == 7
-    assert block["itl_ms"]["p50"] == pytest.approx(10.0)  # 4 x 10 ms, 3 x 10 ms
-    assert block["chunk_gap_ms"]["mean"] == pytest.approx(35.0)
-    assert block["tpot_ms"]["mean"] == pytest.approx(70.0 / 7)
-    assert block["e2e_ms"]["mean"] == pytest.approx(120.0)
-    assert block["tokens_per_chunk"]["mean"] == pytest.approx(8 / 3)
-    assert block["output_tokens_per_s"]["mean"] == pytest.approx(8 / 0.12)
-    assert block["output_throughput_tok_s"] == pytest.approx(8 / 0.12)
-    assert block["goodput_rps"] == pytest.approx(1 / 0.12)
+    assert block.ttft_ms.mean == pytest.approx(50.0)
+    assert block.itl_ms.count == 7
+    assert block.itl_ms.p50 == pytest.approx(10.0)  # 4 x 10 ms, 3 x 10 ms
+    assert block.chunk_gap_ms.mean == pytest.approx(35.0)
+    assert block.tpot_ms.mean == pytest.approx(70.0 / 7)
+    assert block.e2e_ms.mean == pytest.approx(120.0)
+    assert block.tokens_per_chunk.mean == pytest.approx(8 / 3)
+    assert block.output_tokens_per_s.mean == pytest.approx(8 / 0.12)
+    assert block.output_throughput_tok_s == pytest.approx(8 / 0.12)
+    assert block.goodput_rps == pytest.approx(1 / 0.12)
 
 
 def test_failures_slo_and_length_mismatch() -> None:
@@ -79,12 +79,12 @@ def test_failures_slo_and_length_mismatch() -> None:
         make(5, ttft=0.05, gaps=[], tokens=[1], error="timeout"),
     ]
     result = arm_metrics(records, SLO)
-    overall = result["overall"]
-    assert overall["failures_by_reason"] == {"http_5xx": 1, "timeout": 2}
-    assert (overall["succeeded"], overall["failed"]) == (3, 3)
-    assert overall["slo_met"] == 2
-    assert overall["length_mismatches"] == 1
-    assert result["length_mismatch_examples"] == [
+    overall = result.overall
+    assert overall.failures_by_reason == {"http_5xx": 1, "timeout": 2}
+    assert (overall.succeeded, overall.failed) == (3, 3)
+    assert overall.slo_met == 2
+    assert overall.length_mismatches == 1
+    assert [m.model_dump() for m in result.length_mismatch_examples] == [
         {"index": 2, "prompt_id": "p2", "requested": 4, "got": 2}
     ]
 
@@ -97,9 +97,9 @@ def test_warmup_is_excluded_and_classes_are_split() -> None:
     ]
     records[2].warmup = True
     result = arm_metrics(records, SLO)
-    assert result["warmup_excluded"] == 1
-    assert result["overall"]["ttft_ms"]["max"] == pytest.approx(20.0)
-    assert set(result["by_class"]) == {"structured", "open_ended"}
+    assert result.warmup_excluded == 1
+    assert result.overall.ttft_ms.max == pytest.approx(20.0)
+    assert set(result.by_class) == {"structured", "open_ended"}
 
 
 def test_speedups_point_the_right_way() -> None:
@@ -109,10 +109,10 @@ def test_speedups_point_the_right_way() -> None:
     sd = arm_metrics(
         [make(i, ttft=0.05, gaps=[0.04], tokens=[4, 4], start=i / 2) for i in range(4)], SLO
     )
-    speedup = compare_arms({"baseline": base, "speculative": sd})["overall"]
-    assert speedup["e2e_ms"]["mean"] == pytest.approx(0.19 / 0.09)  # > 1: SD faster
-    assert speedup["itl_ms"]["mean"] == pytest.approx(2.0)
-    assert speedup["output_throughput_tok_s"] > 1
+    speedup = compare_arms({"baseline": base, "speculative": sd}).overall
+    assert speedup.e2e_ms.mean == pytest.approx(0.19 / 0.09)  # > 1: SD faster
+    assert speedup.itl_ms.mean == pytest.approx(2.0)
+    assert speedup.output_throughput_tok_s > 1
 
 
 def test_lossless_reports_first_differing_token() -> None:
@@ -125,17 +125,17 @@ def test_lossless_reports_first_differing_token() -> None:
         make(1, ttft=0.1, gaps=[], tokens=[2], texts=["xy"], arm="speculative"),
     ]
     result = lossless_check(base, sd, temperature=0.0)
-    assert result["prompts_compared"] == 2 and result["exact_matches"] == 1
-    assert result["exact_match_rate"] == 0.5
-    (mismatch,) = result["mismatches"]
-    assert mismatch["prompt_id"] == "p0"
-    assert mismatch["first_diff_token"] == 3  # a, b, c match; the 4th token differs
-    assert mismatch["baseline_token"] == " d"
-    assert lossless_check(base, sd, temperature=0.7)["applicable"] is False
+    assert result.prompts_compared == 2 and result.exact_matches == 1
+    assert result.exact_match_rate == 0.5
+    (mismatch,) = result.mismatches
+    assert mismatch.prompt_id == "p0"
+    assert mismatch.first_diff_token == 3  # a, b, c match; the 4th token differs
+    assert mismatch.baseline_token == " d"
+    assert lossless_check(base, sd, temperature=0.7).applicable is False
 
 
 def test_burst_arrivals_are_measured() -> None:
     smooth = make(0, ttft=0.05, gaps=[0.01] * 9, tokens=[1] * 10)
     burst = make(1, ttft=0.05, gaps=[0.00001] * 9, tokens=[1] * 10)
-    assert metric_block([smooth], 1.0, SLO)["burst_gap_fraction"] == 0.0
-    assert metric_block([smooth, burst], 1.0, SLO)["burst_gap_fraction"] == 0.5
+    assert metric_block([smooth], 1.0, SLO).burst_gap_fraction == 0.0
+    assert metric_block([smooth, burst], 1.0, SLO).burst_gap_fraction == 0.5

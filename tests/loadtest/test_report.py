@@ -6,9 +6,10 @@ import csv
 import json
 import struct
 
+from loadtest.render.console import render_summary_table
 from loadtest.report import write_report
-from loadtest.runner import summarize
-from loadtest.table import render_summary_table
+from loadtest.results import SCHEMA_VERSION
+from loadtest.summary import summarize
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -22,8 +23,8 @@ def _png_size(path) -> tuple[int, int]:
 def test_summary_has_every_section(fake_run_dir) -> None:
     summary = summarize(fake_run_dir)
     data = json.loads((fake_run_dir / "summary.json").read_text())
-    assert data == summary.data
-    assert data["schema_version"] == 1
+    assert data == json.loads(summary.model_dump_json())
+    assert data["schema_version"] == SCHEMA_VERSION
     for arm in ("baseline", "speculative"):
         block = data["arms"][arm]
         assert block["overall"]["failures_by_reason"] == {
@@ -44,12 +45,16 @@ def test_summary_has_every_section(fake_run_dir) -> None:
     assert data["arms"]["baseline"]["acceptance"]["acceptance_rate"] is None
     assert data["arms"]["speculative"]["acceptance"]["acceptance_rate"] == 120 / 280
     assert data["lossless"]["exact_match_rate"] is not None
-    assert summary.speedup("itl_ms", "mean") is not None
-    assert summary.speedup("itl_ms", "mean", prompt_class="structured") is not None
+    assert summary.speedup_of("itl_ms", "mean") == data["speedup"]["overall"]["itl_ms"]["mean"]
+    structured = data["speedup"]["by_class"]["structured"]["itl_ms"]["mean"]
+    assert summary.speedup_of("itl_ms", "mean", prompt_class="structured") == structured
+    assert structured is not None
+    assert summary.speedup_of("goodput_rps") == data["speedup"]["overall"]["goodput_rps"]
+    assert summary.speedup_of("itl_ms", prompt_class="no_such_class") is None
 
 
 def test_report_files_and_plots(fake_run_dir) -> None:
-    paths = write_report(summarize(fake_run_dir))
+    paths = write_report(summarize(fake_run_dir), fake_run_dir)
     for key in ("csv", "markdown", "html", "cdf_plot", "class_plot", "acceptance_plot"):
         assert paths[key].is_file() and paths[key].stat().st_size > 0, key
     for plot in ("cdf_plot", "class_plot", "acceptance_plot"):
@@ -103,15 +108,15 @@ def test_bursty_arrivals_and_a_busy_load_generator_are_warned_about(fake_run_dir
     window = fake_run_dir / "window_baseline.json"
     meta = json.loads(window.read_text())
     window.write_text(json.dumps({**meta, "load_generator_cpu": 0.97}))
-    data = summarize(fake_run_dir).data
-    assert data["arms"]["baseline"]["overall"]["burst_gap_fraction"] == 1.0
-    assert data["arms"]["baseline"]["load_generator_cpu"] == 0.97
-    warnings = " ".join(data["warnings"])
+    summary = summarize(fake_run_dir)
+    assert summary.arm("baseline").overall.burst_gap_fraction == 1.0
+    assert summary.arm("baseline").load_generator_cpu == 0.97
+    warnings = " ".join(summary.warnings)
     assert "arrived in bursts" in warnings and "used 97% of a core" in warnings
     assert "the load generator was busy" in warnings
-    assert "arrived in bursts" not in " ".join(w for w in data["warnings"] if "speculative" in w)
+    assert "arrived in bursts" not in " ".join(w for w in summary.warnings if "speculative" in w)
     # The same bursts with an idle client are the server's doing, and the warning says so.
     window.write_text(json.dumps({**meta, "load_generator_cpu": 0.12}))
-    warnings = " ".join(summarize(fake_run_dir).data["warnings"])
+    warnings = " ".join(summarize(fake_run_dir).warnings)
     assert "used only 12% of a core, so the server sent them together" in warnings
     assert "load generator may be the bottleneck" not in warnings

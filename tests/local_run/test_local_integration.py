@@ -17,10 +17,10 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from experiment.config import Arm, ExperimentConfig
-from loadtest import Overrides, Summary, run_comparison
+from loadtest import Overrides, RunSummary, run_comparison
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
-from local_run.run import headline
+from loadtest.render.headline import headline
 from local_run.smoke import (
     SMOKE_PROMPT,
     acceptance_by_class,
@@ -51,53 +51,61 @@ def server_counters(url: str) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def comparison(
+def comparison_dir(
     local_config: ExperimentConfig, running_servers: dict[Arm, str], tmp_path_factory: Any
-) -> Summary:
+) -> Path:
     local = local_config.local
-    return run_comparison(
+    run_dir = tmp_path_factory.mktemp("comparison")
+    run_comparison(
         local_config,
         running_servers[Arm.BASELINE],
         running_servers[Arm.SPECULATIVE],
-        tmp_path_factory.mktemp("comparison"),
+        run_dir,
         overrides=Overrides(
             max_tokens=local.max_tokens,
             concurrency=local.concurrency,
             requests_per_prompt=local.requests_per_prompt,
         ),
     )
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def comparison(comparison_dir: Path) -> RunSummary:
+    return RunSummary.model_validate_json((comparison_dir / "summary.json").read_text())
 
 
 def test_both_arms_served_every_request(
-    comparison: Summary, local_config: ExperimentConfig
+    comparison: RunSummary, local_config: ExperimentConfig
 ) -> None:
     prompts = load_prompts(local_config.loadtest.prompts.files)
     expected = len(prompts) * local_config.local.requests_per_prompt
     for arm in Arm:
-        overall = comparison.arm(arm)["overall"]
-        assert overall["requests"] == expected, arm
-        assert overall["succeeded"] == expected, (arm, overall["failures_by_reason"])
-        assert overall["failed"] == 0
-        assert comparison.arm(arm)["stopped_by"] == "schedule_done"
+        overall = comparison.arm(arm).overall
+        assert overall.requests == expected, arm
+        assert overall.succeeded == expected, (arm, overall.failures_by_reason)
+        assert overall.failed == 0
+        assert comparison.arm(arm).stopped_by == "schedule_done"
 
 
 def test_acceptance_counters_present_and_consistent_for_sd_only(
-    comparison: Summary, running_servers: dict[Arm, str], local_config: ExperimentConfig
+    comparison: RunSummary, running_servers: dict[Arm, str], local_config: ExperimentConfig
 ) -> None:
     k = local_config.local_serving_spec(Arm.SPECULATIVE, "t", "d").num_speculative_tokens
     assert k is not None
-    sd = comparison.arm(Arm.SPECULATIVE)["acceptance"]
-    assert sd["available"], sd.get("reason")
-    assert sd["drafts"] > 0
-    assert 0 <= sd["accepted_tokens"] <= sd["draft_tokens"] <= sd["drafts"] * k
-    assert 0.0 <= sd["acceptance_rate"] <= 1.0
-    assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
-    rates = sd["per_position_rate"]
-    assert len(rates) == k
+    sd = comparison.arm(Arm.SPECULATIVE).acceptance
+    assert sd.available, sd.reason
+    assert sd.drafts and sd.draft_tokens and sd.accepted_tokens is not None
+    assert sd.acceptance_rate is not None
+    assert 0 <= sd.accepted_tokens <= sd.draft_tokens <= sd.drafts * k
+    assert 0.0 <= sd.acceptance_rate <= 1.0
+    assert sd.mean_acceptance_length == pytest.approx(1 + sd.accepted_tokens / sd.drafts)
+    rates = sd.per_position_rate
+    assert rates is not None and len(rates) == k
     # Position i is accepted only if every earlier one was: the rates cannot increase.
     assert all(a >= b for a, b in itertools.pairwise(rates))
-    assert sum(rates) * sd["drafts"] == pytest.approx(sd["accepted_tokens"])
-    assert comparison.arm(Arm.BASELINE)["acceptance"]["available"] is False
+    assert sum(rates) * sd.drafts == pytest.approx(sd.accepted_tokens)
+    assert comparison.arm(Arm.BASELINE).acceptance.available is False
     baseline_metrics = server_counters(running_servers[Arm.BASELINE])
     assert not [name for name in baseline_metrics if name.startswith("vllm:spec_decode")]
     assert any(
@@ -107,29 +115,29 @@ def test_acceptance_counters_present_and_consistent_for_sd_only(
 
 
 def test_greedy_speculative_output_equals_baseline(
-    comparison: Summary, local_config: ExperimentConfig
+    comparison: RunSummary, comparison_dir: Path, local_config: ExperimentConfig
 ) -> None:
     prompts = load_prompts(local_config.loadtest.prompts.files)
-    lossless = comparison.data["lossless"]
-    assert lossless["applicable"]
-    assert lossless["prompts_compared"] == len(prompts)
-    assert lossless["exact_match_rate"] == 1.0, lossless.get("mismatches")
-    assert lossless["baseline_self_consistency"] == 1.0
+    lossless = comparison.lossless
+    assert lossless.applicable
+    assert lossless.prompts_compared == len(prompts)
+    assert lossless.exact_match_rate == 1.0, lossless.mismatches
+    assert lossless.baseline_self_consistency == 1.0
     # Beyond the report's first-response comparison: every repeat of every prompt, both arms.
     texts: dict[str, set[str]] = {}
     for arm in Arm:
-        for record in read_records(comparison.run_dir / f"records_{arm.value}.jsonl"):
+        for record in read_records(comparison_dir / f"records_{arm.value}.jsonl"):
             texts.setdefault(record.prompt_id, set()).add(record.text)
     assert len(texts) == len(prompts)
     assert {prompt: len(variants) for prompt, variants in texts.items() if len(variants) > 1} == {}
 
 
 def test_per_token_accounting_matches_the_usage_totals(
-    comparison: Summary, local_config: ExperimentConfig
+    comparison_dir: Path, local_config: ExperimentConfig
 ) -> None:
     max_tokens = local_config.local.max_tokens
     for arm in Arm:
-        records = read_records(comparison.run_dir / f"records_{arm.value}.jsonl")
+        records = read_records(comparison_dir / f"records_{arm.value}.jsonl")
         assert records
         for record in records:
             assert record.token_accounting == "usage"
@@ -167,28 +175,26 @@ def test_direct_requests_match_the_servers_own_token_counters(
 
 
 def test_local_headline_states_acceptance_speedups_and_lossless_rate(
-    comparison: Summary, tmp_path: Path
+    comparison: RunSummary, tmp_path: Path
 ) -> None:
-    numbers = headline(comparison.data)
-    assert (
-        numbers["acceptance_rate"]
-        == comparison.arm(Arm.SPECULATIVE)["acceptance"]["acceptance_rate"]
-    )
-    assert numbers["speedup_e2e_mean"] and numbers["speedup_e2e_mean"] > 0
-    assert numbers["speedup_output_throughput"] and numbers["speedup_output_throughput"] > 0
-    assert numbers["lossless_exact_match_rate"] == 1.0
-    assert set(numbers["speedup_by_class"]) == {"open_ended", "structured"}
-    json.dumps(numbers)  # serialisable into local_run.json
+    numbers = headline(comparison)
+    assert numbers.acceptance_rate == comparison.arm(Arm.SPECULATIVE).acceptance.acceptance_rate
+    assert numbers.speedup_e2e_mean and numbers.speedup_e2e_mean > 0
+    assert numbers.speedup_output_throughput and numbers.speedup_output_throughput > 0
+    assert numbers.lossless_exact_match_rate == 1.0
+    assert set(numbers.speedup_by_class) == {"open_ended", "structured"}
+    json.dumps(numbers.model_dump(mode="json"))  # serialisable into local_run.json
 
 
 def test_acceptance_by_prompt_class(
-    comparison: Summary, running_servers: dict[Arm, str], local_config: ExperimentConfig
+    comparison: RunSummary, running_servers: dict[Arm, str], local_config: ExperimentConfig
 ) -> None:
     """Runs after the comparison (it needs the speculative server to itself)."""
     per_class = acceptance_by_class(local_config, running_servers[Arm.SPECULATIVE])
     assert set(per_class) == {"open_ended", "structured"}
     for block in per_class.values():
-        assert block["failed"] == 0
-        assert block["available"], block.get("reason")
-        assert block["drafts"] > 0
-        assert 0 <= block["accepted_tokens"] <= block["draft_tokens"]
+        assert block.failed == 0
+        assert block.available, block.reason
+        assert block.drafts and block.drafts > 0
+        assert block.accepted_tokens is not None and block.draft_tokens is not None
+        assert 0 <= block.accepted_tokens <= block.draft_tokens

@@ -8,10 +8,26 @@ import pytest
 
 from experiment import build_config
 from experiment.config import Arm
+from loadtest.metrics import DISTRIBUTIONS, describe
+from loadtest.render.headline import headline, headline_text
+from loadtest.results import (
+    Acceptance,
+    ArmSummary,
+    Comparison,
+    LoadShapeInfo,
+    Lossless,
+    MetricBlock,
+    RequestInfo,
+    RunInfo,
+    RunSummary,
+    SloInfo,
+    Speedups,
+    StatSpeedups,
+)
 from local_run.__main__ import main
 from local_run.arms import arm_commands, arm_servers
 from local_run.models import ModelPair
-from local_run.run import _problems, headline, headline_text, new_run_dir
+from local_run.run import _problems, new_run_dir
 
 PAIR = ModelPair(Path("/models/abc"), {})
 
@@ -43,45 +59,80 @@ def test_servers_listen_on_the_configured_ports_and_log_per_arm(tmp_path: Path) 
     assert all(s.served_model_name == config.serving.target_model for s in servers)
 
 
-def summary_data(failed: int = 0) -> dict:
-    def arm(acceptance: dict) -> dict:
-        return {
-            "overall": {
-                "requests": 16,
-                "succeeded": 16 - failed,
-                "failed": failed,
-                "failures_by_reason": {"timeout": failed} if failed else {},
-            },
-            "acceptance": acceptance,
-        }
+def summary(failed: int = 0) -> RunSummary:
+    """A run summary with the numbers the headline reads (the rest empty)."""
+    none = describe([])
 
-    return {
-        "arms": {
-            "baseline": arm({"available": False, "reason": "no counters"}),
+    def arm(name: str, acceptance: Acceptance) -> ArmSummary:
+        overall = MetricBlock(
+            requests=16,
+            succeeded=16 - failed,
+            failed=failed,
+            failures_by_reason={"timeout": failed} if failed else {},
+            **dict.fromkeys(DISTRIBUTIONS, none),
+        )
+        return ArmSummary(
+            label=name,
+            url="",
+            stopped_by="schedule_done",
+            arrival_lag_ms=none,
+            overall=overall,
+            acceptance=acceptance,
+        )
+
+    def speedups(e2e: float, tpot: float, ttft: float | None = None) -> Speedups:
+        blocks = {name: StatSpeedups() for name in DISTRIBUTIONS if name != "tokens_per_chunk"}
+        blocks.update(
+            e2e_ms=StatSpeedups(mean=e2e),
+            tpot_ms=StatSpeedups(mean=tpot),
+            ttft_ms=StatSpeedups(mean=ttft),
+        )
+        return Speedups(**blocks)
+
+    run = RunInfo(
+        started_at="",
+        model="m",
+        urls={},
+        variant_labels={},
+        request=RequestInfo(
+            model="m",
+            max_tokens=8,
+            temperature=0.0,
+            ignore_eos=True,
+            seed=0,
+            api="chat",
+            timeout_s=1.0,
+        ),
+        load_shape=LoadShapeInfo(concurrency=1, max_duration_s=1.0),
+        measured_requests=16,
+        warmup_requests=0,
+        seed=0,
+        slo=SloInfo(ttft_ms=1.0, tpot_ms=1.0, e2e_ms=1.0),
+    )
+    overall = speedups(0.5, 0.25, 2.0)
+    overall.output_throughput_tok_s = 0.55
+    return RunSummary(
+        run=run,
+        arms={
+            "baseline": arm("Base", Acceptance(available=False, reason="no counters")),
             "speculative": arm(
-                {"available": True, "acceptance_rate": 0.4, "mean_acceptance_length": 3.8}
+                "SD", Acceptance(available=True, acceptance_rate=0.4, mean_acceptance_length=3.8)
             ),
         },
-        "speedup": {
-            "overall": {
-                "e2e_ms": {"mean": 0.5},
-                "tpot_ms": {"mean": 0.25},
-                "ttft_ms": {"mean": 2.0},
-                "output_throughput_tok_s": 0.55,
-            },
-            "by_class": {"structured": {"e2e_ms": {"mean": 0.6}, "tpot_ms": {"mean": 0.3}}},
-        },
-        "lossless": {"exact_match_rate": 1.0, "prompts_compared": 16},
-    }
+        speedup=Comparison(overall=overall, by_class={"structured": speedups(0.6, 0.3)}),
+        lossless=Lossless(
+            applicable=True, prompts_compared=16, exact_matches=16, exact_match_rate=1.0
+        ),
+    )
 
 
 def test_headline_pulls_the_numbers_the_report_must_state() -> None:
-    numbers = headline(summary_data())
-    numbers["acceptance_by_class"] = {"structured": 0.5, "open_ended": None}
-    assert numbers["acceptance_rate"] == 0.4
-    assert numbers["speedup_e2e_mean"] == 0.5
-    assert numbers["speedup_output_throughput"] == 0.55
-    assert numbers["lossless_exact_match_rate"] == 1.0
+    numbers = headline(summary(), {"structured": 0.5, "open_ended": None})
+    assert numbers.acceptance_rate == 0.4
+    assert numbers.speedup_e2e_mean == 0.5
+    assert numbers.speedup_ttft_mean == 2.0
+    assert numbers.speedup_output_throughput == 0.55
+    assert numbers.lossless_exact_match_rate == 1.0
     text = headline_text(numbers)
     assert "acceptance rate: 40.0%" in text
     assert "structured prompts, one at a time: 50.0%" in text
@@ -91,16 +142,19 @@ def test_headline_pulls_the_numbers_the_report_must_state() -> None:
 
 
 def test_missing_numbers_read_not_available() -> None:
-    data = summary_data()
-    data["arms"]["speculative"]["acceptance"] = {"available": False, "reason": "none"}
-    data["speedup"] = {}
-    text = headline_text(headline(data))
+    data = summary()
+    data.arms["speculative"].acceptance = Acceptance(available=False, reason="none")
+    data.speedup = Comparison()
+    numbers = headline(data)
+    assert numbers.acceptance_note == "none"
+    text = headline_text(numbers)
     assert "acceptance rate: n/a" in text and "E2E mean n/a" in text
+    assert "one at a time" not in text  # no per-class probe: no per-class lines
 
 
 def test_failed_requests_are_problems() -> None:
-    assert _problems(summary_data()) == []
-    problems = _problems(summary_data(failed=2))
+    assert _problems(summary()) == []
+    problems = _problems(summary(failed=2))
     assert problems[0].startswith("baseline: 14 of 16 requests succeeded")
 
 

@@ -1,0 +1,90 @@
+"""The headline of a run: the few numbers a reader wants first (acceptance, speedups,
+lossless rate), as a typed block (local_run.json) and as text (console, local_run.md)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiment.config import Arm
+from loadtest.results import RunSummary
+
+
+class ClassSpeedup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    e2e_mean: float | None = None
+    tpot_mean: float | None = None
+
+
+class Headline(BaseModel):
+    """The numbers the local run states, pulled from the run summary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    acceptance_note: str | None = None  # why acceptance is not available
+    speedup_e2e_mean: float | None = None
+    speedup_tpot_mean: float | None = None
+    speedup_ttft_mean: float | None = None
+    speedup_output_throughput: float | None = None
+    speedup_by_class: dict[str, ClassSpeedup] = Field(default_factory=dict)
+    lossless_exact_match_rate: float | None = None
+    lossless_prompts_compared: int = 0
+    # Acceptance per prompt class, one request at a time after the measured window
+    # (loadtest.probe); empty when not probed.
+    acceptance_by_class: dict[str, float | None] = Field(default_factory=dict)
+
+
+def headline(
+    summary: RunSummary, acceptance_by_class: dict[str, float | None] | None = None
+) -> Headline:
+    acceptance = summary.arm(Arm.SPECULATIVE).acceptance
+    overall = summary.speedup.overall
+    return Headline(
+        acceptance_rate=acceptance.acceptance_rate,
+        mean_acceptance_length=acceptance.mean_acceptance_length,
+        acceptance_note=acceptance.reason,
+        speedup_e2e_mean=overall.e2e_ms.mean if overall else None,
+        speedup_tpot_mean=overall.tpot_ms.mean if overall else None,
+        speedup_ttft_mean=overall.ttft_ms.mean if overall else None,
+        speedup_output_throughput=overall.output_throughput_tok_s if overall else None,
+        speedup_by_class={
+            name: ClassSpeedup(e2e_mean=block.e2e_ms.mean, tpot_mean=block.tpot_ms.mean)
+            for name, block in summary.speedup.by_class.items()
+        },
+        lossless_exact_match_rate=summary.lossless.exact_match_rate,
+        lossless_prompts_compared=summary.lossless.prompts_compared,
+        acceptance_by_class=dict(acceptance_by_class or {}),
+    )
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "n/a" if value is None else pattern.format(value)
+
+
+def headline_text(numbers: Headline) -> str:
+    lines = [
+        f"acceptance rate: {_fmt(numbers.acceptance_rate, '{:.1%}')} "
+        f"(mean acceptance length {_fmt(numbers.mean_acceptance_length, '{:.2f}')} "
+        "tokens per target step)",
+    ]
+    for name, rate in sorted(numbers.acceptance_by_class.items()):
+        lines.append(f"  {name} prompts, one at a time: {_fmt(rate, '{:.1%}')}")
+    lines += [
+        f"speedup SD vs baseline (>1 = SD faster): E2E mean "
+        f"{_fmt(numbers.speedup_e2e_mean, '{:.2f}x')}, TPOT mean "
+        f"{_fmt(numbers.speedup_tpot_mean, '{:.2f}x')}, output throughput "
+        f"{_fmt(numbers.speedup_output_throughput, '{:.2f}x')}",
+    ]
+    for name, block in sorted(numbers.speedup_by_class.items()):
+        lines.append(
+            f"  {name} prompts: E2E mean {_fmt(block.e2e_mean, '{:.2f}x')}, "
+            f"TPOT mean {_fmt(block.tpot_mean, '{:.2f}x')}"
+        )
+    lines.append(
+        f"lossless exact-match rate (greedy SD output == baseline output): "
+        f"{_fmt(numbers.lossless_exact_match_rate, '{:.0%}')} of "
+        f"{numbers.lossless_prompts_compared} prompts"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""report.md: the report's sections as Markdown."""
+
+from __future__ import annotations
+
+from loadtest.render.tables import sections
+from loadtest.results import RunSummary
+
+TITLE = "Speculative decoding load test: baseline vs SD"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += [
+        "| " + " | ".join(cell.strip().replace("|", "\\|") or " " for cell in row) + " |"
+        for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def render_markdown(summary: RunSummary, plots: list[str]) -> str:
+    parts = [f"# {TITLE}"]
+    for title, body in sections(summary, plots):
+        parts.append(f"## {title}")
+        if isinstance(body, tuple):
+            parts.append(markdown_table(*body))
+        elif isinstance(body, list):
+            parts.extend(f"![{name}]({name})" for name in body)
+        else:
+            parts.append(body)
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,128 @@
+"""PNG plots of a run: latency CDFs and per-class bars of both arms, acceptance per position.
+
+The CDFs need every sample, so they read the run's records; the bars read the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display in containers or CI
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+
+from experiment.config import Arm
+from loadtest.metrics import per_token_itl_s, tpot_s
+from loadtest.records import RequestRecord, read_records
+from loadtest.results import RunSummary
+
+COLORS = {Arm.BASELINE: "#1f77b4", Arm.SPECULATIVE: "#d62728"}
+CDF_PLOT = "latency_cdfs.png"
+CLASS_PLOT = "per_class.png"
+ACCEPTANCE_PLOT = "acceptance_per_position.png"
+DPI = 90
+
+
+def _records(run_dir: Path, arm: Arm) -> list[RequestRecord]:
+    path = run_dir / f"records_{arm.value}.jsonl"
+    records = read_records(path) if path.is_file() else []
+    return [r for r in records if not r.warmup and r.ok]
+
+
+def _cdf(axis: Axes, values: list[float], label: str, color: str) -> None:
+    if not values:
+        return
+    ordered = np.sort(np.asarray(values))
+    axis.step(
+        ordered,
+        np.arange(1, ordered.size + 1) / ordered.size,
+        where="post",
+        label=f"{label} (n={ordered.size})",
+        color=color,
+    )
+
+
+def plot_cdfs(summary: RunSummary, run_dir: Path, path: Path) -> None:
+    panels: list[tuple[str, Callable[[RequestRecord], list[float]]]] = [
+        ("TTFT (ms)", lambda r: [r.ttft_s * 1000] if r.ttft_s is not None else []),
+        ("inter-token latency per token (ms)", lambda r: [v * 1000 for v in per_token_itl_s(r)]),
+        ("TPOT (ms)", lambda r: [t * 1000] if (t := tpot_s(r)) is not None else []),
+        ("end-to-end latency (ms)", lambda r: [(r.e2e_s or 0.0) * 1000]),
+    ]
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for axis, (title, extract) in zip(axes.flat, panels, strict=True):
+        for arm in Arm:
+            values = [v for r in _records(run_dir, arm) for v in extract(r)]
+            _cdf(axis, values, summary.arm(arm).label, COLORS[arm])
+        axis.set_title(title)
+        axis.set_ylabel("fraction of samples")
+        axis.set_ylim(0, 1.02)
+        axis.grid(alpha=0.3)
+        if axis.lines:
+            axis.legend(loc="lower right", fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "no data", ha="center", va="center", transform=axis.transAxes)
+    figure.suptitle("Latency CDFs, both arms (measured requests only)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+
+
+def plot_per_class(summary: RunSummary, path: Path) -> None:
+    panels = [
+        ("TTFT p50 (ms)", "ttft_ms", "p50"),
+        ("ITL per token mean (ms)", "itl_ms", "mean"),
+        ("E2E p50 (ms)", "e2e_ms", "p50"),
+        ("output tokens/s per request (mean)", "output_tokens_per_s", "mean"),
+    ]
+    classes = sorted({c for arm in summary.arms.values() for c in arm.by_class})
+    figure, axes = plt.subplots(1, len(panels), figsize=(14, 4))
+    positions = np.arange(max(len(classes), 1))
+    width = 0.38
+    for axis, (title, metric, stat) in zip(axes, panels, strict=True):
+        for offset, arm in zip((-width / 2, width / 2), Arm, strict=True):
+            block = summary.arm(arm)
+            values = [
+                block.by_class[c].distribution(metric).stat(stat) if c in block.by_class else None
+                for c in classes
+            ]
+            axis.bar(
+                positions + offset,
+                [v or 0.0 for v in values],
+                width,
+                label=block.label,
+                color=COLORS[arm],
+            )
+        axis.set_xticks(positions, classes or ["(none)"], rotation=15)
+        axis.set_title(title, fontsize=10)
+        axis.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle("Per prompt class, both arms")
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+
+
+def plot_acceptance(summary: RunSummary, path: Path) -> bool:
+    """The SD arm's acceptance per draft position; False (no file) when not available."""
+    acceptance = summary.arm(Arm.SPECULATIVE).acceptance
+    rates = acceptance.per_position_rate
+    if not rates or acceptance.acceptance_rate is None:
+        return False
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    axis.bar(range(len(rates)), rates, color=COLORS[Arm.SPECULATIVE])
+    axis.set_xlabel("draft position")
+    axis.set_ylabel("accepted / drafts")
+    axis.set_ylim(0, 1.05)
+    axis.set_title(
+        f"Acceptance per position (rate {acceptance.acceptance_rate:.2f}, "
+        f"mean length {acceptance.mean_acceptance_length or 0.0:.2f})"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+    return True

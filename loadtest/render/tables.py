@@ -1,0 +1,303 @@
+"""The content of the report as rows of strings, shared by the console, Markdown and HTML.
+
+Each function turns part of a ``RunSummary`` into a ``Table`` (header, rows); ``sections``
+lists the report's sections in order. Missing values read ``n/a`` (never 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from experiment.config import Arm
+from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
+from loadtest.results import ArmSummary, Distribution, MetricBlock, RunSummary, Speedups
+
+Table = tuple[list[str], list[list[str]]]
+STATS = ("mean", *(f"p{p}" for p in PERCENTILES))
+NOT_AVAILABLE = "n/a"
+COUNT = "count"  # the "ok / sent" cell instead of a format
+
+
+@dataclass(frozen=True)
+class Row:
+    """One metric of the side-by-side table: its value per arm, its speedup, its format."""
+
+    label: str
+    value: Callable[[ArmSummary], float | int | None]
+    speedup: Callable[[Speedups], float | None] | None
+    fmt: str
+
+
+ROWS: list[Row] = [
+    Row("requests ok / sent", lambda a: a.overall.succeeded, None, COUNT),
+    Row("TTFT p50 (ms)", lambda a: a.overall.ttft_ms.p50, lambda s: s.ttft_ms.p50, "{:.1f}"),
+    Row("TTFT p99 (ms)", lambda a: a.overall.ttft_ms.p99, lambda s: s.ttft_ms.p99, "{:.1f}"),
+    Row("TPOT mean (ms)", lambda a: a.overall.tpot_ms.mean, lambda s: s.tpot_ms.mean, "{:.2f}"),
+    Row(
+        "ITL per token mean (ms)",
+        lambda a: a.overall.itl_ms.mean,
+        lambda s: s.itl_ms.mean,
+        "{:.2f}",
+    ),
+    Row("ITL per token p50 (ms)", lambda a: a.overall.itl_ms.p50, lambda s: s.itl_ms.p50, "{:.2f}"),
+    Row("ITL per token p99 (ms)", lambda a: a.overall.itl_ms.p99, lambda s: s.itl_ms.p99, "{:.2f}"),
+    Row(
+        "chunk gap p50 (ms)",
+        lambda a: a.overall.chunk_gap_ms.p50,
+        lambda s: s.chunk_gap_ms.p50,
+        "{:.2f}",
+    ),
+    Row("tokens per chunk mean", lambda a: a.overall.tokens_per_chunk.mean, None, "{:.2f}"),
+    Row("E2E p50 (ms)", lambda a: a.overall.e2e_ms.p50, lambda s: s.e2e_ms.p50, "{:.0f}"),
+    Row("E2E p99 (ms)", lambda a: a.overall.e2e_ms.p99, lambda s: s.e2e_ms.p99, "{:.0f}"),
+    Row(
+        "output tok/s per request",
+        lambda a: a.overall.output_tokens_per_s.mean,
+        lambda s: s.output_tokens_per_s.mean,
+        "{:.1f}",
+    ),
+    Row(
+        "output tok/s (run)",
+        lambda a: a.overall.output_throughput_tok_s,
+        lambda s: s.output_throughput_tok_s,
+        "{:.1f}",
+    ),
+    Row(
+        "requests/s",
+        lambda a: a.overall.request_throughput_rps,
+        lambda s: s.request_throughput_rps,
+        "{:.3f}",
+    ),
+    Row(
+        "goodput (req/s in SLO)",
+        lambda a: a.overall.goodput_rps,
+        lambda s: s.goodput_rps,
+        "{:.3f}",
+    ),
+    Row("failed requests", lambda a: a.overall.failed, None, "{}"),
+    Row("length mismatches", lambda a: a.overall.length_mismatches, None, "{}"),
+    Row("acceptance rate", lambda a: a.acceptance.acceptance_rate, None, "{:.3f}"),
+    Row("mean acceptance length", lambda a: a.acceptance.mean_acceptance_length, None, "{:.2f}"),
+]
+
+
+def fmt(value: float | int | None, pattern: str) -> str:
+    return NOT_AVAILABLE if value is None else pattern.format(value)
+
+
+def summary_rows(summary: RunSummary) -> Table:
+    """Both arms side by side with the speedups (the console table and "Both arms")."""
+    base, sd = summary.arm(Arm.BASELINE), summary.arm(Arm.SPECULATIVE)
+    header = ["metric", base.label, sd.label, "speedup (SD vs base)"]
+    overall = summary.speedup.overall
+    rows = []
+    for row in ROWS:
+        if row.fmt == COUNT:
+            cells = [f"{a.overall.succeeded} / {a.overall.requests}" for a in (base, sd)]
+        else:
+            cells = [fmt(row.value(a), row.fmt) for a in (base, sd)]
+        speedup = row.speedup(overall) if row.speedup and overall else None
+        rows.append([row.label, *cells, f"{speedup:.2f}x" if speedup is not None else ""])
+    lossless = summary.lossless
+    rate = lossless.exact_match_rate
+    rows.append(
+        [
+            "lossless exact-match rate",
+            "",
+            ""
+            if rate is None
+            else f"{rate:.0%} ({lossless.exact_matches}/{lossless.prompts_compared})",
+            "",
+        ]
+    )
+    reasons = sorted({reason for a in (base, sd) for reason in a.overall.failures_by_reason})
+    for reason in reasons:
+        counts = [str(a.overall.failures_by_reason.get(reason, 0)) for a in (base, sd)]
+        rows.append([f"  failed: {reason}", *counts, ""])
+    return header, rows
+
+
+def _class_row(
+    cls: str, arm_name: str, label: str, block: MetricBlock, speedup: Speedups | None
+) -> list[str]:
+    def cell(distribution: Distribution, stat: str, pattern: str = "{:.1f}") -> str:
+        return fmt(distribution.stat(stat), pattern)
+
+    e2e_mean = speedup.e2e_ms.mean if speedup else None
+    return [
+        cls,
+        label,
+        f"{block.succeeded}/{block.requests}",
+        cell(block.ttft_ms, "p50"),
+        cell(block.ttft_ms, "p99"),
+        cell(block.tpot_ms, "mean", "{:.2f}"),
+        cell(block.itl_ms, "mean", "{:.2f}"),
+        cell(block.itl_ms, "p99", "{:.2f}"),
+        cell(block.chunk_gap_ms, "p50", "{:.2f}"),
+        cell(block.e2e_ms, "p50", "{:.0f}"),
+        cell(block.e2e_ms, "p99", "{:.0f}"),
+        cell(block.output_tokens_per_s, "mean"),
+        str(block.failed),
+        "" if arm_name == Arm.BASELINE.value or e2e_mean is None else f"{e2e_mean:.2f}x",
+    ]
+
+
+def class_rows(summary: RunSummary) -> Table:
+    header = [
+        "class",
+        "arm",
+        "ok/sent",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT mean",
+        "ITL mean",
+        "ITL p99",
+        "chunk gap p50",
+        "E2E p50",
+        "E2E p99",
+        "tok/s/req",
+        "failed",
+        "speedup E2E mean",
+    ]
+    rows = [
+        _class_row(cls, arm_name, arm.label, block, summary.speedup.by_class.get(cls))
+        for arm_name, arm in summary.arms.items()
+        for cls, block in arm.by_class.items()
+    ]
+    return header, rows
+
+
+def distribution_rows(summary: RunSummary) -> Table:
+    header = ["metric", "arm", "count", *STATS, "max"]
+    rows = []
+    for name in DISTRIBUTIONS:
+        for arm in summary.arms.values():
+            stats = arm.overall.distribution(name)
+            rows.append(
+                [
+                    name,
+                    arm.label,
+                    str(stats.count),
+                    *(fmt(stats.stat(key), "{:.2f}") for key in (*STATS, "max")),
+                ]
+            )
+    return header, rows
+
+
+def failure_rows(summary: RunSummary) -> Table:
+    header = ["arm", "reason", "count"]
+    rows = [
+        [arm.label, reason, str(count)]
+        for arm in summary.arms.values()
+        for reason, count in arm.overall.failures_by_reason.items()
+    ]
+    return header, rows
+
+
+def acceptance_rows(summary: RunSummary) -> Table:
+    header = ["arm", "acceptance rate", "mean acceptance length", "per position", "note"]
+    rows = []
+    for arm in summary.arms.values():
+        acc = arm.acceptance
+        if acc.available:
+            rows.append(
+                [
+                    arm.label,
+                    fmt(acc.acceptance_rate, "{:.3f}"),
+                    fmt(acc.mean_acceptance_length, "{:.2f}"),
+                    ", ".join(f"{v:.2f}" for v in acc.per_position_rate or []),
+                    "",
+                ]
+            )
+        else:
+            rows.append([arm.label, "not available", "not available", "", acc.reason or ""])
+    return header, rows
+
+
+def lossless_rows(summary: RunSummary) -> Table:
+    header = ["prompt", "class", "first differing token", "baseline", "SD"]
+    rows = [
+        [
+            m.prompt_id,
+            m.prompt_class,
+            str(m.first_diff_token),
+            repr(m.baseline_context),
+            repr(m.speculative_context),
+        ]
+        for m in summary.lossless.mismatches
+    ]
+    return header, rows
+
+
+def length_mismatch_rows(arm: ArmSummary) -> Table:
+    header = ["request", "prompt", "requested", "got"]
+    rows = [
+        [str(m.index), m.prompt_id, str(m.requested), str(m.got)]
+        for m in arm.length_mismatch_examples
+    ]
+    return header, rows
+
+
+def run_text(summary: RunSummary) -> str:
+    run = summary.run
+    shape = run.load_shape
+    load = (
+        f"open loop at {shape.request_rate} req/s (<= {shape.concurrency} in flight)"
+        if shape.request_rate
+        else f"closed loop at concurrency {shape.concurrency}"
+    )
+    return (
+        f"Model `{run.model}`, {run.measured_requests} measured requests per arm "
+        f"(+{run.warmup_requests} warm-up, excluded), {load}, max_tokens "
+        f"{run.request.max_tokens}, temperature {run.request.temperature}, "
+        f"ignore_eos {run.request.ignore_eos}, seed {run.seed}, API "
+        f"`{run.request.api}`. Started {run.started_at}. Speedup > 1 means SD is "
+        "better (latency: base/SD; throughput: SD/base)."
+    )
+
+
+def lossless_text(summary: RunSummary) -> str:
+    lossless = summary.lossless
+    rate = lossless.exact_match_rate
+    text = (
+        "not computable (no prompt succeeded on both arms)"
+        if rate is None
+        else f"exact-match rate {rate:.0%} ({lossless.exact_matches}/"
+        f"{lossless.prompts_compared} prompts)"
+    )
+    if lossless.baseline_self_consistency is not None:
+        text += (
+            f"; the baseline agrees with itself on "
+            f"{lossless.baseline_self_consistency:.0%} of repeated prompts"
+        )
+    if lossless.note:
+        text += f" ({lossless.note})"
+    return text
+
+
+# A section's body: prose, a table, or the file names of plots.
+Body = str | Table | list[str]
+
+
+def sections(summary: RunSummary, plots: list[str]) -> list[tuple[str, Body]]:
+    """The report's sections in order (the Markdown and HTML renderers write these)."""
+    result: list[tuple[str, Body]] = [
+        ("Run", run_text(summary)),
+        ("Both arms", summary_rows(summary)),
+        ("Per prompt class", class_rows(summary)),
+        ("All statistics (overall; ms, tok/s, tokens per chunk)", distribution_rows(summary)),
+        ("Speculative acceptance (server /metrics deltas)", acceptance_rows(summary)),
+        ("Lossless check", lossless_text(summary)),
+    ]
+    if summary.lossless.mismatches:
+        result.append(("Lossless mismatches", lossless_rows(summary)))
+    failures = failure_rows(summary)
+    result.append(("Failures by reason", failures if failures[1] else "No failed requests."))
+    for arm in summary.arms.values():
+        if arm.length_mismatch_examples:
+            result.append((f"Output-length mismatches ({arm.label})", length_mismatch_rows(arm)))
+    if summary.warnings:
+        result.append(("Warnings", "\n".join(f"- {w}" for w in summary.warnings)))
+    result.append(("Plots", plots))
+    return result

@@ -1,0 +1,167 @@
+"""The summary of a run directory: records + window files + run.json -> ``RunSummary``.
+
+``summarize(run_dir)`` recomputes everything from the raw files, so a report can be rebuilt
+from any run directory (``python -m loadtest report RUN_DIR``) without rerunning the load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from experiment.config import Arm
+from loadtest.acceptance import acceptance_from_deltas
+from loadtest.lossless import lossless_check
+from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION, arm_metrics, compare_arms
+from loadtest.records import RequestRecord, read_records
+from loadtest.results import (
+    SCHEMA_VERSION,
+    ArmSummary,
+    CloudWatchResult,
+    RunInfo,
+    RunSummary,
+)
+
+RUN_JSON = "run.json"
+SUMMARY_JSON = "summary.json"
+LOAD_GENERATOR_CPU_WARNING = 0.8
+
+
+def _burst_cause(load_generator_cpu: float | None) -> str:
+    if load_generator_cpu is None:
+        return "server or load generator CPU-starved?"
+    if load_generator_cpu > LOAD_GENERATOR_CPU_WARNING:
+        return "the load generator was busy: see the CPU warning"
+    # The client reads each chunk within ~1 ms at this load (bench/README.md), so an idle
+    # client means the server wrote them together.
+    return (
+        f"the Locust process used only {load_generator_cpu:.0%} of a core, so the server "
+        "sent them together"
+    )
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    run_file = run_dir / RUN_JSON
+    if not run_file.is_file():
+        raise ValueError(f"{run_dir} is not a load-test run directory (no {RUN_JSON})")
+    try:
+        return RunInfo.model_validate_json(run_file.read_text())
+    except ValidationError as err:
+        raise ValueError(
+            f"{run_file} cannot be read by this version of the load test ({err.error_count()} "
+            f"problems, first: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}); rebuild "
+            "its report with the version that ran it"
+        ) from None
+
+
+def _arm_warnings(arm: str, block: ArmSummary, max_tokens: int) -> list[str]:
+    warnings = []
+    overall = block.overall
+    if block.stopped_by != "schedule_done":
+        warnings.append(
+            f"{arm}: stopped by {block.stopped_by} with {block.unfinished_requests} requests "
+            f"in flight and {block.not_started_requests} not started"
+        )
+    if overall.length_mismatches:
+        warnings.append(
+            f"{arm}: {overall.length_mismatches} responses differ from "
+            f"max_tokens={max_tokens} (ignore_eos ignored?)"
+        )
+    burst = overall.burst_gap_fraction
+    cpu = block.load_generator_cpu
+    if burst is not None and burst > BURST_WARNING_FRACTION:
+        warnings.append(
+            f"{arm}: {burst:.0%} of chunk gaps are under {BURST_GAP_S * 1000:.1f} ms: "
+            f"chunks arrived in bursts ({_burst_cause(cpu)}); ITL and TPOT describe "
+            "arrival at the client, not generation"
+        )
+    if cpu is not None and cpu > LOAD_GENERATOR_CPU_WARNING:
+        warnings.append(
+            f"{arm}: the Locust process used {cpu:.0%} of a core: the load generator "
+            "may be the bottleneck (lower concurrency or use a bigger machine)"
+        )
+    if overall.inexact_token_accounting:
+        warnings.append(
+            f"{arm}: {overall.inexact_token_accounting} responses had no "
+            "per-chunk usage; their tokens per chunk are counted as 1 (inexact)"
+        )
+    if overall.failed:
+        warnings.append(f"{arm}: {overall.failed} failed requests {overall.failures_by_reason}")
+    return warnings
+
+
+def _arm_summary(
+    run: RunInfo, arm: Arm, records: list[RequestRecord], meta: dict[str, Any]
+) -> ArmSummary:
+    metrics = arm_metrics(records, run.slo.model_dump())
+    return ArmSummary(
+        label=run.variant_labels[arm.value],
+        url=run.urls[arm.value],
+        stopped_by=meta.get("stopped_by", "not_run"),
+        unfinished_requests=meta.get("unfinished_requests", 0),
+        load_generator_cpu=meta.get("load_generator_cpu"),
+        not_started_requests=meta.get("not_started_requests", 0),
+        window_s=metrics.window_s,
+        warmup_excluded=metrics.warmup_excluded,
+        arrival_lag_ms=metrics.arrival_lag_ms,
+        overall=metrics.overall,
+        by_class=metrics.by_class,
+        length_mismatch_examples=metrics.length_mismatch_examples,
+        acceptance=acceptance_from_deltas(meta.get("metrics_before"), meta.get("metrics_after")),
+    )
+
+
+def summarize(run_dir: Path) -> RunSummary:
+    """Compute the summary from the records and window files of a run directory and write
+    it to summary.json."""
+    run_dir = Path(run_dir)
+    run = read_run_info(run_dir)
+    arms: dict[str, ArmSummary] = {}
+    records_by_arm: dict[Arm, list[RequestRecord]] = {}
+    warnings: list[str] = []
+    for arm in Arm:
+        path = run_dir / f"records_{arm.value}.jsonl"
+        meta_path = run_dir / f"window_{arm.value}.json"
+        records = read_records(path) if path.is_file() else []
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        records_by_arm[arm] = records
+        arms[arm.value] = _arm_summary(run, arm, records, meta)
+        warnings += _arm_warnings(arm.value, arms[arm.value], run.request.max_tokens)
+    summary = RunSummary(
+        run=run,
+        arms=arms,
+        speedup=compare_arms(arms),
+        lossless=lossless_check(
+            records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
+        ),
+        warnings=warnings,
+    )
+    write_summary(summary, run_dir)
+    return summary
+
+
+def write_summary(summary: RunSummary, run_dir: Path) -> Path:
+    path = run_dir / SUMMARY_JSON
+    path.write_text(summary.model_dump_json(indent=1))
+    return path
+
+
+def previous_cloudwatch(run_dir: Path) -> CloudWatchResult | None:
+    """The CloudWatch outcome recorded in an existing summary.json (any schema version up to
+    this one), so rebuilding a report does not forget that the run was published."""
+    path = run_dir / SUMMARY_JSON
+    if not path.is_file():
+        return None
+    previous = json.loads(path.read_text())
+    version = previous.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(
+            f"{path} has schema_version {version!r}, newer than this load test's "
+            f"{SCHEMA_VERSION}: rebuild the report with the version that wrote it"
+        )
+    block = previous.get("cloudwatch")
+    # Versions 1 and 2 store the same CloudWatch block.
+    return None if block is None else CloudWatchResult.model_validate(block)
