@@ -30,7 +30,7 @@ from charts.naming import (
 )
 from charts.objects import api_object
 from charts.runtime_package import PACKAGE_NAME, package_files
-from experiment.config import Arm, ExperimentConfig
+from experiment.config import Arm, ExperimentConfig, SecurityProfile
 from runtime.render import render
 
 NEURON_TAINT = "aws.amazon.com/neuron"
@@ -67,10 +67,21 @@ def runtime_configmap(config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def _container_security() -> dict[str, Any]:
+def _container_security(config: ExperimentConfig) -> dict[str, Any]:
     # Root stays (the DLC runs as root and reaches the DRA-injected /dev/neuron* nodes as
     # such); everything else is locked down. See the checkov skips on the Deployment.
+    if config.serving.security_profile == SecurityProfile.SAMPLE:
+        return {}
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _pod_security(config: ExperimentConfig) -> dict[str, Any]:
+    # RuntimeDefault (containerd's profile) allows mbind/set_mempolicy only with CAP_SYS_NICE,
+    # which "strict" drops; "sample" sets nothing, like the experiment's sample
+    # (aws-neuron/aws-neuron-eks-samples, speculative_decoding_trn2_vllm).
+    if config.serving.security_profile == SecurityProfile.SAMPLE:
+        return {}
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def _resources(config: ExperimentConfig) -> dict[str, Any]:
@@ -126,7 +137,7 @@ def precompile_container(config: ExperimentConfig) -> dict[str, Any]:
         ],
         "env": _env(),
         "resources": _resources(config),
-        "securityContext": _container_security(),
+        "securityContext": _container_security(config),
         "volumeMounts": [
             *_mounts(config),
             {"name": "compiled", "mountPath": compiled},
@@ -146,7 +157,7 @@ def vllm_container(config: ExperimentConfig) -> dict[str, Any]:
         "env": _env(),
         "ports": [{"name": PORT_NAME, "containerPort": serving.port, "protocol": "TCP"}],
         "resources": _resources(config),
-        "securityContext": _container_security(),
+        "securityContext": _container_security(config),
         "volumeMounts": _mounts(config),
         "startupProbe": _probe(config, PROBE_PERIOD_S, startup_failures),
         "readinessProbe": _probe(config, PROBE_PERIOD_S, PROBE_FAILURES),
@@ -162,7 +173,7 @@ def pod_spec(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
         "terminationGracePeriodSeconds": serving.termination_grace_seconds,
         "nodeSelector": {INSTANCE_TYPE_LABEL: config.cluster.neuron_nodes.instance_type},
         "tolerations": [{"key": NEURON_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": _pod_security(config),
         "resourceClaims": [
             {"name": dra.CLAIM_NAME, "resourceClaimTemplateName": claim_template_name(config)}
         ],
@@ -198,7 +209,7 @@ def deployment(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": {
             **metadata(config, name, arm_labels(config, arm)),
-            "annotations": CHECKOV_SKIPS,
+            "annotations": checkov_skips(config),
         },
         "spec": {
             "replicas": config.serving.replicas,
@@ -278,6 +289,31 @@ CHECKOV_SKIPS: dict[str, str] = {
     "checkov.io/skip5": "CKV_K8S_15=IfNotPresent on purpose: the multi-GB DLC tag is "
     "immutable, re-pulling it on every restart only adds minutes",
 }
+
+
+# What security_profile "sample" gives up, accepted with the reason (only on that profile).
+# No "=" inside a reason: checkov splits the annotation value on it.
+SAMPLE_PROFILE_FINDINGS: dict[str, str] = {
+    "CKV_K8S_20": 'security_profile "sample": no security context, as in the experiment\'s '
+    "sample; use it only when the strict profile denies the Neuron runtime (docs/serving.md)",
+    "CKV_K8S_28": 'security_profile "sample": the runtime\'s default capabilities (NET_RAW '
+    "included) are kept, as in the experiment's sample",
+    "CKV_K8S_37": 'security_profile "sample": the runtime\'s default capabilities are kept, '
+    "as in the experiment's sample",
+    "CKV_K8S_31": 'security_profile "sample": no seccomp profile, so mbind/set_mempolicy '
+    "work without CAP_SYS_NICE (RuntimeDefault denies them)",
+}
+
+
+def checkov_skips(config: ExperimentConfig) -> dict[str, str]:
+    """The Deployment's checkov.io/skipN annotations for the configured security profile."""
+    if config.serving.security_profile != SecurityProfile.SAMPLE:
+        return dict(CHECKOV_SKIPS)
+    extra = {
+        f"checkov.io/skip{len(CHECKOV_SKIPS) + index}": f"{check}={reason}"
+        for index, (check, reason) in enumerate(SAMPLE_PROFILE_FINDINGS.items(), start=1)
+    }
+    return {**CHECKOV_SKIPS, **extra}
 
 
 class VllmService(Construct):

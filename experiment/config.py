@@ -379,6 +379,13 @@ PLUGIN_DEFAULTS: dict[str, str] = {
 }
 
 
+class SecurityProfile(StrEnum):
+    """The vLLM pods' security context (docs/serving.md, first-deploy checklist)."""
+
+    STRICT = "strict"  # all capabilities dropped, no privilege escalation, RuntimeDefault seccomp
+    SAMPLE = "sample"  # none set, as the experiment's sample does (runtime defaults apply)
+
+
 class ServingConfig(_Model):
     """What both vLLM services share, plus the speculative settings of the SD arm."""
 
@@ -411,6 +418,8 @@ class ServingConfig(_Model):
     precompile_timeout_minutes: Annotated[int, Field(ge=1)] = 360  # first compile, target+draft
     compile_scratch_gib: Annotated[int, Field(ge=1)] = 256  # node-local disk vLLM compiles into
     termination_grace_seconds: Annotated[int, Field(ge=1)] = 120  # let in-flight streams finish
+    # "sample" if the Neuron runtime is denied mbind/set_mempolicy under "strict".
+    security_profile: SecurityProfile = SecurityProfile.STRICT
     seed: int = 0
 
     @model_validator(mode="before")

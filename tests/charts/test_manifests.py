@@ -13,7 +13,7 @@ import pytest
 from charts import ClusterInputs, build_charts
 from charts.loadtest_job import settings_json
 from charts.runtime_package import package_files
-from experiment import build_config
+from experiment import ConfigError, build_config
 from experiment.config import Arm
 
 CONFIG = build_config({})
@@ -104,6 +104,43 @@ def test_serving_pod(documents, arm: Arm) -> None:
     service = _find(documents, "Service", name)
     assert service["spec"]["ports"][0]["port"] == CONFIG.serving.port
     assert _find(documents, "PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
+
+
+@pytest.mark.parametrize("arm", list(Arm))
+def test_serving_pod_security_defaults_to_strict(documents, arm: Arm) -> None:
+    deployment = _find(documents, "Deployment", CONFIG.serving.service_name(arm))
+    pod = deployment["spec"]["template"]["spec"]
+    assert CONFIG.serving.security_profile == "strict"
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    annotations = deployment["metadata"]["annotations"]
+    assert not any("security_profile" in reason for reason in annotations.values())
+
+
+def test_sample_security_profile_sets_none_on_both_arms_and_says_so_to_checkov() -> None:
+    from charts.vllm_service import SAMPLE_PROFILE_FINDINGS, deployment
+
+    sample = build_config({"experiment.serving.security_profile": "sample"})
+    deployments = [deployment(sample, arm) for arm in Arm]
+    for manifest in deployments:
+        pod = manifest["spec"]["template"]["spec"]
+        # What the experiment's sample sets: nothing (runtime defaults, no seccomp profile).
+        assert pod["securityContext"] == {}
+        for container in [*pod["initContainers"], *pod["containers"]]:
+            assert container["securityContext"] == {}
+        skipped = {value.split("=", 1)[0] for value in manifest["metadata"]["annotations"].values()}
+        assert set(SAMPLE_PROFILE_FINDINGS) <= skipped
+    first, second = (d["spec"]["template"]["spec"]["securityContext"] for d in deployments)
+    assert first == second
+
+
+def test_security_profile_rejects_an_unknown_name() -> None:
+    with pytest.raises(ConfigError, match="security_profile"):
+        build_config({"experiment.serving.security_profile": "loose"})
 
 
 def test_runtime_configmap_is_the_package_source(documents) -> None:
