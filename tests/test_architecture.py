@@ -1,0 +1,146 @@
+"""The import graph of the first-party packages: no cycles, and only the allowed arrows.
+
+Every import counts, including the ones inside functions: a lazy import hides a cycle from
+the interpreter, not from the design.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Which first-party packages each package may import (besides itself). Arrows point down:
+# runtime runs inside the serving container and imports nothing of ours.
+ALLOWED: dict[str, set[str]] = {
+    "runtime": set(),
+    "experiment": {"runtime"},
+    "charts": {"experiment", "runtime"},
+    "stacks": {"charts", "experiment", "runtime"},
+    "loadtest": {"experiment"},
+    "local_run": {"loadtest", "experiment", "runtime"},
+    "bench": {"loadtest", "experiment"},
+    "tune": {"loadtest", "local_run", "experiment", "runtime"},
+}
+
+
+def packages() -> list[str]:
+    """Every top-level package of the repository (a directory with an __init__.py)."""
+    return sorted(
+        p.parent.name
+        for p in ROOT.glob("*/__init__.py")
+        if not p.parent.name.startswith(".") and p.parent.name != "tests"
+    )
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in packages():
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _imported(
+    node: ast.AST, module: str, is_package: bool, known: dict[str, Path]
+) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:  # relative: resolve against this module's package
+            base = module.split(".")
+            base = base if is_package else base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join([*base, node.module] if node.module else base)
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            submodule = f"{target}.{alias.name}"
+            yield submodule if submodule in known else target
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the first-party modules it imports (by name)."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        is_package = path.name == "__init__.py"
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for target in _imported(node, name, is_package, known):
+                # `import a.b.c` names a.b.c; the nearest known module is the dependency.
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_package_has_declared_arrows() -> None:
+    undeclared = set(packages()) - set(ALLOWED)
+    assert not undeclared, f"declare which packages these may import in ALLOWED: {undeclared}"
+
+
+def test_no_module_imports_a_module_that_imports_it_back() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_packages_import_only_the_allowed_packages() -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if (source := module.split(".")[0]) != (package := target.split(".")[0])
+        and package not in ALLOWED.get(source, set())
+    )
+    assert wrong == []
+
+
+def test_the_checks_can_fail() -> None:
+    # The detectors themselves, on a made-up graph: a three-module cycle and a wrong arrow.
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert cycles(graph) == [["a.x", "a.y", "a.z"]]
+    tree = ast.parse("from . import y\nfrom .z import q\nimport runtime.spec\n")
+    known = {"a.y": ROOT, "a.z": ROOT}
+    names = [t for node in ast.walk(tree) for t in _imported(node, "a.x", False, known)]
+    assert sorted(names) == ["a.y", "a.z", "runtime.spec"]
