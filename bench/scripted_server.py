@@ -18,7 +18,7 @@ Use in-process (a thread)::
     with ScriptedServer(Script(ttft_s=0.05, chunk_tokens=[1, 3, 2], gaps_s=0.02)) as server:
         ... server.url ...; server.log[0].send_times
 
-or as a process: ``python -m loadtest.scripted_server --script script.json`` prints one JSON
+or as a process: ``python -m bench.scripted_server --script script.json`` prints one JSON
 line ``{"url": ...}``; ``GET /_scripted/log`` returns what was sent. A script file holds one
 script object or a list (used in turn); fields are those of :class:`Script`.
 

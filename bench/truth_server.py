@@ -1,4 +1,4 @@
-"""The ground-truth server process: ``loadtest.scripted_server`` serving a bench Workload.
+"""The ground-truth server process: ``bench.scripted_server`` serving a bench Workload.
 
 Runs in its own process so the instrument under test never shares a GIL with it; send times
 are ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process on Linux), so they
@@ -34,7 +34,7 @@ START_TIMEOUT_S = 30.0
 
 
 def serve(workload: Workload) -> None:
-    from loadtest import scripted_server
+    from bench import scripted_server
 
     server = scripted_server.ScriptedServer(
         lambda index, _body: workload.script(index), precise_pacing=False, keep_alive=False

@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadtest.scripted_server import Script
+from bench.scripted_server import Script
 
 # Mixed 1..5-token chunks (k=7 speculation yields 1..8): 32 tokens in 14 chunks.
 DEFAULT_CHUNK_TOKENS = (1, 1, 3, 2, 4, 1, 2, 5, 1, 3, 2, 1, 4, 2)

@@ -13,7 +13,7 @@ import pytest
 
 from loadtest.client import RequestParams
 from loadtest.records import RequestRecord
-from loadtest.scripted_server import ScriptedServer
+from bench.scripted_server import ScriptedServer
 from loadtest.transport import StreamSession
 
 SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"

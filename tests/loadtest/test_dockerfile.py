@@ -69,3 +69,17 @@ def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None
     }
     missing = {m for m in third_party if aliases.get(m, m).lower() not in declared}
     assert not missing, f"imported by loadtest/ but not declared in the loadtest extra: {missing}"
+
+
+def test_the_image_ships_no_test_or_bench_instrument() -> None:
+    # The image copies whole source directories: the scripted server and other instruments
+    # live in bench/ (and tests/), which it never copies.
+    sources = {
+        source.rstrip("/").split("/")[0]
+        for op, arg in _instructions()
+        if op == "COPY" and "--from" not in arg
+        for source in arg.split()[:-1]
+    }
+    assert not sources & {"bench", "tests", "."}, sources
+    shipped = {path.stem for path in (ROOT / "loadtest").rglob("*.py")}
+    assert not shipped & {"scripted_server", "truth_server", "fake_vllm_server"}

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtest.scripted_server import Fault, Script, ScriptedServer, unused_loopback_url
+from bench.scripted_server import Fault, Script, ScriptedServer, unused_loopback_url
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

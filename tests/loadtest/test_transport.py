@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.scripted_server import unused_loopback_url
+from bench.scripted_server import unused_loopback_url
 from loadtest.transport import StreamSession, TransportError
 
 Handler = Callable[[socket.socket], None]
