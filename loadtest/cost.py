@@ -13,36 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, computed_field
-
 from experiment.config import Arm, ExperimentConfig
 from loadtest.records import RequestRecord
-from loadtest.stats import Interval, invert
+from loadtest.results import CostSummary, Interval, OptimalLoadCost, PriceBasis, ScopeCost
+from loadtest.stats import invert
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_UNIT = 1_000_000
 LOCAL_CAPACITY = "local"
-
-
-class PriceBasis(BaseModel):
-    """What one arm pays per hour and where the price came from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    target: str  # "trn2" (the deployment) or "local" (the CPU machine of make local)
-    instance_type: str
-    capacity_type: str  # on-demand, capacity-block, reservation, or local
-    instance_usd_per_hour: float
-    devices_claimed: int
-    devices_per_instance: int
-    source: str
-    as_of: str  # ISO date
-    nominal: bool
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def arm_usd_per_hour(self) -> float:
-        return self.instance_usd_per_hour * self.devices_claimed / self.devices_per_instance
 
 
 def is_local_run(config: ExperimentConfig, urls: Mapping[str, str]) -> bool:
@@ -95,38 +73,6 @@ def usd_per_million(arm_usd_per_hour: float, tokens_per_s: float | None) -> floa
     if not tokens_per_s or tokens_per_s <= 0:
         return None
     return arm_usd_per_hour / SECONDS_PER_HOUR / tokens_per_s * TOKENS_PER_UNIT
-
-
-class ScopeCost(BaseModel):
-    """Cost per 1M output tokens of each arm in one scope, and SD / baseline with its CI."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    usd_per_million_output_tokens: dict[str, float | None]  # arm -> USD (None: no tokens)
-    output_tokens: dict[str, int]
-    busy_share: dict[str, float | None]  # the scope's share of the arm's busy time
-    ratio: Interval  # SD cost / baseline cost: < 1 means SD is cheaper
-
-
-class OptimalLoadCost(BaseModel):
-    """Cost at the concurrency with the highest measured throughput of a sweep."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    concurrency: int
-    output_throughput_tok_s: float
-    usd_per_million_output_tokens: float | None
-
-
-class CostSummary(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    basis: PriceBasis
-    overall: ScopeCost
-    by_class: dict[str, ScopeCost]
-    # Per arm; None with ``optimal_load_note`` when the run holds no concurrency sweep.
-    at_optimal_load: dict[str, OptimalLoadCost] | None = None
-    optimal_load_note: str | None = None
 
 
 def optimal_load(

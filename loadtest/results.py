@@ -12,15 +12,18 @@ and regenerate the schema. Units are in the field names (``_ms``, ``_s``, ``_rps
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiment.config import Arm
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
+#    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 
 
 class _Result(BaseModel):
@@ -252,6 +255,8 @@ class RunInfo(_Result):
     slo: SloInfo
     overrides: dict[str, Any] = Field(default_factory=dict)
     loadtest_config: dict[str, Any] = Field(default_factory=dict)
+    analysis: AnalysisInfo | None = None
+    """k, bootstrap settings and price for the statistics and cost (None: older runs)."""
 
 
 class CloudWatchResult(_Result):
@@ -262,6 +267,145 @@ class CloudWatchResult(_Result):
     namespace: str | None = None
     datums: int | None = None
     calls: int | None = None
+
+
+class Interval(_Result):
+    """A point estimate, its paired bootstrap interval and the number of pairs behind it."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    n: int
+    """Pairs (schedule indices that succeeded on both arms) behind the figure."""
+    confidence: float
+    null_value: float | None = 1.0
+    """The value meaning "no difference" (1 for a ratio); None: not a comparison."""
+    significant: bool | None = None
+    """The interval excludes null_value; None when that question does not apply. Derived."""
+
+    @model_validator(mode="after")
+    def _significance(self) -> Interval:
+        if self.null_value is None:
+            significant = None
+        elif self.low is None or self.high is None:
+            significant = False
+        else:
+            significant = self.low > self.null_value or self.high < self.null_value
+        # Derived, never trusted from input: a stored summary re-derives it.
+        object.__setattr__(self, "significant", significant)
+        return self
+
+
+class ScopeStatistics(_Result):
+    """Paired statistics of one scope (all requests, or one prompt class)."""
+
+    pairs: int
+    speedup: dict[str, dict[str, Interval]]
+    """Metric -> stat (mean, p50, p90, p99) -> SD vs baseline, > 1 means SD is better."""
+    busy_rate_ratio: Interval
+    """SD / baseline output tokens per busy second (sum tokens / sum E2E)."""
+    acceptance_rate_estimate: Interval
+    """Client-side acceptance estimate of the SD arm (loadtest.stats)."""
+
+
+class PairedStatistics(_Result):
+    """Paired bootstrap over schedule indices (loadtest.stats), overall and per class."""
+
+    confidence: float
+    resamples: int
+    seed: int
+    unpaired: int
+    """Measured schedule indices that failed or are missing on either arm."""
+    overall: ScopeStatistics
+    by_class: dict[str, ScopeStatistics] = Field(default_factory=dict)
+
+
+class PriceBasis(_Result):
+    """What one arm pays per hour and where the price came from (config.pricing)."""
+
+    target: str
+    """trn2 (the deployment) or local (the CPU machine of make local)."""
+    instance_type: str
+    capacity_type: str
+    """on-demand, capacity-block, reservation, or local."""
+    instance_usd_per_hour: float
+    devices_claimed: int
+    devices_per_instance: int
+    source: str
+    as_of: str
+    nominal: bool
+    """A placeholder price, not a quote: cost figures are labelled nominal."""
+    arm_usd_per_hour: float = 0.0
+    """instance_usd_per_hour x devices_claimed / devices_per_instance. Derived."""
+
+    @model_validator(mode="after")
+    def _arm_price(self) -> PriceBasis:
+        share = self.devices_claimed / self.devices_per_instance
+        object.__setattr__(self, "arm_usd_per_hour", self.instance_usd_per_hour * share)
+        return self
+
+
+class ScopeCost(_Result):
+    """Cost per 1M output tokens of each arm in one scope, and SD / baseline with its CI."""
+
+    usd_per_million_output_tokens: dict[str, float | None]
+    """Arm -> USD per 1M output tokens at the measured load (None: no tokens)."""
+    output_tokens: dict[str, int]
+    busy_share: dict[str, float | None]
+    """The scope's share of the arm's busy time (sum of E2E)."""
+    ratio: Interval
+    """SD cost / baseline cost: < 1 means SD is cheaper."""
+
+
+class OptimalLoadCost(_Result):
+    """Cost at the concurrency with the highest measured throughput of a sweep."""
+
+    concurrency: int
+    output_throughput_tok_s: float
+    usd_per_million_output_tokens: float | None
+
+
+class CostSummary(_Result):
+    """Cost per 1M output tokens (loadtest.cost)."""
+
+    basis: PriceBasis
+    overall: ScopeCost
+    by_class: dict[str, ScopeCost] = Field(default_factory=dict)
+    at_optimal_load: dict[str, OptimalLoadCost] | None = None
+    """Arm -> cost at its throughput-optimal concurrency; None without a sweep."""
+    optimal_load_note: str | None = None
+
+
+class Decision(StrEnum):
+    USE_SD = "use SD"
+    DONT = "don't"
+    CANT_TELL = "can't tell"
+
+
+class ClassVerdict(_Result):
+    """Use SD for a prompt class or not, from the intervals (loadtest.verdict)."""
+
+    prompt_class: str
+    """A prompt class, or "all"."""
+    decision: Decision
+    reason: str
+    pairs: int
+    cost_ratio: Interval
+    """SD / baseline cost per 1M output tokens: < 1 is cheaper."""
+    e2e_speedup: Interval | None = None
+    """Baseline / SD mean E2E: > 1 is faster."""
+    acceptance_rate_estimate: Interval | None = None
+    lossless_mismatches: int = 0
+
+
+class AnalysisInfo(_Result):
+    """What the statistics and cost of a run need beyond its records (written to run.json)."""
+
+    num_speculative_tokens: int
+    confidence: float
+    resamples: int
+    seed: int
+    price: PriceBasis
 
 
 class RunSummary(_Result):
@@ -276,6 +420,12 @@ class RunSummary(_Result):
     warnings: list[str] = Field(default_factory=list)
     cloudwatch: CloudWatchResult | None = None
     """None: not published from this run."""
+    statistics: PairedStatistics | None = None
+    """Paired bootstrap intervals; None for runs without run.json "analysis" or pairs."""
+    cost: CostSummary | None = None
+    """Cost per 1M output tokens; None for runs without run.json "analysis"."""
+    verdict: list[ClassVerdict] = Field(default_factory=list)
+    """Per prompt class then "all": use SD / don't / can't tell."""
 
     def arm(self, arm: Arm | str) -> ArmSummary:
         return self.arms[str(arm)]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment.config import Arm, ExperimentConfig
+from loadtest.analysis import analysis_info
 from loadtest.plan import Overrides, RunPlan, build_plan
 from loadtest.report import write_report
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, SloInfo
@@ -161,6 +162,7 @@ def run_comparison(
         slo=SloInfo.model_validate(config.loadtest.slo.model_dump()),
         overrides={k: v for k, v in asdict(overrides).items() if v is not None},
         loadtest_config=config.loadtest.model_dump(mode="json"),
+        analysis=analysis_info(config, {arm.value: plan.base_url for arm, plan in plans.items()}),
     )
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)

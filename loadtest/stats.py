@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, computed_field
 
 from loadtest.metrics import tpot_s
 from loadtest.records import RequestRecord
+from loadtest.results import Interval, PairedStatistics, ScopeStatistics
 
 NO_DIFFERENCE = 1.0
 MAX_COUNT = np.iinfo(np.uint8).max
@@ -42,30 +42,6 @@ PAIRED_METRICS: dict[str, bool] = {
     "output_tokens_per_s": False,
 }
 STATS = ("mean", "p50", "p90", "p99")
-
-
-class Interval(BaseModel):
-    """A point estimate, its bootstrap interval and the number of pairs behind it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    estimate: float | None
-    low: float | None
-    high: float | None
-    n: int
-    confidence: float
-    # The value meaning "no difference" (1 for a ratio); None: not a comparison (acceptance).
-    null_value: float | None = NO_DIFFERENCE
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def significant(self) -> bool | None:
-        """The interval excludes ``null_value``; None when that question does not apply."""
-        if self.null_value is None:
-            return None
-        if self.low is None or self.high is None:
-            return False
-        return self.low > self.null_value or self.high < self.null_value
 
 
 @dataclass(frozen=True)
@@ -383,17 +359,6 @@ def pair_records(
     )
 
 
-class ScopeStatistics(BaseModel):
-    """Paired statistics of one scope (all requests, or one prompt class)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    pairs: int
-    speedup: dict[str, dict[str, Interval]]  # metric -> stat -> interval
-    busy_rate_ratio: Interval  # SD / baseline output tokens per busy second
-    acceptance_rate_estimate: Interval
-
-
 def scope_statistics(
     samples: PairedSamples, *, num_speculative_tokens: int, settings: BootstrapSettings
 ) -> ScopeStatistics:
@@ -426,17 +391,6 @@ def scope_statistics(
         busy_rate_ratio=busy,
         acceptance_rate_estimate=acceptance,
     )
-
-
-class PairedStatistics(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    confidence: float
-    resamples: int
-    seed: int
-    unpaired: int
-    overall: ScopeStatistics
-    by_class: dict[str, ScopeStatistics]
 
 
 def paired_statistics(

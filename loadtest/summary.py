@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from experiment.config import Arm
 from loadtest.acceptance import acceptance_from_deltas
+from loadtest.analysis import analyse
 from loadtest.lossless import lossless_check
 from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION, arm_metrics, compare_arms
 from loadtest.records import RequestRecord, read_records
@@ -130,14 +131,19 @@ def summarize(run_dir: Path) -> RunSummary:
         records_by_arm[arm] = records
         arms[arm.value] = _arm_summary(run, arm, records, meta)
         warnings += _arm_warnings(arm.value, arms[arm.value], run.request.max_tokens)
+    lossless = lossless_check(
+        records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
+    )
+    analysis = analyse(run.analysis, records_by_arm, arms, lossless)
     summary = RunSummary(
         run=run,
         arms=arms,
         speedup=compare_arms(arms),
-        lossless=lossless_check(
-            records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
-        ),
+        lossless=lossless,
         warnings=warnings,
+        statistics=analysis.statistics,
+        cost=analysis.cost,
+        verdict=analysis.verdict,
     )
     write_summary(summary, run_dir)
     return summary

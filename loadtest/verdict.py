@@ -13,33 +13,17 @@ it moves with throughput, so it does not decide on its own.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
-from pydantic import BaseModel, ConfigDict
-
-from loadtest.cost import CostSummary, ScopeCost
-from loadtest.stats import Interval, PairedStatistics, ScopeStatistics
+from loadtest.results import (
+    ClassVerdict,
+    CostSummary,
+    Decision,
+    Interval,
+    PairedStatistics,
+    ScopeCost,
+    ScopeStatistics,
+)
 
 ALL_CLASSES = "all"
-
-
-class Decision(StrEnum):
-    USE_SD = "use SD"
-    DONT = "don't"
-    CANT_TELL = "can't tell"
-
-
-class ClassVerdict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    prompt_class: str  # a class, or "all"
-    decision: Decision
-    reason: str
-    pairs: int
-    cost_ratio: Interval  # SD / baseline cost per 1M output tokens: < 1 is cheaper
-    e2e_speedup: Interval | None  # baseline / SD mean E2E: > 1 is faster
-    acceptance_rate_estimate: Interval | None
-    lossless_mismatches: int
 
 
 def _span(interval: Interval) -> str:

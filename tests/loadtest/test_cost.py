@@ -15,7 +15,7 @@ from loadtest.cost import (
     usd_per_million,
 )
 from loadtest.records import RequestRecord
-from loadtest.stats import Interval
+from loadtest.results import Interval, PriceBasis
 
 PRICED = {
     "experiment.pricing.neuron.capacity-block.usd_per_hour": "30",
@@ -90,9 +90,9 @@ def _record(arm: str, index: int, cls: str, e2e: float, tokens: int, ok: bool = 
 
 def test_class_pays_its_share_of_the_busy_time() -> None:
     config = build_config({})
-    basis = price_basis(config, local=True).model_copy(
-        update={"instance_usd_per_hour": 3600.0}
-    )  # 1 USD per second: costs read as seconds per 1M tokens
+    local = price_basis(config, local=True).model_dump()
+    # 1 USD per second: costs read as seconds per 1M tokens
+    basis = PriceBasis.model_validate({**local, "instance_usd_per_hour": 3600.0})
     measured = {
         # baseline: 4 s busy in a 2 s window (concurrency 2); class a took 3 s of it
         "baseline": [_record("baseline", 0, "a", 3.0, 300), _record("baseline", 1, "b", 1.0, 100)],

@@ -1,0 +1,86 @@
+"""Statistics, cost and verdict of a run: what the summary adds to the per-arm metrics.
+
+``analysis_info(config, urls)`` is written to run.json when the run starts (k, bootstrap
+settings, the price the arms pay), so ``summarize(run_dir)`` recomputes everything from the
+run directory alone; ``analyse`` does that from the records.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from experiment.config import Arm, ExperimentConfig
+from loadtest.cost import cost_summary, is_local_run, price_basis
+from loadtest.records import RequestRecord
+from loadtest.results import (
+    AnalysisInfo,
+    ArmSummary,
+    ClassVerdict,
+    CostSummary,
+    Lossless,
+    PairedStatistics,
+)
+from loadtest.stats import BootstrapSettings, paired_statistics
+from loadtest.verdict import verdicts
+
+
+def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> AnalysisInfo:
+    """What run.json records for the analysis; the local servers get the local price and k."""
+    local = is_local_run(config, urls)
+    k = config.serving.num_speculative_tokens
+    if local and config.local.num_speculative_tokens is not None:
+        k = config.local.num_speculative_tokens
+    return AnalysisInfo(
+        num_speculative_tokens=k,
+        confidence=config.statistics.confidence,
+        resamples=config.statistics.resamples,
+        seed=config.statistics.seed,
+        price=price_basis(config, local=local),
+    )
+
+
+@dataclass
+class Analysis:
+    statistics: PairedStatistics | None = None
+    cost: CostSummary | None = None
+    verdict: list[ClassVerdict] = field(default_factory=list)
+
+
+def analyse(
+    info: AnalysisInfo | None,
+    records: Mapping[Arm, list[RequestRecord]],
+    arms: Mapping[str, ArmSummary],
+    lossless: Lossless,
+) -> Analysis:
+    """Paired statistics, cost per 1M output tokens and the verdict (empty without pairs or
+    without the run's analysis settings, e.g. a run directory from an older version)."""
+    if info is None or Arm.BASELINE.value not in arms or Arm.SPECULATIVE.value not in arms:
+        return Analysis()
+    measured = {arm.value: [r for r in rs if not r.warmup] for arm, rs in records.items()}
+    statistics = paired_statistics(
+        measured.get(Arm.BASELINE.value, []),
+        measured.get(Arm.SPECULATIVE.value, []),
+        num_speculative_tokens=info.num_speculative_tokens,
+        settings=BootstrapSettings(
+            confidence=info.confidence, resamples=info.resamples, seed=info.seed
+        ),
+    )
+    if statistics.overall.pairs == 0:
+        return Analysis(statistics=statistics)
+    ratios = {None: statistics.overall.busy_rate_ratio} | {
+        name: scope.busy_rate_ratio for name, scope in statistics.by_class.items()
+    }
+    cost = cost_summary(
+        info.price,
+        measured,
+        {name: arm.window_s for name, arm in arms.items()},
+        ratios,
+    )
+    mismatches = (
+        Counter(m.prompt_class for m in lossless.mismatches) if lossless.applicable else Counter()
+    )
+    return Analysis(
+        statistics=statistics, cost=cost, verdict=verdicts(statistics, cost, dict(mismatches))
+    )
