@@ -48,6 +48,28 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["cluster.neuron_nodes.capacity_type=capacity-block"],
         r"needs capacity_reservation_id",
     ),
+    "capacity-block-without-az": (
+        [
+            "cluster.neuron_nodes.capacity_type=capacity-block",
+            "cluster.neuron_nodes.capacity_reservation_id=cr-0123456789abcdef0",
+        ],
+        r"'capacity-block' needs availability_zone",
+    ),
+    "reservation-without-az": (
+        [
+            "cluster.neuron_nodes.capacity_type=reservation",
+            "cluster.neuron_nodes.capacity_reservation_id=cr-0123456789abcdef0",
+        ],
+        r"'reservation' needs availability_zone",
+    ),
+    "capacity-az-outside-the-network": (
+        [
+            "cluster.neuron_nodes.capacity_type=capacity-block",
+            "cluster.neuron_nodes.capacity_reservation_id=cr-0123456789abcdef0",
+            "cluster.neuron_nodes.availability_zone=us-east-2d",
+        ],
+        r"availability_zone 'us-east-2d' is not one of network\.availability_zones",
+    ),
     "empty-az-list": (
         ["network.availability_zones=[]"],
         r"availability_zones must list at least 2 AZs",
@@ -157,3 +179,9 @@ def test_valid_kubernetes_names_are_accepted() -> None:
         )
     )
     assert config.serving.namespace == "0-team"
+
+
+def test_one_node_group_field_can_be_overridden_alone() -> None:
+    # `-c cluster.system_nodes.max_size=5` must keep the other defaults.
+    nodes = build_config({"experiment.cluster.system_nodes.max_size": "5"}).cluster.system_nodes
+    assert nodes.max_size == 5 and nodes.instance_type and nodes.desired_size >= nodes.min_size
