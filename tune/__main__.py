@@ -1,0 +1,125 @@
+"""``python -m tune``: choose the draft model and k from a few measured runs (docs/tuning.md).
+
+    python -m tune                         # local sweep on the miniature (plan printed first)
+    python -m tune --quick                 # tiny sweep: 2 k, 16 tokens, 1 request per prompt
+    python -m tune --plan-only             # print the plan and stop
+    python -m tune --target trn2           # the trn2 plan: compiles, node-hours, cost
+    python -m tune report runs/tune-...    # re-render tune.md and the plots from tune.json
+    python -m tune schema                  # the JSON Schema of tune.json
+
+Configuration: the ``tuning`` section, with the same --config / -c KEY=VALUE layers as every
+command of the project (e.g. -c tuning.fit_k=[2,8] -c tuning.holdout_k=[5]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from tune.results import TuneResult, tune_json_schema
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tune",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "report", "schema"])
+    parser.add_argument("run_dir", nargs="?", type=Path, help="for 'report': the sweep's directory")
+    parser.add_argument("--target", choices=["local", "trn2"], default="local")
+    parser.add_argument("--quick", action="store_true", help="tiny sweep for tests and smoke")
+    parser.add_argument("--plan-only", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--out", type=Path, help="output directory (default runs/tune-<time>)")
+    add_config_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "schema":
+        print(json.dumps(tune_json_schema(), indent=1))
+        return 0
+    if args.command == "report":
+        if args.run_dir is None:
+            print("error: python -m tune report RUN_DIR", file=sys.stderr)
+            return 2
+        from tune.report import read_result, write_outputs
+
+        print(write_outputs(read_result(args.run_dir), args.run_dir)["markdown"])
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        config = config_from_arguments(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.target == "trn2":
+        from tune.trn2 import plan_text, trn2_plan
+
+        print(plan_text(trn2_plan(config), config))
+        print(
+            "deploy: python -m charts writes one arm per candidate (tuning.drafts x measured k); "
+            "run the load test against each, then fit with the same analysis (docs/tuning.md)"
+        )
+        return 0
+    from local_run.run import runs_root
+    from local_run.servers import ServerError, sigterm_raises
+    from tune.local import local_plan, plan_text, run_local_sweep
+    from tune.predict import PredictionError
+    from tune.report import write_outputs
+
+    try:
+        if args.plan_only:
+            from loadtest.prompts import load_prompts
+
+            prompts = len(load_prompts(config.loadtest.prompts.files))
+            print(plan_text(local_plan(config, ["draft"], prompts, args.quick)))
+            return 0
+        out = args.out or runs_root(config) / f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
+        with sigterm_raises():
+            result = run_local_sweep(config, out, quick=args.quick)
+    except PredictionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ServerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: servers stopped", file=sys.stderr)
+        return 130
+    paths = write_outputs(result, out)
+    for line in _summary(result):
+        print(line)
+    print(f"report: {paths['markdown']}")
+    return 0 if result.recommendations else 1
+
+
+def _summary(result: TuneResult) -> list[str]:
+    lines = []
+    for c in result.checks:
+        lines.append(
+            f"held-out {c.draft}/{c.prompt_class} k={c.k}: predicted {c.predicted_speedup:.2f}x, "
+            f"measured {c.measured.e2e_speedup:.2f}x [{c.measured.ci_low:.2f}, "
+            f"{c.measured.ci_high:.2f}], error {c.relative_error:+.1%}"
+        )
+    for r in result.recommendations:
+        lines.append(
+            f"recommended ({r.scope}): {r.draft} k={r.k}, predicted {r.predicted_speedup:.2f}x"
+        )
+    for b in result.break_even:
+        lines.append(f"break-even ({b.prompt_class}): {b.break_even_concurrency}")
+    if result.overrides:
+        lines.append(f"paste: {result.overrides}")
+    lines += [f"note: {n}" for n in result.notes]
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())
