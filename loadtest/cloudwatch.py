@@ -149,6 +149,66 @@ def build_metric_data(
                 acceptance.mean_acceptance_length,
                 timestamp,
             )
+    return data + guardrail_metric_data(config, summary, timestamp)
+
+
+def guardrail_metric_data(
+    config: ExperimentConfig, summary: RunSummary, timestamp: datetime
+) -> list[dict[str, Any]]:
+    """What the guardrail alarms (stacks/alarms.py) and the cost graphs watch: failed share
+    and cost per 1M output tokens per arm (and class), the SD arm's acceptance estimate per
+    class, and the lossless mismatch count. Only values the run has (never a fake 0)."""
+    lt = config.loadtest
+    names = lt.metric_names
+    data: list[dict[str, Any]] = []
+
+    def dims(arm: Arm, prompt_class: str | None) -> list[dict[str, str]]:
+        variant = [{"Name": lt.variant_dimension, "Value": lt.variant_labels[arm]}]
+        if prompt_class is None:
+            return variant
+        return [*variant, {"Name": lt.prompt_class_dimension, "Value": prompt_class}]
+
+    cost = summary.cost
+    for arm in Arm:
+        arm_summary = summary.arms.get(arm.value)
+        if arm_summary is None:
+            continue
+        scopes = {None: arm_summary.overall, **arm_summary.by_class}
+        for prompt_class, block in scopes.items():
+            share = block.failed / block.requests if block.requests else None
+            data += _scalar(
+                names.failed_request_share, "None", dims(arm, prompt_class), share, timestamp
+            )
+            if cost is not None:
+                scope_cost = (
+                    cost.overall if prompt_class is None else cost.by_class.get(prompt_class)
+                )
+                usd = None if scope_cost is None else scope_cost.usd_per_million_output_tokens
+                data += _scalar(
+                    names.cost_per_million_output_tokens,
+                    "None",
+                    dims(arm, prompt_class),
+                    None if usd is None else usd.get(arm.value),
+                    timestamp,
+                )
+    if summary.statistics is not None:
+        scopes_stats = {None: summary.statistics.overall, **summary.statistics.by_class}
+        for prompt_class, scope in scopes_stats.items():
+            data += _scalar(
+                names.acceptance_rate_estimate,
+                "None",
+                dims(Arm.SPECULATIVE, prompt_class),
+                scope.acceptance_rate_estimate.estimate,
+                timestamp,
+            )
+    if summary.lossless.applicable and summary.lossless.prompts_compared:
+        data += _scalar(
+            names.lossless_mismatches,
+            "Count",
+            dims(Arm.SPECULATIVE, None),
+            len(summary.lossless.mismatches),
+            timestamp,
+        )
     return data
 
 

@@ -19,6 +19,9 @@ topic with that e-mail subscription.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -29,12 +32,26 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from experiment import Arm, ExperimentConfig
-from loadtest.prompts import load_prompts
+from experiment.loading import PROJECT_ROOT
 
 
 def prompt_classes(config: ExperimentConfig) -> list[str]:
-    """The prompt classes of the configured prompt files, sorted."""
-    return sorted({p.prompt_class for p in load_prompts(config.loadtest.prompts.files)})
+    """The prompt classes of the configured prompt files, sorted.
+
+    Reads only the ``class`` of each JSONL line: stacks/ does not import loadtest/ (the
+    load test validates the files; tests/stacks/test_alarms.py checks both agree)."""
+    classes: set[str] = set()
+    for name in config.loadtest.prompts.files:
+        path = Path(name) if Path(name).is_absolute() else PROJECT_ROOT / name
+        if not path.is_file():
+            raise ValueError(
+                f"loadtest.prompts.files: {name!r} does not exist; the guardrail alarms need "
+                "the prompt classes it defines"
+            )
+        for line in path.read_text().splitlines():
+            if line.strip():
+                classes.add(str(json.loads(line)["class"]))
+    return sorted(classes)
 
 
 def _construct_id(text: str) -> str:

@@ -4,12 +4,20 @@ every alarm watching a metric the load test really publishes (moto)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+import boto3
 import pytest
+from moto import mock_aws
 
 from experiment import Arm, ExperimentConfig, build_config
+from loadtest import cloudwatch
+from loadtest.analysis import analysis_info
+from loadtest.prompts import load_prompts
+from loadtest.records import RequestRecord, write_records
+from loadtest.runner import summarize
 from stacks.alarms import prompt_classes
 from stacks.dashboard import ObservabilityStack
 from stacks.nag import add_checks
@@ -110,8 +118,129 @@ def test_email_subscribes_a_kms_encrypted_topic_that_every_alarm_notifies(email_
     assert thresholds[names.failed_request_share] == 0.05
 
 
+def test_alarmed_classes_are_the_load_tests_prompt_classes() -> None:
+    config = build_config({})
+    files = config.loadtest.prompts.files
+    assert prompt_classes(config) == sorted({p.prompt_class for p in load_prompts(files)})
+
+
 def test_bad_email_is_rejected_with_an_example() -> None:
     from experiment import ConfigError
 
     with pytest.raises(ConfigError, match=r"oncall@example\.com"):
         build_config({"experiment.guardrails.alarm_email": "not-an-address"})
+
+
+def _record(arm: str, index: int, cls: str, *, per_chunk: int, error: str | None = None):
+    chunks = 16 // per_chunk
+    return RequestRecord(
+        arm=arm,
+        index=index,
+        prompt_id=f"{cls}-{index % 3}",
+        prompt_class=cls,
+        max_tokens=16,
+        wall_start=1_700_000_000.0 + index,
+        start=index * 0.5,
+        ttft_s=0.05,
+        e2e_s=0.05 + 0.02 * chunks,
+        chunk_times=[0.05 + 0.02 * j for j in range(chunks)],
+        chunk_tokens=[per_chunk] * chunks,
+        # the same text on both arms, however many tokens a chunk carries
+        chunk_texts=[
+            "".join(f"t{j * per_chunk + i}" for i in range(per_chunk)) for j in range(chunks)
+        ],
+        output_tokens=16,
+        error=error,
+    )
+
+
+def _run_dir(tmp_path: Path, config: ExperimentConfig) -> Path:
+    """A run directory as the runner writes it: both classes, a failure, a lossless mismatch."""
+    lt = config.loadtest
+    run = {
+        "started_at": "2026-01-01T00:00:00Z",
+        "model": config.serving.target_model,
+        "urls": {"baseline": "http://b", "speculative": "http://s"},
+        "variant_labels": {arm.value: lt.variant_labels[arm] for arm in Arm},
+        "request": {
+            "model": "m",
+            "max_tokens": 16,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "seed": 0,
+            "api": "chat",
+            "timeout_s": 5.0,
+        },
+        "load_shape": {"concurrency": 2, "request_rate": None, "max_duration_s": 60.0},
+        "measured_requests": 12,
+        "warmup_requests": 0,
+        "seed": 0,
+        "prompt_files": list(lt.prompts.files),
+        "slo": lt.slo.model_dump(),
+        "overrides": {},
+        "loadtest_config": {},
+        "analysis": analysis_info(
+            config, {"baseline": "http://b", "speculative": "http://s"}
+        ).model_dump(mode="json"),
+    }
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    for arm, per_chunk in (("baseline", 1), ("speculative", 4)):
+        records = [
+            _record(arm, i, "structured" if i % 2 else "open_ended", per_chunk=per_chunk)
+            for i in range(12)
+        ]
+        records[0].error = "http_5xx" if arm == "speculative" else None
+        if arm == "speculative":
+            records[3].chunk_texts = ["changed", *records[3].chunk_texts[1:]]
+        write_records(tmp_path / f"records_{arm}.jsonl", records)
+    return tmp_path
+
+
+@pytest.fixture
+def aws_env(monkeypatch) -> None:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-2",
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_every_alarm_watches_a_metric_the_load_test_publishes(
+    default_template, tmp_path, aws_env
+) -> None:
+    config = build_config({})
+    run_dir = _run_dir(tmp_path, config)
+    summary = summarize(run_dir)
+    with mock_aws():
+        result = cloudwatch.publish_run(config, run_dir, summary)
+        client = boto3.client("cloudwatch", region_name=config.region)
+        paginator = client.get_paginator("list_metrics")
+        published = {
+            (
+                config.loadtest.metric_namespace,
+                metric["MetricName"],
+                tuple(sorted((d["Name"], d["Value"]) for d in metric["Dimensions"])),
+            )
+            for page in paginator.paginate(Namespace=config.loadtest.metric_namespace)
+            for metric in page["Metrics"]
+        }
+        lossless = client.get_metric_statistics(
+            Namespace=config.loadtest.metric_namespace,
+            MetricName=config.loadtest.metric_names.lossless_mismatches,
+            Dimensions=[{"Name": config.loadtest.variant_dimension, "Value": "SD"}],
+            StartTime="2000-01-01T00:00:00Z",
+            EndTime="2100-01-01T00:00:00Z",
+            Period=86400,
+            Statistics=["Maximum"],
+        )["Datapoints"]
+    # The run has one SD output differing from the baseline: above the default threshold 0.
+    assert [point["Maximum"] for point in lossless] == [1.0]
+    assert result.published
+    alarms = _resources(default_template, ALARM)
+    assert alarms
+    for alarm in alarms:
+        namespace, name, dims = _watched(alarm)
+        key = (namespace, name, tuple(sorted(dims.items())))
+        assert key in published, f"{alarm['Properties']['AlarmName']} watches {key}: not published"
