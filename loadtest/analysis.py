@@ -19,6 +19,7 @@ from loadtest.results import (
     ArmSummary,
     ClassVerdict,
     CostSummary,
+    Interval,
     Lossless,
     PairedStatistics,
 )
@@ -69,9 +70,8 @@ def analyse(
     )
     if statistics.overall.pairs == 0:
         return Analysis(statistics=statistics)
-    ratios = {None: statistics.overall.busy_rate_ratio} | {
-        name: scope.busy_rate_ratio for name, scope in statistics.by_class.items()
-    }
+    ratios: dict[str | None, Interval] = {None: statistics.overall.busy_rate_ratio}
+    ratios.update({name: scope.busy_rate_ratio for name, scope in statistics.by_class.items()})
     cost = cost_summary(
         info.price,
         measured,

@@ -28,7 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from experiment.config import Arm, ExperimentConfig
 from loadtest.metrics import per_token_itl_s, tpot_s
 from loadtest.records import RequestRecord, read_records
-from loadtest.results import CloudWatchResult, MetricBlock, RunSummary
+from loadtest.results import CloudWatchResult, MetricBlock, RunSummary, ScopeStatistics
 
 LOG = logging.getLogger("loadtest.cloudwatch")
 MAX_VALUES_PER_DATUM = 150  # PutMetricData limit for Values/Counts
@@ -173,7 +173,8 @@ def guardrail_metric_data(
         arm_summary = summary.arms.get(arm.value)
         if arm_summary is None:
             continue
-        scopes = {None: arm_summary.overall, **arm_summary.by_class}
+        scopes: dict[str | None, MetricBlock] = {None: arm_summary.overall}
+        scopes.update(arm_summary.by_class)
         for prompt_class, block in scopes.items():
             share = block.failed / block.requests if block.requests else None
             data += _scalar(
@@ -192,7 +193,8 @@ def guardrail_metric_data(
                     timestamp,
                 )
     if summary.statistics is not None:
-        scopes_stats = {None: summary.statistics.overall, **summary.statistics.by_class}
+        scopes_stats: dict[str | None, ScopeStatistics] = {None: summary.statistics.overall}
+        scopes_stats.update(summary.statistics.by_class)
         for prompt_class, scope in scopes_stats.items():
             data += _scalar(
                 names.acceptance_rate_estimate,
