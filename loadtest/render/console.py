@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from loadtest.render.decision import cost_rows, price_text, verdict_rows
 from loadtest.render.tables import summary_rows
 from loadtest.results import RunSummary
 
 
-def render_summary_table(summary: RunSummary) -> str:
-    """Both arms and the speedups, one metric per line."""
-    header, rows = summary_rows(summary)
+def fixed_width(header: list[str], rows: list[list[str]]) -> str:
+    """A plain-text table: first column left-aligned, the others right-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(
@@ -18,3 +18,16 @@ def render_summary_table(summary: RunSummary) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def render_summary_table(summary: RunSummary) -> str:
+    """Both arms and the speedups, one metric per line; then the cost per 1M output tokens
+    and the verdict per prompt class when the run has them."""
+    parts = [fixed_width(*summary_rows(summary))]
+    costs = cost_rows(summary)
+    if costs[1]:
+        parts += [fixed_width(*costs), price_text(summary)]
+    verdict = verdict_rows(summary)
+    if verdict[1]:
+        parts.append(fixed_width(*verdict))
+    return "\n\n".join(parts)

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 
 from experiment.config import Arm
 from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
+from loadtest.render.decision import (
+    cost_rows,
+    interval_rows,
+    price_text,
+    verdict_rows,
+    verdict_text,
+)
 from loadtest.results import ArmSummary, Distribution, MetricBlock, RunSummary, Speedups
 
 Table = tuple[list[str], list[list[str]]]
@@ -282,9 +289,25 @@ Body = str | Table | list[str]
 
 def sections(summary: RunSummary, plots: list[str]) -> list[tuple[str, Body]]:
     """The report's sections in order (the Markdown and HTML renderers write these)."""
+    verdict = verdict_rows(summary)
     result: list[tuple[str, Body]] = [
+        ("Verdict: use speculative decoding?", verdict if verdict[1] else verdict_text(summary)),
         ("Run", run_text(summary)),
         ("Both arms", summary_rows(summary)),
+        ("Cost per 1M output tokens", price_text(summary)),
+    ]
+    if summary.cost is not None:
+        result.append(("Cost by scope", cost_rows(summary)))
+    if summary.statistics is not None:
+        result.append(
+            (
+                f"Confidence intervals (paired bootstrap, {summary.statistics.resamples} "
+                f"resamples, seed {summary.statistics.seed}; {summary.statistics.unpaired} "
+                "requests unpaired)",
+                interval_rows(summary),
+            )
+        )
+    result += [
         ("Per prompt class", class_rows(summary)),
         ("All statistics (overall; ms, tok/s, tokens per chunk)", distribution_rows(summary)),
         ("Speculative acceptance (server /metrics deltas)", acceptance_rows(summary)),

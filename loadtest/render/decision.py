@@ -1,0 +1,188 @@
+"""The decision part of the report as rows of strings: verdict, intervals, cost.
+
+Shared by the console, Markdown and HTML renderers like ``tables``; every figure shows its
+interval and n. Missing values read ``n/a`` (never 0).
+"""
+
+from __future__ import annotations
+
+from loadtest.results import Interval, RunSummary, ScopeCost, ScopeStatistics
+
+Table = tuple[list[str], list[list[str]]]
+NOT_AVAILABLE = "n/a"
+ALL = "all"
+# (label, metric, stat) of the speedups with an interval, in report order.
+SPEEDUPS = (
+    ("TTFT mean", "ttft_ms", "mean"),
+    ("TTFT p50", "ttft_ms", "p50"),
+    ("TTFT p99", "ttft_ms", "p99"),
+    ("TPOT mean", "tpot_ms", "mean"),
+    ("TPOT p99", "tpot_ms", "p99"),
+    ("E2E mean", "e2e_ms", "mean"),
+    ("E2E p50", "e2e_ms", "p50"),
+    ("E2E p90", "e2e_ms", "p90"),
+    ("E2E p99", "e2e_ms", "p99"),
+    ("output tok/s per request mean", "output_tokens_per_s", "mean"),
+)
+
+
+def interval_text(interval: Interval | None, pattern: str = "{:.3f}", unit: str = "x") -> str:
+    """``1.234x [1.101, 1.352]``; the estimate alone when there is no interval."""
+    if interval is None or interval.estimate is None:
+        return NOT_AVAILABLE
+    text = pattern.format(interval.estimate) + unit
+    if interval.low is None or interval.high is None:
+        return f"{text} (no interval)"
+    return f"{text} [{pattern.format(interval.low)}, {pattern.format(interval.high)}]"
+
+
+def _significance(interval: Interval) -> str:
+    if interval.significant is None:
+        return ""
+    return "yes" if interval.significant else "no"
+
+
+def verdict_rows(summary: RunSummary) -> Table:
+    """One row per prompt class, then all classes: the decision and why."""
+    level = f"{summary.statistics.confidence:.0%} CI" if summary.statistics else "CI"
+    header = [
+        "prompt class",
+        "verdict",
+        f"cost SD / base [{level}]",
+        f"E2E speedup [{level}]",
+        "acceptance (estimate)",
+        "pairs",
+        "why",
+    ]
+    rows = [
+        [
+            v.prompt_class,
+            v.decision.value,
+            interval_text(v.cost_ratio),
+            interval_text(v.e2e_speedup),
+            interval_text(v.acceptance_rate_estimate, unit=""),
+            str(v.pairs),
+            v.reason,
+        ]
+        for v in summary.verdict
+    ]
+    return header, rows
+
+
+def verdict_text(summary: RunSummary) -> str:
+    """Why there is no verdict table (None when there is one)."""
+    if summary.run.analysis is None:
+        return (
+            "No verdict: this run directory predates the statistics (no analysis settings in "
+            "run.json). Rerun the load test to get intervals, cost and a verdict."
+        )
+    return (
+        "No verdict: no request succeeded on both arms, so nothing can be compared. See the "
+        "failures below."
+    )
+
+
+def _scopes(summary: RunSummary) -> list[tuple[str, ScopeStatistics]]:
+    if summary.statistics is None:
+        return []
+    return [(ALL, summary.statistics.overall), *sorted(summary.statistics.by_class.items())]
+
+
+def interval_rows(summary: RunSummary) -> Table:
+    """Every speedup (SD vs baseline, > 1 is better) with its interval, n and significance."""
+    level = f"{summary.statistics.confidence:.0%}" if summary.statistics else ""
+    header = [
+        "scope",
+        "figure",
+        "estimate",
+        f"{level} CI low",
+        f"{level} CI high",
+        "n",
+        "excludes 1",
+    ]
+    rows: list[list[str]] = []
+
+    def row(scope: str, label: str, interval: Interval | None, pattern: str = "{:.3f}") -> None:
+        if interval is None:
+            return
+        cells = [
+            NOT_AVAILABLE if value is None else pattern.format(value)
+            for value in (interval.estimate, interval.low, interval.high)
+        ]
+        rows.append([scope, label, *cells, str(interval.n), _significance(interval)])
+
+    for scope, stats in _scopes(summary):
+        for label, metric, stat in SPEEDUPS:
+            row(scope, f"{label} speedup", stats.speedup.get(metric, {}).get(stat))
+        row(scope, "output tok per busy second (SD / base)", stats.busy_rate_ratio)
+        row(scope, "acceptance rate (client-side estimate)", stats.acceptance_rate_estimate)
+    return header, rows
+
+
+def _cost_row(scope: str, cost: ScopeCost) -> list[str]:
+    usd = cost.usd_per_million_output_tokens
+
+    def money(arm: str) -> str:
+        value = usd.get(arm)
+        return NOT_AVAILABLE if value is None else f"{value:,.4g}"
+
+    return [
+        scope,
+        money("baseline"),
+        money("speculative"),
+        interval_text(cost.ratio),
+        str(cost.ratio.n),
+        _significance(cost.ratio),
+    ]
+
+
+def cost_rows(summary: RunSummary) -> Table:
+    currency = "USD"
+    header = [
+        "scope",
+        f"baseline {currency} / 1M output tokens",
+        f"SD {currency} / 1M output tokens",
+        "SD / base [CI]",
+        "pairs",
+        "excludes 1",
+    ]
+    cost = summary.cost
+    if cost is None:
+        return header, []
+    rows = [_cost_row(ALL, cost.overall)]
+    rows += [_cost_row(name, scope) for name, scope in sorted(cost.by_class.items())]
+    if cost.at_optimal_load:
+        for arm, point in cost.at_optimal_load.items():
+            value = point.usd_per_million_output_tokens
+            rows.append(
+                [
+                    f"{arm} at its throughput-optimal concurrency {point.concurrency}",
+                    NOT_AVAILABLE if value is None else f"{value:,.4g}",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+    return header, rows
+
+
+def price_text(summary: RunSummary) -> str:
+    """The price behind every cost figure, where it came from, and whether it is nominal."""
+    if summary.cost is None:
+        return "No cost: this run has no price (run directory from an older version)."
+    basis = summary.cost.basis
+    text = (
+        f"Each arm pays {basis.arm_usd_per_hour:.4g} USD/h: {basis.instance_type} "
+        f"({basis.capacity_type}) at {basis.instance_usd_per_hour:.4g} USD/h x "
+        f"{basis.devices_claimed}/{basis.devices_per_instance} of its devices. Price source: "
+        f"{basis.source} (as of {basis.as_of})."
+    )
+    if basis.nominal:
+        text += (
+            " NOMINAL price: the figures compare the arms, not your bill; set config.pricing to "
+            "your own price."
+        )
+    if summary.cost.optimal_load_note:
+        text += f" {summary.cost.optimal_load_note[0].upper()}{summary.cost.optimal_load_note[1:]}."
+    return text

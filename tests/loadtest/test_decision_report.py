@@ -1,0 +1,79 @@
+"""Statistics, cost and verdict in summary.json, the console table, report.md and report.html."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from experiment import build_config
+from loadtest.analysis import analysis_info
+from loadtest.render.console import render_summary_table
+from loadtest.report import write_report
+from loadtest.results import Decision, RunSummary, summary_json_schema
+from loadtest.summary import summarize
+
+
+@pytest.fixture
+def analysed_run_dir(fake_run_dir):
+    """The fake run with the analysis settings the runner writes into run.json."""
+    config = build_config({})
+    run_file = fake_run_dir / "run.json"
+    run = json.loads(run_file.read_text())
+    run["analysis"] = analysis_info(config, run["urls"]).model_dump(mode="json")
+    run_file.write_text(json.dumps(run))
+    return fake_run_dir
+
+
+def test_every_speedup_acceptance_and_cost_carries_its_interval_and_n(analysed_run_dir) -> None:
+    summary = summarize(analysed_run_dir)
+    stats, cost = summary.statistics, summary.cost
+    assert stats is not None and cost is not None
+    pairs = stats.overall.pairs
+    assert pairs > 0
+    for scope in (stats.overall, *stats.by_class.values()):
+        for by_stat in scope.speedup.values():
+            for interval in by_stat.values():
+                assert interval.n <= pairs and interval.confidence == 0.95
+        assert scope.acceptance_rate_estimate.n == scope.pairs
+    for scope_cost in (cost.overall, *cost.by_class.values()):
+        assert set(scope_cost.usd_per_million_output_tokens) == {"baseline", "speculative"}
+        assert scope_cost.ratio.n > 0
+    # the trn2 price by default (the URLs are not the local servers'), labelled nominal
+    assert cost.basis.target == "trn2" and cost.basis.nominal
+    assert [v.prompt_class for v in summary.verdict] == [*sorted(stats.by_class), "all"]
+    assert all(isinstance(v.decision, Decision) for v in summary.verdict)
+    stored = json.loads((analysed_run_dir / "summary.json").read_text())
+    jsonschema.validate(stored, summary_json_schema())
+    assert RunSummary.model_validate(stored) == summary  # derived fields re-derive alike
+
+
+def test_summary_is_reproducible_from_the_run_directory(analysed_run_dir) -> None:
+    first = summarize(analysed_run_dir).model_dump(mode="json")
+    again = summarize(analysed_run_dir).model_dump(mode="json")
+    assert first["statistics"] == again["statistics"] and first["verdict"] == again["verdict"]
+
+
+def test_verdict_opens_the_report_and_cost_is_in_every_format(analysed_run_dir) -> None:
+    summary = summarize(analysed_run_dir)
+    paths = write_report(summary, analysed_run_dir)
+    markdown = paths["markdown"].read_text()
+    sections = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Verdict: use speculative decoding?"
+    for text in ("cost SD / base [95% CI]", "USD / 1M output tokens", "NOMINAL price", "pairs"):
+        assert text in markdown, text
+    html = paths["html"].read_text()
+    assert html.index("Verdict") < html.index("Both arms")
+    assert "cost SD / base [95% CI]" in html
+    console = render_summary_table(summary)
+    assert "verdict" in console and "SD USD / 1M output tokens" in console
+    assert summary.verdict[-1].decision.value in console
+
+
+def test_an_old_run_directory_says_why_there_is_no_verdict(fake_run_dir) -> None:
+    summary = summarize(fake_run_dir)  # run.json without "analysis": an older version's run
+    assert summary.statistics is None and summary.cost is None and summary.verdict == []
+    markdown = write_report(summary, fake_run_dir)["markdown"].read_text()
+    assert "No verdict: this run directory predates the statistics" in markdown
+    assert "verdict" not in render_summary_table(summary)
