@@ -116,17 +116,18 @@ for _tag, _pattern, _first in _CORE_RESOLVERS:
     _ConfigTextLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
 
 
-def _scalar_text(loader: yaml.SafeLoader, node: yaml.Node) -> str:
-    assert isinstance(node, yaml.ScalarNode)  # the int/float tags only resolve scalars
-    return str(loader.construct_scalar(node))
+def _construct_int(loader: _ConfigTextLoader, node: yaml.Node) -> _SourceInt:
+    assert isinstance(node, yaml.ScalarNode)  # the int tag only resolves scalars
+    return _SourceInt(str(loader.construct_scalar(node)))
 
 
-_ConfigTextLoader.add_constructor(
-    "tag:yaml.org,2002:int", lambda loader, node: _SourceInt(_scalar_text(loader, node))
-)
-_ConfigTextLoader.add_constructor(
-    "tag:yaml.org,2002:float", lambda loader, node: _SourceFloat(_scalar_text(loader, node))
-)
+def _construct_float(loader: _ConfigTextLoader, node: yaml.Node) -> _SourceFloat:
+    assert isinstance(node, yaml.ScalarNode)  # the float tag only resolves scalars
+    return _SourceFloat(str(loader.construct_scalar(node)))
+
+
+_ConfigTextLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_ConfigTextLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def load_config_text(text: str) -> Any:
