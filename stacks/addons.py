@@ -44,7 +44,7 @@ class ClusterAddons(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         mountpoint_role: iam.IRole,
     ) -> None:
         super().__init__(scope, construct_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -12,7 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from experiment import ExperimentConfig
 from experiment.config import EndpointAccess
@@ -119,6 +120,9 @@ class ClusterStack(cdk.Stack):
                 ],
             )
 
+        # The jsii Python class lacks one property of its own ICluster protocol
+        # (kubectl_provider_options), so mypy rejects it where ICluster is expected.
+        cluster_ref = cast(eks.ICluster, self.cluster)
         self.system_nodes = add_system_nodes(self.cluster, settings.system_nodes)
         self.neuron_nodes = NeuronNodeGroup(
             self,
@@ -129,7 +133,7 @@ class ClusterStack(cdk.Stack):
         )
 
         self.addons = ClusterAddons(
-            self, "Addons", cluster=self.cluster, mountpoint_role=mountpoint_role
+            self, "Addons", cluster=cluster_ref, mountpoint_role=mountpoint_role
         )
         for addon in self.addons.addons:
             # Add-on pods need somewhere to run before the add-on can become ACTIVE.
@@ -159,7 +163,7 @@ class ClusterStack(cdk.Stack):
         self.loadtest_association = associate(
             self,
             "LoadTestIdentity",
-            cluster=self.cluster,
+            cluster=cluster_ref,
             namespace=config.serving.namespace,
             service_account=config.loadtest.service_account,
             role=self.loadtest_role,
@@ -220,10 +224,10 @@ class ClusterStack(cdk.Stack):
             "aws-cdk-lib pins the kubectl handler's Python runtime to the latest it supports.",
         )
 
-    def _logical_id(self, construct: Construct) -> str:
+    def _logical_id(self, construct: IConstruct) -> str:
         return self.get_logical_id(construct.node.default_child)  # type: ignore[arg-type]
 
-    def _ecr_public_policy(self, handler: Construct) -> str:
+    def _ecr_public_policy(self, handler: IConstruct) -> str:
         """How cdk-nag prints the handler's partition-conditional public ECR policy."""
         condition = self.get_logical_id(handler.node.find_child("HasEcrPublic"))  # type: ignore[arg-type]
         arn = {

@@ -24,7 +24,7 @@ into the current release" (helm ``pkg/action/validate.go``, ``checkOwnership``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
@@ -66,7 +66,8 @@ def add_neuron_dra_driver(cluster: eks.Cluster, settings: ClusterConfig) -> eks.
     namespace = eks.KubernetesManifest(
         cluster,
         "NeuronDraNamespace",
-        cluster=cluster,
+        # jsii's Python Cluster lacks kubectl_provider_options of its own ICluster protocol
+        cluster=cast(eks.ICluster, cluster),
         manifest=[driver_namespace(settings)],
         overwrite=True,  # apply, not create: a retried deploy finds it already there
     )

@@ -2,72 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
 import pytest
-
-# jsii starts `node` from PATH: use the venv's supported Node, not an end-of-life system one.
-_VENV_BIN = str(Path(sys.executable).parent)
-if not os.environ.get("PATH", "").startswith(_VENV_BIN):
-    os.environ["PATH"] = f"{_VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-
-import aws_cdk as cdk  # noqa: E402
-
-from experiment import ExperimentConfig  # noqa: E402
-from experiment.loading import PROJECT_ROOT, cdk_json_context  # noqa: E402
-from stacks import build_app  # noqa: E402
-
-CHART_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
-HELM_RESOURCE = "Custom::AWSCDK-EKS-HelmChart"
-
-
-@dataclass
-class Synthesized:
-    config: ExperimentConfig
-    outdir: Path
-    templates: dict[str, dict[str, Any]]  # stack construct id -> CloudFormation template
-
-    def resources(self, stack: str, type_name: str) -> dict[str, dict[str, Any]]:
-        return {
-            logical_id: resource
-            for logical_id, resource in self.templates[stack]["Resources"].items()
-            if resource["Type"] == type_name
-        }
-
-    def manifests(self) -> list[dict[str, Any]]:
-        """Every Kubernetes object the app applies through kubectl (charts, add-on manifests)."""
-        objects = []
-        for template in self.templates.values():
-            for resource in template["Resources"].values():
-                if resource["Type"] == CHART_RESOURCE:
-                    objects.extend(decode_manifest(resource["Properties"]["Manifest"]))
-        return objects
-
-
-def decode_manifest(manifest: Any) -> list[dict[str, Any]]:
-    # A manifest with CDK tokens is an Fn::Join of literal pieces and references; replace the
-    # references with a placeholder string so the JSON parses.
-    if isinstance(manifest, dict) and "Fn::Join" in manifest:
-        separator, parts = manifest["Fn::Join"]
-        manifest = separator.join(part if isinstance(part, str) else "TOKEN" for part in parts)
-    return json.loads(manifest)
-
-
-def synthesize(context_overrides: dict[str, Any], outdir: Path) -> Synthesized:
-    """Synthesize the real app (cdk.json context + overrides) into ``outdir``."""
-    context = {**cdk_json_context(), **context_overrides}
-    app = cdk.App(context=context, outdir=str(outdir))
-    config, stacks = build_app(app)
-    assembly = app.synth()
-    templates = {
-        stack.node.id: assembly.get_stack_artifact(stack.artifact_id).template for stack in stacks
-    }
-    return Synthesized(config=config, outdir=outdir, templates=templates)
+from cdk_synth import Synthesized, synthesize
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +40,3 @@ def synth_reservation(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         "experiment.cluster.neuron_nodes.availability_zone": "us-east-2c",
     }
     return synthesize(overrides, tmp_path_factory.mktemp("cdk.out-reservation"))
-
-
-__all__ = ["PROJECT_ROOT", "Synthesized", "synthesize"]

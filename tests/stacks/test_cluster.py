@@ -6,7 +6,7 @@ import json
 
 import pytest
 from aws_cdk import assertions
-from conftest import decode_manifest
+from cdk_synth import decode_manifest
 
 from stacks.addons import (
     CLOUDWATCH_NAMESPACE,

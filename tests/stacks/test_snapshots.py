@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from conftest import CHART_RESOURCE, decode_manifest
+from cdk_synth import CHART_RESOURCE, decode_manifest
 from syrupy.extensions.json import JSONSnapshotExtension
 
 pytestmark = pytest.mark.infra
