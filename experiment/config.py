@@ -777,13 +777,17 @@ class InstancePrice(_Model):
     nominal: bool = False
 
 
+NOMINAL_NEURON_USD_PER_HOUR = 40.0
+NOMINAL_NEURON_SOURCE = (
+    "nominal placeholder, not a quote: set pricing.neuron.<capacity type> to your price "
+    "(EC2 On-Demand pricing page, your Capacity Block offer or reservation)"
+)
+
+
 def _nominal_neuron_price() -> InstancePrice:
     return InstancePrice(
-        usd_per_hour=40.0,
-        source=(
-            "nominal placeholder, not a quote: set pricing.neuron.<capacity type> to your "
-            "price (EC2 On-Demand pricing page, your Capacity Block offer or reservation)"
-        ),
+        usd_per_hour=NOMINAL_NEURON_USD_PER_HOUR,
+        source=NOMINAL_NEURON_SOURCE,
         as_of=date(2026, 11, 23),
         nominal=True,
     )
@@ -824,6 +828,23 @@ class PricingConfig(_Model):
             defaults = {c.value: _nominal_neuron_price() for c in CapacityType if c not in value}
             return {**defaults, **value}
         return value
+
+    @model_validator(mode="after")
+    def _a_set_price_says_where_it_came_from(self) -> PricingConfig:
+        # A neuron price is nominal exactly while it keeps the placeholder source, so a price
+        # of your own is never labelled a placeholder, nor a placeholder passed off as a quote.
+        prices = {}
+        for capacity, price in self.neuron.items():
+            placeholder = price.source == NOMINAL_NEURON_SOURCE
+            if placeholder and price.usd_per_hour != NOMINAL_NEURON_USD_PER_HOUR:
+                raise ValueError(
+                    f"pricing.neuron.{capacity.value}.usd_per_hour is set but "
+                    f"pricing.neuron.{capacity.value}.source is still the placeholder: set "
+                    "source (where the price comes from) and as_of (its date) too"
+                )
+            prices[capacity] = price.model_copy(update={"nominal": placeholder})
+        object.__setattr__(self, "neuron", prices)
+        return self
 
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
