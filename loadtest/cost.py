@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 from experiment.config import Arm, ExperimentConfig
 from loadtest.records import RequestRecord
 from loadtest.results import CostSummary, Interval, OptimalLoadCost, PriceBasis, ScopeCost
-from loadtest.stats import invert
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_UNIT = 1_000_000
@@ -109,13 +108,11 @@ def scope_cost(
     """Cost of ``scope`` (a subset of each arm's measured records) per arm, and the ratio.
 
     ``busy_rate_ratio`` is the paired SD/baseline ratio of output tokens per busy second over
-    the same scope (loadtest.stats); the cost ratio is its inverse times the ratio of the
-    arms' effective concurrency (busy seconds per window second), which is fixed per run."""
+    the same scope (loadtest.stats): it gives the cost ratio its interval (``cost_ratio``)."""
     per_s = basis.arm_usd_per_hour / SECONDS_PER_HOUR
     costs: dict[str, float | None] = {}
     tokens: dict[str, int] = {}
     shares: dict[str, float | None] = {}
-    concurrency: dict[str, float | None] = {}
     for arm in Arm:
         name = arm.value
         records = scope.get(name, [])
@@ -123,28 +120,37 @@ def scope_cost(
         window = windows_s.get(name, 0.0)
         tokens[name] = _tokens(records)
         shares[name] = _busy_s(records) / total_busy if total_busy > 0 else None
-        concurrency[name] = total_busy / window if window > 0 else None
         share = shares[name]
         if share is None or tokens[name] == 0:
             costs[name] = None
         else:
             costs[name] = per_s * window * share / tokens[name] * TOKENS_PER_UNIT
-    base_c, sd_c = concurrency[Arm.BASELINE.value], concurrency[Arm.SPECULATIVE.value]
-    if base_c and sd_c:
-        ratio = invert(busy_rate_ratio, factor=base_c / sd_c)
-    else:
-        ratio = Interval(
-            estimate=None,
-            low=None,
-            high=None,
-            n=busy_rate_ratio.n,
-            confidence=busy_rate_ratio.confidence,
-        )
     return ScopeCost(
         usd_per_million_output_tokens=costs,
         output_tokens=tokens,
         busy_share=shares,
-        ratio=ratio,
+        ratio=cost_ratio(costs, busy_rate_ratio),
+    )
+
+
+def cost_ratio(costs: Mapping[str, float | None], busy_rate_ratio: Interval) -> Interval:
+    """SD / baseline cost per 1M output tokens with the paired interval's relative width.
+
+    The estimate is the ratio of the two measured costs (all successful requests, whole
+    windows); the bounds scale it by the paired busy-time rate interval (pairs only):
+    cost ratio = effective-concurrency ratio / busy-rate ratio, the first fixed per run."""
+    base, sd = costs.get(Arm.BASELINE.value), costs.get(Arm.SPECULATIVE.value)
+    rate, low, high = busy_rate_ratio.estimate, busy_rate_ratio.low, busy_rate_ratio.high
+    estimate = sd / base if sd is not None and base else None
+    lower = upper = None
+    if estimate is not None and rate and low and high:
+        lower, upper = estimate * rate / high, estimate * rate / low
+    return Interval(
+        estimate=estimate,
+        low=lower,
+        high=upper,
+        n=busy_rate_ratio.n,
+        confidence=busy_rate_ratio.confidence,
     )
 
 

@@ -264,22 +264,6 @@ def acceptance_estimate(
     return _interval(estimate, replicates, len(tok_b), settings, null_value=None)
 
 
-def invert(interval: Interval, factor: float = 1.0) -> Interval:
-    """``factor / x`` of an interval of a positive ratio (bounds swap)."""
-
-    def flip(value: float | None) -> float | None:
-        return None if value is None or value == 0 else factor / value
-
-    return Interval(
-        estimate=flip(interval.estimate),
-        low=flip(interval.high),
-        high=flip(interval.low),
-        n=interval.n,
-        confidence=interval.confidence,
-        null_value=interval.null_value,
-    )
-
-
 # --------------------------------------------------------------------------- run records
 
 

@@ -10,10 +10,8 @@ import pytest
 from loadtest.records import RequestRecord
 from loadtest.stats import (
     BootstrapSettings,
-    Interval,
     _weighted_quantiles,
     acceptance_estimate,
-    invert,
     pair_records,
     paired_rate_ratio,
     paired_speedups,
@@ -137,13 +135,6 @@ def test_acceptance_estimate_removes_chunk_merging() -> None:
         assert interval.estimate == pytest.approx(2 / 7)
         assert interval.low == pytest.approx(2 / 7) and interval.high == pytest.approx(2 / 7)
         assert interval.significant is None  # a rate, not a comparison with 1
-
-
-def test_invert_swaps_the_bounds() -> None:
-    interval = Interval(estimate=2.0, low=1.6, high=2.5, n=9, confidence=0.95)
-    inverted = invert(interval, factor=2.0)
-    assert (inverted.estimate, inverted.low, inverted.high) == (1.0, 0.8, 1.25)
-    assert inverted.n == 9 and inverted.significant is False
 
 
 def _record(arm: str, index: int, e2e: float, cls: str = "c", **kwargs) -> RequestRecord:
