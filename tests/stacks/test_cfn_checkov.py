@@ -47,7 +47,7 @@ def _write(tmp_path: Path, templates: dict[str, dict[str, Any]]) -> Path:
 
 @pytest.mark.infra
 @pytest.mark.integration
-@pytest.mark.parametrize("result", ["synth", "synth_options"])
+@pytest.mark.parametrize("result", ["synth", "synth_options", "synth_reservation"])
 def test_templates_pass_checkov_with_reasoned_skips_only(request, tmp_path, result: str) -> None:
     synthesized = request.getfixturevalue(result)
     report = _run_checkov(_write(tmp_path, synthesized.templates))

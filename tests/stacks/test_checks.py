@@ -14,7 +14,7 @@ from stacks.nag import acknowledge, add_checks
 pytestmark = pytest.mark.infra
 
 
-@pytest.mark.parametrize("result", ["synth", "synth_options"])
+@pytest.mark.parametrize("result", ["synth", "synth_options", "synth_reservation"])
 def test_cfn_lint_reports_no_errors(request, result: str) -> None:
     synthesized = request.getfixturevalue(result)
     templates = sorted(synthesized.outdir.glob("*.template.json"))
@@ -25,7 +25,7 @@ def test_cfn_lint_reports_no_errors(request, result: str) -> None:
         assert errors == [], template.name
 
 
-@pytest.mark.parametrize("result", ["synth", "synth_options"])
+@pytest.mark.parametrize("result", ["synth", "synth_options", "synth_reservation"])
 def test_cdk_nag_has_no_unacknowledged_findings(request, result: str) -> None:
     # Synth itself fails on an unacknowledged finding; the report confirms the pack ran.
     synthesized = request.getfixturevalue(result)

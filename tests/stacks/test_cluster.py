@@ -50,9 +50,7 @@ def _neuron_subnet_azs(synth) -> set[str]:
         if "Fn::GetStackOutput" in subnet:
             output = outputs[subnet["Fn::GetStackOutput"]["OutputName"]]
         else:
-            (output,) = (
-                o for o in outputs.values() if o.get("Export", {}).get("Name") == subnet
-            )
+            (output,) = (o for o in outputs.values() if o.get("Export", {}).get("Name") == subnet)
         logical_id = output["Value"]["Ref"]
         zones.add(network["Resources"][logical_id]["Properties"]["AvailabilityZone"])
     return zones
