@@ -38,6 +38,7 @@ def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> Analysis
         confidence=config.statistics.confidence,
         resamples=config.statistics.resamples,
         seed=config.statistics.seed,
+        min_pairs_for_verdict=config.statistics.min_pairs_for_verdict,
         price=price_basis(config, local=local),
     )
 
@@ -82,5 +83,7 @@ def analyse(
         Counter(m.prompt_class for m in lossless.mismatches) if lossless.applicable else Counter()
     )
     return Analysis(
-        statistics=statistics, cost=cost, verdict=verdicts(statistics, cost, dict(mismatches))
+        statistics=statistics,
+        cost=cost,
+        verdict=verdicts(statistics, cost, dict(mismatches), info.min_pairs_for_verdict),
     )

@@ -405,6 +405,7 @@ class AnalysisInfo(_Result):
     confidence: float
     resamples: int
     seed: int
+    min_pairs_for_verdict: int = 20
     price: PriceBasis
 
 

@@ -3,7 +3,9 @@
 Rules, in order (docs/costs-and-statistics.md):
 
 1. SD changed the output of a prompt of the class at temperature 0 -> don't (not lossless).
-2. Cost per 1M output tokens, SD / baseline: the whole interval below 1 -> use SD;
+2. Fewer pairs than ``statistics.min_pairs_for_verdict`` -> can't tell (a percentile
+   bootstrap interval from a handful of pairs is too narrow).
+3. Cost per 1M output tokens, SD / baseline: the whole interval below 1 -> use SD;
    the whole interval above 1 -> don't; the interval holds 1 (or none could be computed)
    -> can't tell, with the number of pairs so the reader knows what more data would cost.
 
@@ -27,10 +29,12 @@ ALL_CLASSES = "all"
 
 
 def _span(interval: Interval) -> str:
-    return f"{interval.estimate:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
+    return f"{interval.estimate:.3f}x [{interval.low:.3f}, {interval.high:.3f}]"
 
 
-def decide(cost_ratio: Interval, lossless_mismatches: int) -> tuple[Decision, str]:
+def decide(
+    cost_ratio: Interval, lossless_mismatches: int, min_pairs: int = 20
+) -> tuple[Decision, str]:
     if lossless_mismatches:
         return Decision.DONT, (
             f"SD changed the output of {lossless_mismatches} prompt(s) at temperature 0"
@@ -38,6 +42,11 @@ def decide(cost_ratio: Interval, lossless_mismatches: int) -> tuple[Decision, st
     low, high, estimate = cost_ratio.low, cost_ratio.high, cost_ratio.estimate
     if estimate is None or low is None or high is None:
         return Decision.CANT_TELL, f"no cost interval from {cost_ratio.n} pairs"
+    if cost_ratio.n < min_pairs:
+        return Decision.CANT_TELL, (
+            f"only {cost_ratio.n} pairs (cost ratio {_span(cost_ratio)}): an interval from "
+            f"fewer than {min_pairs} is too narrow to trust; run more requests"
+        )
     confidence = f"{cost_ratio.confidence:.0%}"
     if high < 1:
         return Decision.USE_SD, f"SD costs {_span(cost_ratio)} of the baseline ({confidence})"
@@ -49,8 +58,10 @@ def decide(cost_ratio: Interval, lossless_mismatches: int) -> tuple[Decision, st
     )
 
 
-def _verdict(name: str, stats: ScopeStatistics, cost: ScopeCost, mismatches: int) -> ClassVerdict:
-    decision, reason = decide(cost.ratio, mismatches)
+def _verdict(
+    name: str, stats: ScopeStatistics, cost: ScopeCost, mismatches: int, min_pairs: int
+) -> ClassVerdict:
+    decision, reason = decide(cost.ratio, mismatches, min_pairs)
     return ClassVerdict(
         prompt_class=name,
         decision=decision,
@@ -67,6 +78,7 @@ def verdicts(
     statistics: PairedStatistics,
     cost: CostSummary,
     lossless_mismatches_by_class: dict[str, int],
+    min_pairs: int = 20,
 ) -> list[ClassVerdict]:
     """One verdict per prompt class, then "all"; a class needs statistics and a cost."""
     rows = [
@@ -75,6 +87,7 @@ def verdicts(
             statistics.by_class[name],
             cost.by_class[name],
             lossless_mismatches_by_class.get(name, 0),
+            min_pairs,
         )
         for name in sorted(set(statistics.by_class) & set(cost.by_class))
     ]
@@ -84,6 +97,7 @@ def verdicts(
             statistics.overall,
             cost.overall,
             sum(lossless_mismatches_by_class.values()),
+            min_pairs,
         )
     )
     return rows
