@@ -7,7 +7,7 @@ from pathlib import Path
 
 from loadtest.metrics import DISTRIBUTIONS, RATES
 from loadtest.render.tables import STATS
-from loadtest.results import RunSummary
+from loadtest.results import Interval, RunSummary
 
 HEADER = ["arm", "variant", "prompt_class", "metric", "stat", "value"]
 # Scalar fields of a MetricBlock written as (metric, "value", value).
@@ -36,3 +36,38 @@ def write_csv(summary: RunSummary, path: Path) -> None:
             for name in ACCEPTANCE:
                 value = getattr(block.acceptance, name)
                 writer.writerow([arm, block.label, "all", name, "value", value])
+        writer.writerows(_comparison_rows(summary))
+
+
+COMPARISON = "comparison"  # the arm column of SD-vs-baseline figures
+INTERVAL_STATS = ("estimate", "low", "high", "n")
+
+
+def _interval_rows(scope: str, metric: str, interval: Interval) -> list[list[object]]:
+    return [
+        [COMPARISON, "SD vs baseline", scope, metric, stat, getattr(interval, stat)]
+        for stat in INTERVAL_STATS
+    ]
+
+
+def _comparison_rows(summary: RunSummary) -> list[list[object]]:
+    """Cost per 1M output tokens per arm, and every paired interval (estimate, low, high, n)."""
+    rows: list[list[object]] = []
+    if summary.cost is not None:
+        scopes = {"all": summary.cost.overall, **summary.cost.by_class}
+        for scope, cost in scopes.items():
+            for arm, usd in cost.usd_per_million_output_tokens.items():
+                label = summary.arms[arm].label if arm in summary.arms else arm
+                rows.append([arm, label, scope, "usd_per_million_output_tokens", "value", usd])
+            rows += _interval_rows(scope, "cost_ratio", cost.ratio)
+    if summary.statistics is not None:
+        stats = {"all": summary.statistics.overall, **summary.statistics.by_class}
+        for scope, scope_stats in stats.items():
+            for metric, by_stat in scope_stats.speedup.items():
+                for stat, interval in by_stat.items():
+                    rows += _interval_rows(scope, f"speedup_{metric}_{stat}", interval)
+            rows += _interval_rows(scope, "busy_rate_ratio", scope_stats.busy_rate_ratio)
+            rows += _interval_rows(
+                scope, "acceptance_rate_estimate", scope_stats.acceptance_rate_estimate
+            )
+    return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import jsonschema
@@ -66,6 +67,19 @@ def test_verdict_opens_the_report_and_cost_is_in_every_format(analysed_run_dir) 
     html = paths["html"].read_text()
     assert html.index("Verdict") < html.index("Both arms")
     assert "cost SD / base [95% CI]" in html
+    rows = list(csv.DictReader(paths["csv"].open()))
+    e2e = {
+        r["stat"]: r["value"]
+        for r in rows
+        if r["arm"] == "comparison"
+        and r["prompt_class"] == "all"
+        and r["metric"] == "speedup_e2e_ms_mean"
+    }
+    assert set(e2e) == {"estimate", "low", "high", "n"}
+    assert float(e2e["estimate"]) == pytest.approx(
+        summary.statistics.overall.speedup["e2e_ms"]["mean"].estimate
+    )
+    assert any(r["metric"] == "usd_per_million_output_tokens" for r in rows)
     console = render_summary_table(summary)
     assert "verdict" in console and "SD USD / 1M output tokens" in console
     assert summary.verdict[-1].decision.value in console
