@@ -139,12 +139,8 @@ def compute_errors(observations: Sequence[Observation], truths: Sequence[Truth])
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     if not len(values):
-        return {f"p{p}": None for p in PERCENTILES} | {
-            "mean": None,
-            "min": None,
-            "max_abs": None,
-            "n": 0,
-        }
+        empty: dict[str, float | None] = {f"p{p}": None for p in PERCENTILES}
+        return empty | {"mean": None, "min": None, "max_abs": None, "n": 0}
     array = np.asarray(values, dtype=float)
     out: dict[str, float | None] = {f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}
     out["mean"] = float(array.mean())

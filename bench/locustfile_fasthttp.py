@@ -14,9 +14,12 @@ from bench.transports import FastHttpStreamSession
 
 class FastStreamingUser(base.StreamingUser):
     def on_start(self) -> None:
-        timeout = self.environment.loadtest_state.plan.params.timeout_s  # type: ignore[attr-defined]
+        state = base.run_state(self.environment)
+        if state is None:
+            raise RuntimeError("no load-test plan in this Locust process")
+        timeout = state.plan.params.timeout_s
         self.session = FastHttpStreamSession(
-            FastHttpSession(  # type: ignore[assignment]
+            FastHttpSession(
                 self.host,
                 request_event=self.environment.events.request,
                 user=self,

@@ -12,4 +12,4 @@ from bench.transports import RequestsStreamSession
 
 class RequestsStreamingUser(base.StreamingUser):
     def on_start(self) -> None:
-        self.session = RequestsStreamSession()  # type: ignore[assignment]
+        self.session = RequestsStreamSession()

@@ -309,6 +309,16 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+@dataclass
+class _EngineCounters:
+    """One engine's spec-decode counters, as vLLM exports them per engine."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_pos: dict[int, int] = field(default_factory=dict)
+
+
 class ScriptedServer:
     """The scripted server on 127.0.0.1 (port 0: an ephemeral port) in a background thread.
 
@@ -344,9 +354,7 @@ class ScriptedServer:
         self.log: list[SentLog] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
-        self._counters = [
-            {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": {}} for _ in range(engines)
-        ]
+        self._counters = [_EngineCounters() for _ in range(engines)]
         self._httpd = _Server(("127.0.0.1", port), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -407,23 +415,23 @@ class ScriptedServer:
         k = self.spec_decode_k or 0
         for tokens in script.chunk_tokens:
             accepted = min(tokens - 1, k)
-            engine["drafts"] += 1
-            engine["draft_tokens"] += k
-            engine["accepted"] += accepted
+            engine.drafts += 1
+            engine.draft_tokens += k
+            engine.accepted += accepted
             for position in range(accepted):
-                engine["per_pos"][position] = engine["per_pos"].get(position, 0) + 1
+                engine.per_pos[position] = engine.per_pos.get(position, 0) + 1
 
     def spec_decode_truth(self) -> dict[str, Any]:
         """Totals of the counters (all engines), for tests."""
         with self._lock:
-            totals = {
-                "drafts": sum(e["drafts"] for e in self._counters),
-                "draft_tokens": sum(e["draft_tokens"] for e in self._counters),
-                "accepted": sum(e["accepted"] for e in self._counters),
+            totals: dict[str, Any] = {
+                "drafts": sum(e.drafts for e in self._counters),
+                "draft_tokens": sum(e.draft_tokens for e in self._counters),
+                "accepted": sum(e.accepted for e in self._counters),
             }
             per_pos: dict[int, int] = {}
             for engine in self._counters:
-                for position, count in engine["per_pos"].items():
+                for position, count in engine.per_pos.items():
                     per_pos[position] = per_pos.get(position, 0) + count
         totals["per_pos"] = per_pos
         return totals
@@ -447,7 +455,7 @@ class ScriptedServer:
                 lines += [f"# HELP {metric} Spec decode counter.", f"# TYPE {metric} counter"]
                 for number, engine in enumerate(self._counters):
                     labels = f'engine="{number}",model_name="{self.model_name}"'
-                    lines.append(f"{metric}_total{{{labels}}} {float(engine[key])}")
+                    lines.append(f"{metric}_total{{{labels}}} {float(getattr(engine, key))}")
                     lines.append(f"{metric}_created{{{labels}}} {created}")
             metric = "vllm:spec_decode_num_accepted_tokens_per_pos"
             lines += [f"# HELP {metric} Accepted tokens per position.", f"# TYPE {metric} counter"]
@@ -456,7 +464,7 @@ class ScriptedServer:
                     labels = (
                         f'engine="{number}",model_name="{self.model_name}",position="{position}"'
                     )
-                    value = float(engine["per_pos"].get(position, 0))
+                    value = float(engine.per_pos.get(position, 0))
                     lines.append(f"{metric}_total{{{labels}}} {value}")
                     lines.append(f"{metric}_created{{{labels}}} {created}")
         return "\n".join(lines) + "\n"

@@ -68,7 +68,7 @@ class TruthServer:
             stderr=self.log_path.open("w"),
             text=True,
             cwd=Path(__file__).resolve().parent.parent,
-            preexec_fn=(lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if (cpus := self.cpus) else None,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         assert self.process.stdout is not None

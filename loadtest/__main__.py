@@ -7,7 +7,9 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from experiment import ConfigError
 from experiment.config import ExperimentConfig
@@ -44,8 +46,11 @@ def _overrides(args: argparse.Namespace, config: ExperimentConfig) -> Overrides:
     )
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
+Number = TypeVar("Number", int, float)
+
+
+def _positive(kind: Callable[[str], Number]) -> Callable[[str], Number]:
+    def parse(text: str) -> Number:
         value = kind(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text} must be > 0")

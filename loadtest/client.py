@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from loadtest.records import FailureReason, RequestRecord
-from loadtest.transport import StreamResponse, StreamSession, TransportError
+from loadtest.transport import Response, Transport, TransportError
 
 Api = Literal["chat", "completions"]
 API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -162,7 +162,7 @@ class _SseState:
 
 
 def stream_request(
-    session: StreamSession,
+    session: Transport,
     base_url: str,
     prompt: str,
     params: RequestParams,
@@ -177,7 +177,7 @@ def stream_request(
     record.start = start
     deadline = start + params.timeout_s
     state = _SseState(record)
-    response: StreamResponse | None = None
+    response: Response | None = None
     try:
         try:
             response = session.post_stream(url, body, params.timeout_s)

@@ -62,7 +62,7 @@ from loadtest.distributed import (
 from loadtest.plan import RunPlan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
-from loadtest.transport import StreamSession
+from loadtest.transport import StreamSession, Transport
 
 
 @events.init_command_line_parser.add_listener
@@ -116,7 +116,7 @@ class _RunState:
         self._records.write(line + "\n")
         self._records.flush()
 
-    def run_warmup(self, session: StreamSession) -> None:
+    def run_warmup(self, session: Transport) -> None:
         for item in self._warmup:
             self.execute(session, item)
         self.warmup_done()
@@ -142,7 +142,7 @@ class _RunState:
             self.pending += 1  # counted from here: an open-loop item may wait for its arrival
         return item
 
-    def execute(self, session: StreamSession, item: ScheduleItem) -> RequestRecord:
+    def execute(self, session: Transport, item: ScheduleItem) -> RequestRecord:
         record = RequestRecord(
             arm=self.plan.arm,
             index=item.index,
@@ -396,12 +396,25 @@ def _data_only(handler: Callable[[dict[str, Any]], None]) -> Callable[..., None]
     return listener
 
 
+# Locust's Environment has no field for a locustfile's own state: it rides on the instance
+# under these names (setattr/getattr: the type checker knows Environment has no such field).
+STATE_ATTRIBUTE = "loadtest_state"
+MASTER_ATTRIBUTE = "loadtest_master"
+
+
+def run_state(environment: Environment) -> _RunState | None:
+    """This process's run state (a worker's share included); None before it exists."""
+    state = getattr(environment, STATE_ATTRIBUTE, None)
+    return state if isinstance(state, _RunState) else None
+
+
 def _quit_after_csv(environment: Environment) -> None:
     # Locust's --csv writer only writes every CSV_STATS_INTERVAL_SEC and not at shutdown:
     # give it one more cycle so the CSV holds every request.
     csv = getattr(environment.parsed_options, "csv_prefix", None)
     delay = CSV_STATS_INTERVAL_SEC + 0.2 if csv else 0.0
-    gevent.spawn_later(delay, environment.runner.quit)  # type: ignore[union-attr]
+    if environment.runner is not None:
+        gevent.spawn_later(delay, environment.runner.quit)
 
 
 def _setup_worker(environment: Environment) -> None:
@@ -412,11 +425,11 @@ def _setup_worker(environment: Environment) -> None:
         plan = RunPlan.from_json(msg.data["plan"])
         environment.host = plan.base_url
         state = _WorkerState(environment, plan, runner.worker_index, msg.data["workers"])
-        environment.loadtest_state = state  # type: ignore[attr-defined]
+        setattr(environment, STATE_ATTRIBUTE, state)
 
     def on_window_open(environment: Environment, msg: Message, **_: Any) -> None:
-        state: _WorkerState | None = getattr(environment, "loadtest_state", None)
-        if state is not None:
+        state = run_state(environment)
+        if isinstance(state, _WorkerState):
             state.on_window_open(msg.data["master_wall"])
 
     runner.register_message(PLAN_MESSAGE, on_plan)
@@ -427,8 +440,8 @@ def _setup_worker(environment: Environment) -> None:
     # records measured so far reach the master first.
     @environment.events.quitting.add_listener
     def _flush_before_quit(environment: Environment, **_: Any) -> None:
-        state: _WorkerState | None = getattr(environment, "loadtest_state", None)
-        if state is not None:
+        state = run_state(environment)
+        if isinstance(state, _WorkerState):
             state.finish("stopped")
 
 
@@ -437,6 +450,8 @@ def _standalone_plan(environment: Environment) -> RunPlan:
     from loadtest.plan import Overrides, build_plan
 
     options = environment.parsed_options
+    if options is None:
+        raise SystemExit("loadtest/locustfile.py needs Locust's command line options")
     if not environment.host:
         raise SystemExit("set the endpoint with -H/--host, e.g. -H http://127.0.0.1:8101")
     config = build_config(config_file=options.loadtest_config or None)
@@ -469,18 +484,18 @@ def _on_init(environment: Environment, **_: Any) -> None:
     environment.host = plan.base_url
     if getattr(options, "master", False):
         master = _MasterState(environment, plan, options.expect_workers)
-        environment.loadtest_master = master  # type: ignore[attr-defined]
+        setattr(environment, MASTER_ATTRIBUTE, master)
         return
-    environment.loadtest_state = _RunState(environment, plan)  # type: ignore[attr-defined]
+    setattr(environment, STATE_ATTRIBUTE, _RunState(environment, plan))
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Environment, **_: Any) -> None:
-    state: _RunState | None = getattr(environment, "loadtest_state", None)
+    state = run_state(environment)
     if state is not None:
         state.finish("schedule_done" if state.exhausted and state.pending == 0 else "time_limit")
-    master: _MasterState | None = getattr(environment, "loadtest_master", None)
-    if master is not None:
+    master = getattr(environment, MASTER_ATTRIBUTE, None)
+    if isinstance(master, _MasterState):
         master.finish()
 
 
@@ -488,6 +503,7 @@ class StreamingUser(User):
     """Closed loop: each user sends its next request as soon as the previous one ends."""
 
     wait_time = constant(0)
+    session: Transport  # StreamSession; the bench swaps in other clients to compare them
 
     def on_start(self) -> None:
         self.session = StreamSession()
@@ -497,7 +513,9 @@ class StreamingUser(User):
 
     @task
     def next_request(self) -> None:
-        state: _RunState = self.environment.loadtest_state  # type: ignore[attr-defined]
+        state = run_state(self.environment)
+        if state is None:
+            raise RuntimeError("no load-test plan in this Locust process (see _on_init)")
         if not state.window_open.is_set():
             if not state.warmup_claimed:
                 state.warmup_claimed = True

@@ -117,17 +117,17 @@ def build_plan(
     ov = overrides or Overrides()
     if not base_url.startswith(("http://", "https://")):
         raise ValueError(f"{arm.value} URL {base_url!r} must start with http:// or https://")
+    if ov.api not in ("chat", "completions"):
+        raise ValueError(f"api {ov.api!r}: use 'chat' or 'completions'")
     params = RequestParams(
         model=config.serving.target_model,
         max_tokens=ov.pick("max_tokens", lt.max_tokens),
         temperature=lt.temperature,
         ignore_eos=lt.ignore_eos,
         seed=lt.seed,
-        api=ov.api,  # type: ignore[arg-type]
+        api="completions" if ov.api == "completions" else "chat",
         timeout_s=ov.pick("request_timeout_s", lt.request_timeout_s),
     )
-    if params.api not in ("chat", "completions"):
-        raise ValueError(f"api {params.api!r}: use 'chat' or 'completions'")
     prompts = load_prompts(list(ov.pick("prompt_files", tuple(lt.prompts.files))))
     schedule = build_schedule(
         prompts,

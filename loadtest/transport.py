@@ -23,12 +23,34 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
 
 READ_SIZE = 65536
 USER_AGENT = "spec-decode-loadtest"
+
+
+class Response(Protocol):
+    """What the client reads of a response: its status, the body as timestamped reads."""
+
+    status: int
+
+    def __iter__(self) -> Iterator[tuple[float, bytes]]: ...
+
+    def read_all(self, limit: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """What the client needs of an HTTP client: StreamSession here; the bench adapts others
+    (bench/transports.py) to compare them."""
+
+    def post_stream(self, url: str, body: bytes, timeout_s: float) -> Response: ...
+
+    def close(self) -> None: ...
 
 
 class TransportError(Exception):
