@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema
 import pytest
 
+from bench.scripted_server import ScriptedServer
 from loadtest.client import RequestParams
 from loadtest.records import RequestRecord
-from bench.scripted_server import ScriptedServer
 from loadtest.transport import StreamSession
 
 SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.acceptance import acceptance_from_deltas, parse_counters, scrape
 from bench.scripted_server import Script, ScriptedServer, unused_loopback_url
+from loadtest.acceptance import acceptance_from_deltas, parse_counters, scrape
 
 VLLM_TEXT = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

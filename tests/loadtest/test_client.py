@@ -15,10 +15,10 @@ from statistics import median, quantiles
 
 import pytest
 
+from bench.scripted_server import Fault, Script, unused_loopback_url
 from loadtest.client import RequestParams, build_payload, stream_request
 from loadtest.metrics import chunk_gaps_s, per_token_itl_s, tpot_s
 from loadtest.records import FailureReason
-from bench.scripted_server import Fault, Script, unused_loopback_url
 
 ACTUAL_TOL_S = 0.005
 SCRIPTED_TOL_S = 0.015
