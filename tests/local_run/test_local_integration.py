@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +31,7 @@ from local_run.smoke import (
 )
 
 pytestmark = pytest.mark.integration
+SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"
 
 STRUCTURED_PROMPT = SMOKE_PROMPT  # a counting task: the pair drafts it well
 OPEN_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -72,7 +74,9 @@ def comparison_dir(
 
 @pytest.fixture(scope="module")
 def comparison(comparison_dir: Path) -> RunSummary:
-    return RunSummary.model_validate_json((comparison_dir / "summary.json").read_text())
+    text = (comparison_dir / "summary.json").read_text()
+    jsonschema.validate(json.loads(text), json.loads(SUMMARY_SCHEMA.read_text()))
+    return RunSummary.model_validate_json(text)
 
 
 def test_both_arms_served_every_request(
