@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from datetime import date
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -36,6 +36,35 @@ class _Model(BaseModel):
     # Unknown keys are typos: reject them rather than silently ignoring them. A number given
     # to a string field (`kubernetes_version: 1.35` in YAML, `-c ...=1.35`) is that string.
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_a_user_writes_it(cls, data: Any) -> Any:
+        """Values as they arrive from `-c` and hand-written files, for every section at once:
+        a list as comma-separated text (`-c network.availability_zones=us-east-2a,us-east-2b`)
+        and one entry of a mapping (`-c loadtest.variant_labels.baseline=Base`), merged over
+        the field's default entries as nested sections are merged over theirs."""
+        if not isinstance(data, dict):
+            return data
+        given = dict(data)
+        for name, field in cls.model_fields.items():
+            value, kind = given.get(name), get_origin(field.annotation)
+            if kind is list and isinstance(value, str):
+                given[name] = [part.strip() for part in value.split(",") if part.strip()]
+            elif kind is dict and isinstance(value, dict) and field.default_factory is not None:
+                defaults = field.get_default(call_default_factory=True)
+                given[name] = {
+                    **defaults,
+                    **{
+                        key: (
+                            {**defaults[key].model_dump(), **entry}
+                            if isinstance(defaults.get(key), BaseModel) and isinstance(entry, dict)
+                            else entry
+                        )
+                        for key, entry in value.items()
+                    },
+                }
+        return given
 
 
 def _apply_rule(rule: Callable[[rules.Namer], None], section: str, *loc: str) -> None:

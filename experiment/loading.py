@@ -190,8 +190,11 @@ def _dotted_to_nested(path: str, value: Any) -> dict[str, Any]:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML or JSON config file: relative to the working directory, else to the project
+    root (where `cdk synth` runs). A file wrapped in `experiment:` (copied from cdk.json's
+    context) is read the same as one without it."""
     file = Path(path)
-    if not file.is_absolute():
+    if not file.is_absolute() and not file.is_file():
         file = PROJECT_ROOT / file
     if not file.is_file():
         raise ConfigError(f"config file {str(file)!r} does not exist; check the path you passed")
@@ -204,6 +207,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(file)!r} is not valid YAML or JSON: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
+    if set(data) == {CONTEXT_KEY} and isinstance(data[CONTEXT_KEY], dict):
+        return data[CONTEXT_KEY]
     return data
 
 
@@ -223,7 +228,7 @@ def context_from_pairs(pairs: Sequence[str]) -> dict[str, str]:
     """
     context: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
+        key, sep, value = (part.strip() for part in pair.partition("="))
         if not sep or not key:
             raise ConfigError(f"-c {pair!r}: write it as key=value, e.g. -c local.max_tokens=32")
         if key not in (CONTEXT_KEY, FILE_CONTEXT_KEY) and override_path(key) is None:

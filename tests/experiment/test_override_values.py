@@ -130,3 +130,50 @@ def test_number_fields_still_take_numbers_from_text() -> None:
     assert config.serving.logical_neuron_cores == 2
     assert config.serving.compiled_max_model_len is None
     assert config.loadtest.request_rate == 2.5
+
+
+# As a careless user writes it: each of these was rejected or misread before.
+def test_a_list_as_comma_separated_text_or_a_single_value() -> None:
+    config = build_config(
+        context_from_pairs(
+            [
+                "network.availability_zones=us-east-2a, us-east-2b",
+                "cluster.admin_principal_arns=arn:aws:iam::123456789012:role/Admin",
+                "local.server_args=--enforce-eager",
+            ]
+        )
+    )
+    assert config.network.availability_zones == ["us-east-2a", "us-east-2b"]
+    assert config.cluster.admin_principal_arns == ["arn:aws:iam::123456789012:role/Admin"]
+    assert config.local.server_args == ["--enforce-eager"]
+
+
+def test_one_entry_of_a_mapping_keeps_the_other_entries() -> None:
+    config = build_config(
+        context_from_pairs(
+            ["loadtest.variant_labels.baseline=Base-1", "pricing.neuron.on-demand.usd_per_hour=30"]
+        )
+    )
+    labels = {str(arm): label for arm, label in config.loadtest.variant_labels.items()}
+    assert labels == {"baseline": "Base-1", "speculative": "SD"}
+    price = {str(kind): entry for kind, entry in config.pricing.neuron.items()}["on-demand"]
+    assert price.usd_per_hour == 30 and price.source  # the rest of the entry kept
+
+
+def test_spaces_around_key_and_value() -> None:
+    config = build_config(context_from_pairs(["serving.num_speculative_tokens = 5"]))
+    assert config.serving.num_speculative_tokens == 5
+
+
+def test_a_file_wrapped_in_experiment_as_in_cdk_json(tmp_path: Path) -> None:
+    wrapped = tmp_path / "copied-from-cdk-json.yaml"
+    wrapped.write_text("experiment:\n  serving:\n    num_speculative_tokens: 5\n")
+    assert build_config({}, config_file=wrapped).serving.num_speculative_tokens == 5
+
+
+def test_a_relative_config_file_is_found_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mine.yaml").write_text("serving:\n  num_speculative_tokens: 4\n")
+    monkeypatch.chdir(tmp_path)
+    assert build_config({}, config_file="mine.yaml").serving.num_speculative_tokens == 4
