@@ -580,9 +580,9 @@ class LoadTestConfig(_Model):
     warmup_requests: Annotated[int, Field(ge=0)] = 2
     max_tokens: Annotated[int, Field(ge=1)] = 600
     ignore_eos: bool = True
-    # vLLM's SamplingParams rejects a negative temperature (vllm/sampling_params.py,
-    # _verify_args); 0 is greedy, what the lossless check needs.
-    temperature: Annotated[float, Field(ge=0)] = 0.0
+    # What vLLM's SamplingParams accepts (vllm/sampling_params.py, _verify_args, vLLM 0.32:
+    # finite, 0 <= temperature <= 2); 0 is greedy, what the lossless check needs.
+    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = 0.0
     seed: int = 0
     request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     max_duration_s: Annotated[float, Field(gt=0)] = 3600.0

@@ -123,6 +123,11 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["loadtest.temperature=-0.5"],
         r"loadtest\.temperature: Input should be greater than or equal to 0",
     ),
+    "temperature-above-2": (
+        ["loadtest.temperature=2.5"],
+        r"loadtest\.temperature: Input should be less than or equal to 2",
+    ),
+    "temperature-not-finite": (["loadtest.temperature=.nan"], r"loadtest\.temperature: "),
     "region-without-the-neuron-type": (
         ["region=eu-west-1", 'network.availability_zones=["eu-west-1a", "eu-west-1b"]'],
         r"region 'eu-west-1' does not offer trn2\.48xlarge",

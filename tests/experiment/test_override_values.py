@@ -151,13 +151,21 @@ def test_a_list_as_comma_separated_text_or_a_single_value() -> None:
 def test_one_entry_of_a_mapping_keeps_the_other_entries() -> None:
     config = build_config(
         context_from_pairs(
-            ["loadtest.variant_labels.baseline=Base-1", "pricing.neuron.on-demand.usd_per_hour=30"]
+            [
+                "loadtest.variant_labels.baseline=Base-1",
+                "pricing.neuron.on-demand.usd_per_hour=30",
+                "pricing.neuron.on-demand.source=our quote",
+                "pricing.neuron.on-demand.as_of=2026-11-01",
+            ]
         )
     )
     labels = {str(arm): label for arm, label in config.loadtest.variant_labels.items()}
     assert labels == {"baseline": "Base-1", "speculative": "SD"}
-    price = {str(kind): entry for kind, entry in config.pricing.neuron.items()}["on-demand"]
-    assert price.usd_per_hour == 30 and price.source  # the rest of the entry kept
+    prices = {str(kind): entry for kind, entry in config.pricing.neuron.items()}
+    defaults = {str(kind): entry for kind, entry in build_config({}).pricing.neuron.items()}
+    assert prices["on-demand"].usd_per_hour == 30
+    assert set(prices) == set(defaults)  # the other capacity types kept
+    assert prices["capacity-block"] == defaults["capacity-block"]
 
 
 def test_spaces_around_key_and_value() -> None:
