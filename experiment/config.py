@@ -402,6 +402,10 @@ class ClusterConfig(_Model):
 # The plugin generation's own draft and method: an EAGLE3 speculator trained for Qwen3-32B
 # (huggingface.co/RedHatAI/Qwen3-32B-speculator.eagle3, built with vllm-project/speculators),
 # run with the method vllm-neuron's releases after 0.2.x accept (runtime/validate.py).
+# The Neuron DLC the published experiment ran: vLLM 0.9 with the NxD Inference fork.
+FORK_IMAGE = (
+    "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04"
+)
 PLUGIN_DEFAULTS: dict[str, str] = {
     "draft_model": "RedHatAI/Qwen3-32B-speculator.eagle3",
     "speculative_method": "eagle3",
@@ -422,10 +426,7 @@ class ServingConfig(_Model):
     baseline_service: ServiceName = "qwen-vllm"
     speculative_service: ServiceName = "qwen-sd-vllm"
     generation: Generation = Generation.NEURON_FORK
-    image: str = (
-        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:"
-        "0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04"
-    )
+    image: str = FORK_IMAGE
     target_model: str = "Qwen/Qwen3-32B"
     # The fork generation's defaults; the plugin generation has its own (PLUGIN_DEFAULTS).
     draft_model: str = "Qwen/Qwen3-1.7B"
@@ -496,6 +497,13 @@ class ServingConfig(_Model):
             ),
             "serving",
         )
+        if self.generation == Generation.NEURON_PLUGIN and self.image == FORK_IMAGE:
+            raise _error_at(
+                ("image",),
+                "serving.image is the vLLM 0.9 fork's DLC, which has no vllm-neuron plugin; "
+                "with generation 'neuron-plugin' set serving.image to an image with vllm-neuron "
+                "on vLLM >= 0.11 (docs/serving.md, moving to the plugin generation)",
+            )
         return self
 
     def service_name(self, arm: Arm) -> str:

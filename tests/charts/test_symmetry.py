@@ -48,7 +48,7 @@ def _vllm(manifests: list[Manifest]) -> dict[str, Any]:
         {"experiment.serving.num_speculative_tokens": 5},
         {"experiment.serving.replicas": 2, "experiment.serving.max_num_seqs": 8},
         {"experiment.serving.generation": "neuron-plugin",
-         "experiment.serving.speculative_method": "eagle3"},
+         "experiment.serving.image": "registry.example.com/vllm-neuron:0.3"},
     ],
 )  # fmt: skip
 def test_arms_differ_only_in_names_labels_and_decoding(overrides) -> None:

@@ -9,6 +9,9 @@ import pytest
 from experiment import ConfigError, build_config
 from experiment.loading import cdk_json_context, context_from_pairs
 
+# Any image with vllm-neuron: the plugin generation refuses the fork's DLC.
+PLUGIN_IMAGE = "serving.image=registry.example.com/vllm-neuron:0.3"
+
 BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
     "unknown-key": (
         ["serving.num_speculative_token=7"],
@@ -95,6 +98,10 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["serving.generation=neuron-plugin", "serving.speculative_method=draft_model"],
         r"serving\.speculative_method is 'draft_model'.*one of \['eagle', 'eagle3'\]",
     ),
+    "plugin-with-the-fork-image": (
+        ["serving.generation=neuron-plugin"],
+        r"serving\.image is the vLLM 0\.9 fork's DLC, which has no vllm-neuron plugin",
+    ),
     "plugin-eagle3-draft-with-eagle-method": (
         ["serving.generation=neuron-plugin", "serving.speculative_method=eagle"],
         r"is an EAGLE3 draft but serving\.speculative_method is 'eagle'; set it to 'eagle3'",
@@ -143,7 +150,9 @@ def test_config_rejects(name: str) -> None:
 
 
 def test_plugin_generation_alone_brings_its_eagle3_draft_and_method() -> None:
-    serving = build_config(context_from_pairs(["serving.generation=neuron-plugin"])).serving
+    serving = build_config(
+        context_from_pairs(["serving.generation=neuron-plugin", PLUGIN_IMAGE])
+    ).serving
     assert serving.draft_model == "RedHatAI/Qwen3-32B-speculator.eagle3"
     assert serving.speculative_method == "eagle3"
     # The fork keeps the published experiment's plain draft.
@@ -155,6 +164,7 @@ def test_plugin_with_an_eagle1_draft_and_method_is_accepted() -> None:
         context_from_pairs(
             [
                 "serving.generation=neuron-plugin",
+                PLUGIN_IMAGE,
                 "serving.draft_model=my-org/Qwen3-32B-EAGLE",
                 "serving.speculative_method=eagle",
             ]

@@ -24,7 +24,7 @@ def _plugin_config():
     return build_config(
         {
             "experiment.serving.generation": "neuron-plugin",
-            "experiment.serving.speculative_method": "eagle3",
+            "experiment.serving.image": "registry.example.com/vllm-neuron:0.3",
         }
     )
 

@@ -91,7 +91,9 @@ def test_plugin_rejects_a_plain_draft_whatever_the_method(spec, method) -> None:
 
 
 def test_plugin_accepts_its_default_eagle3_draft() -> None:
-    config = build_config({"serving.generation": "neuron-plugin"})
+    config = build_config(
+        {"serving.generation": "neuron-plugin", "serving.image": "example.com/vllm-neuron:0.3"}
+    )
     spec = config.serving_spec(Arm.SPECULATIVE)
     validate_spec(spec)
     assert spec.speculative_method == "eagle3"
