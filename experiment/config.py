@@ -190,7 +190,7 @@ class ModelStoreConfig(_Model):
     noncurrent_version_expiration_days: Annotated[int, Field(ge=1)] = 30
     checkpoints_prefix: str = "checkpoints"
     compiled_prefix: str = "compiled"
-    mount_path: str = "/models"
+    mount_path: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/models"  # absolute, in the pod
 
     @field_validator("bucket_name")
     @classmethod
@@ -620,6 +620,23 @@ class LoadTestConfig(_Model):
         if set(self.variant_labels) != set(Arm):
             raise ValueError("loadtest.variant_labels must name both arms: baseline, speculative")
         return self
+
+    @field_validator("metric_namespace")
+    @classmethod
+    def _cloudwatch_namespace(cls, value: str) -> str:
+        # PutMetricData's Namespace (botocore cloudwatch service-2.json): 1-255 ASCII characters,
+        # not starting with ':', no control characters, and not 'AWS/' (AWS services' own).
+        if (
+            not 1 <= len(value) <= 255
+            or value.startswith((":", "AWS/"))
+            or not value.isascii()
+            or not value.isprintable()
+        ):
+            raise ValueError(
+                f"{value!r} is not a CloudWatch namespace you can publish to: use 1-255 printable "
+                "ASCII characters, not starting with ':' or 'AWS/', e.g. 'SpecDecode/LoadTest'"
+            )
+        return value
 
 
 # Head sizes vLLM's CPU attention backend implements (vllm/v1/attention/backends/cpu_attn.py).

@@ -135,6 +135,14 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         r"loadtest\.temperature: Input should be less than or equal to 2",
     ),
     "temperature-not-finite": (["loadtest.temperature=.nan"], r"loadtest\.temperature: "),
+    "metric-namespace-of-aws": (
+        ["loadtest.metric_namespace=AWS/SpecDecode"],
+        r"loadtest\.metric_namespace: 'AWS/SpecDecode' is not a CloudWatch namespace",
+    ),
+    "relative-mount-path": (
+        ["model_store.mount_path=models"],
+        r"model_store\.mount_path: String should match pattern",
+    ),
     "region-without-the-neuron-type": (
         ["region=eu-west-1", 'network.availability_zones=["eu-west-1a", "eu-west-1b"]'],
         r"region 'eu-west-1' does not offer trn2\.48xlarge",
