@@ -136,3 +136,20 @@ def test_overall_cost_is_price_over_run_throughput_and_no_sweep_is_said() -> Non
     )
     assert swept.at_optimal_load is not None
     assert swept.at_optimal_load["baseline"].concurrency == 2 and swept.optimal_load_note is None
+
+
+def test_run_json_analysis_prices_local_servers_locally_with_their_k() -> None:
+    from loadtest.analysis import analysis_info
+
+    config = build_config({"experiment.local.num_speculative_tokens": "3"})
+    local = config.local
+    urls = {
+        "baseline": f"http://{local.host}:{local.baseline_port}",
+        "speculative": f"http://{local.host}:{local.speculative_port}",
+    }
+    info = analysis_info(config, urls)
+    assert info.price.target == "local" and info.num_speculative_tokens == 3
+    remote = analysis_info(config, {"baseline": "http://a:8000", "speculative": "http://b:8000"})
+    assert remote.price.target == "trn2"
+    assert remote.num_speculative_tokens == config.serving.num_speculative_tokens
+    assert info.resamples == config.statistics.resamples
