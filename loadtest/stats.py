@@ -14,6 +14,8 @@ never from sorting each resample. ``bench/stats_speed.py`` measures a 10k-reques
 Definitions (docs/costs-and-statistics.md):
 
 - latency speedup = baseline / SD (mean or percentile); per-request throughput = SD / baseline
+- ITL and chunk-gap mean speedups: ratios of per-request sums (seconds after the first chunk
+  over the tokens or chunks after it); their percentiles have no interval (per-token values)
 - busy-time rate ratio = (sum SD tokens / sum SD e2e) / (sum baseline tokens / sum baseline e2e)
 - acceptance estimate = (tokens per chunk of SD / tokens per chunk of baseline - 1) / k,
   counting chunks after each request's first (the first carries the prefill's token); the
@@ -288,12 +290,13 @@ class PairedSamples:
         )
 
 
-def _after_first_chunk(record: RequestRecord) -> tuple[float, float]:
-    """(tokens, chunks) after the first token-carrying chunk of a request."""
-    tokens = [n for n in record.chunk_tokens if n > 0]
-    if len(tokens) < 2:
-        return 0.0, 0.0
-    return float(sum(tokens) - tokens[0]), float(len(tokens) - 1)
+def _after_first_chunk(record: RequestRecord) -> tuple[float, float, float]:
+    """(tokens, chunks, seconds) after the first token-carrying chunk of a request."""
+    pairs = [(t, n) for t, n in zip(record.chunk_times, record.chunk_tokens, strict=False) if n > 0]
+    if len(pairs) < 2:
+        return 0.0, 0.0, 0.0
+    tokens = sum(n for _, n in pairs) - pairs[0][1]
+    return float(tokens), float(len(pairs) - 1), pairs[-1][0] - pairs[0][0]
 
 
 def request_values(record: RequestRecord) -> dict[str, float]:
@@ -302,7 +305,7 @@ def request_values(record: RequestRecord) -> dict[str, float]:
     tpot = tpot_s(record)
     e2e = record.e2e_s
     tokens = record.output_tokens
-    after_tokens, after_chunks = _after_first_chunk(record)
+    after_tokens, after_chunks, after_s = _after_first_chunk(record)
     return {
         "ttft_ms": nan if record.ttft_s is None else record.ttft_s * 1000,
         "tpot_ms": nan if tpot is None else tpot * 1000,
@@ -312,6 +315,7 @@ def request_values(record: RequestRecord) -> dict[str, float]:
         "output_tokens": nan if tokens is None else float(tokens),
         "tokens_after_first": after_tokens,
         "chunks_after_first": after_chunks,
+        "seconds_after_first": after_s,
     }
 
 
@@ -356,6 +360,15 @@ def scope_statistics(
         )
         for metric, lower in PAIRED_METRICS.items()
     }
+    # Per-token and per-chunk means are ratios of per-request sums (time after the first
+    # chunk over its tokens, or chunks): speedup = baseline mean / SD mean.
+    after_s = samples.values["seconds_after_first"]
+    for metric, count in (("itl_ms", "tokens_after_first"), ("chunk_gap_ms", "chunks_after_first")):
+        speedup[metric] = {
+            "mean": paired_rate_ratio(
+                samples.values[count], after_s, resamples=resamples, settings=settings
+            )
+        }
     busy = paired_rate_ratio(
         samples.values["output_tokens"],
         samples.values["e2e_s"],

@@ -18,6 +18,8 @@ SPEEDUPS = (
     ("TTFT p99", "ttft_ms", "p99"),
     ("TPOT mean", "tpot_ms", "mean"),
     ("TPOT p99", "tpot_ms", "p99"),
+    ("ITL per token mean", "itl_ms", "mean"),
+    ("chunk gap mean", "chunk_gap_ms", "mean"),
     ("E2E mean", "e2e_ms", "mean"),
     ("E2E p50", "e2e_ms", "p50"),
     ("E2E p90", "e2e_ms", "p90"),

@@ -183,6 +183,9 @@ def test_run_statistics_per_class_with_n() -> None:
     assert stats.by_class["b"].speedup["e2e_ms"]["mean"].estimate == pytest.approx(1.0)
     assert stats.by_class["b"].speedup["e2e_ms"]["mean"].significant is False
     assert stats.by_class["a"].pairs == 20
+    # per token after the first chunk: baseline 0.3 s / 3 tokens, SD 0.1 s / 2 tokens
+    assert stats.overall.speedup["itl_ms"]["mean"].estimate == pytest.approx(2.0)
+    assert stats.overall.speedup["chunk_gap_ms"]["mean"].estimate == pytest.approx(1.0)
     # 2 tokens per chunk after the first vs 1: acceptance (2 - 1) / 3
     assert stats.overall.acceptance_rate_estimate.estimate == pytest.approx(1 / 3)
     assert stats.model_dump(mode="json")["overall"]["speedup"]["e2e_ms"]["mean"]["n"] == 40
