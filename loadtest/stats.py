@@ -6,9 +6,10 @@ applies the same draw to both arms (a paired bootstrap), which cancels the promp
 variation that dominates an unpaired comparison. The interval is the percentile bootstrap
 interval of the ratio; a difference is significant only when the interval excludes 1.
 
-Cost: a resample is a count matrix (how often each pair was drawn), kept as uint8 (resamples
-x pairs bytes: 20 MB for 2000 resamples of 10k requests). Means and sums are one matrix
-product per statistic; percentiles come from cumulative counts over the values sorted once,
+Cost: a resample is a count matrix (how often each pair was drawn), kept as uint8 plus one
+float32 copy per scope (5 bytes x resamples x pairs: 100 MB for 2000 resamples of 10k
+requests). Means and sums are one matrix product (float32: relative error ~1e-6, far below
+any interval's width); percentiles come from cumulative counts over the values sorted once,
 never from sorting each resample. ``bench/stats_speed.py`` measures a 10k-request summary.
 
 Definitions (docs/costs-and-statistics.md):
