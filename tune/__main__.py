@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.target == "trn2":
-        from tune.trn2 import plan_text, trn2_plan
+        from tune.trn2 import trn2_plan, trn2_plan_text
 
-        print(plan_text(trn2_plan(config), config))
+        print(trn2_plan_text(trn2_plan(config), config))
         print(
             "deploy: python -m charts writes one arm per candidate (tuning.drafts x measured k); "
             "run the load test against each, then fit with the same analysis (docs/tuning.md)"
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             from loadtest.prompts import load_prompts
 
             prompts = len(load_prompts(config.loadtest.prompts.files))
-            print(plan_text(local_plan(config, ["draft"], prompts, args.quick)))
+            drafts = sorted(config.local.generator.drafts)
+            print(plan_text(local_plan(config, drafts, prompts, args.quick)))
             return 0
         out = args.out or runs_root(config) / f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
         with sigterm_raises():

@@ -12,4 +12,7 @@ def overrides_line(target: Literal["local", "trn2"], draft: str, k: int) -> str:
             f"-c experiment.serving.draft_model={draft} "
             f"-c experiment.serving.num_speculative_tokens={k}"
         )
-    return f"-c experiment.local.num_speculative_tokens={k}"
+    return (
+        f"-c experiment.local.generator.draft={draft} "
+        f"-c experiment.local.num_speculative_tokens={k}"
+    )

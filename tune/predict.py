@@ -41,7 +41,7 @@ class PredictionError(ValueError):
     """The measurements cannot support the asked prediction; the message says what is missing."""
 
 
-def check_rates(rates: Sequence[float]) -> np.ndarray:
+def check_rates(rates: Sequence[float] | np.ndarray) -> np.ndarray:
     """Per-position acceptance rates r_1..r_K as an array, after checking they are rates."""
     array = np.asarray(rates, dtype=float)
     if array.ndim != 1 or array.size == 0:
@@ -69,7 +69,7 @@ def tokens_per_step(rates: Sequence[float], k: int) -> float:
     return 1.0 + expected_accepted(rates, k)
 
 
-def extend_rates(rates: Sequence[float], k_max: int) -> np.ndarray:
+def extend_rates(rates: Sequence[float] | np.ndarray, k_max: int) -> np.ndarray:
     """Rates up to position k_max; beyond the measured ones, the last measured conditional
     rate r_K / r_(K-1) is held constant (an extrapolation; callers must say so)."""
     array = check_rates(rates)

@@ -91,6 +91,7 @@ class Run(_Result):
     server_ready_s: float | None = None
     wall_s: float
     skipped_requests: int = 0  # not sent: the sweep's budget ran out
+    load_average_1m: float | None = None  # of the machine when the measurement started
 
 
 class StepCostFit(_Result):

@@ -62,7 +62,7 @@ def trn2_plan(config: ExperimentConfig, already_compiled: set[str] | None = None
     )
 
 
-def plan_text(plan: Trn2Plan, config: ExperimentConfig) -> str:
+def trn2_plan_text(plan: Trn2Plan, config: ExperimentConfig) -> str:
     nodes = config.cluster.neuron_nodes
     wall = math.ceil((len(plan.candidates) + 1) / plan.arms_per_node)
     lines = [

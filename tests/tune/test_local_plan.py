@@ -42,7 +42,7 @@ def test_concurrency_above_max_num_seqs_says_what_to_change() -> None:
 
 def test_cli_plan_only_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--plan-only", "-c", "tuning.fit_k=[3,9]"]) == 0
-    assert "draft k=9" in capsys.readouterr().out
+    assert "small k=9" in capsys.readouterr().out
     assert main(["-c", "tuning.holdout_k=[3]", "-c", "tuning.fit_k=[3,9]"]) == 2
     assert "overlaps fit_k" in capsys.readouterr().err
     assert main(["--plan-only", "-c", "tuning.concurrency=[16]"]) == 2

@@ -54,6 +54,7 @@ def test_outputs_are_written_and_tune_json_round_trips(tmp_path: Path) -> None:
     assert "| d | structured | 4 |" in text
     assert "-c experiment.local.num_speculative_tokens=" in text
     assert "(extrapolated)" in text
+    assert "| d k=4 | holdout | 1 | 8 / 8 | 0 |" in text
     assert "load average (1/5/15 min) at the end: 1.00, 2.00, 3.00" in text
     for block in result.break_even:
         assert block.prompt_class in text
@@ -71,4 +72,6 @@ def test_overrides_line_for_each_target() -> None:
         "-c experiment.serving.draft_model=Qwen/Qwen3-1.7B "
         "-c experiment.serving.num_speculative_tokens=7"
     )
-    assert overrides_line("local", "draft", 3) == "-c experiment.local.num_speculative_tokens=3"
+    assert overrides_line("local", "small", 3) == (
+        "-c experiment.local.generator.draft=small -c experiment.local.num_speculative_tokens=3"
+    )

@@ -6,7 +6,7 @@ import pytest
 
 from experiment import build_config
 from experiment.loading import ConfigError
-from tune.trn2 import fingerprints, plan_text, trn2_plan
+from tune.trn2 import fingerprints, trn2_plan, trn2_plan_text
 
 
 def test_default_plan_counts_compiles_node_hours_and_cost() -> None:
@@ -20,7 +20,7 @@ def test_default_plan_counts_compiles_node_hours_and_cost() -> None:
     assert plan.node_hours == pytest.approx(11.25)
     assert plan.cost_usd == pytest.approx(450.0)
     assert plan.predicted_k == [1, 3, 5, 7, 9, 10]
-    text = plan_text(plan, config)
+    text = trn2_plan_text(plan, config)
     assert "compiles: 9" in text
     assert "NOMINAL" in text
     assert "OVER BUDGET" not in text
@@ -37,7 +37,7 @@ def test_already_compiled_fingerprints_are_not_compiled_again() -> None:
 
 def test_plan_over_budget_says_what_to_change() -> None:
     config = build_config({"experiment.tuning.budget_node_hours": "5"})
-    assert "OVER BUDGET" in plan_text(trn2_plan(config), config)
+    assert "OVER BUDGET" in trn2_plan_text(trn2_plan(config), config)
 
 
 @pytest.mark.parametrize(

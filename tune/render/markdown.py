@@ -103,6 +103,24 @@ def _break_even(result: TuneResult) -> list[str]:
     return lines
 
 
+def _runs(result: TuneResult) -> list[str]:
+    lines = [
+        "| setting | role | concurrency | requests ok / sent | skipped | server ready s "
+        "| wall s | load average (1 min) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in result.runs:
+        sent = sum(len(c.samples) for c in run.classes.values())
+        ok = sum(len(c.ok_samples) for c in run.classes.values())
+        ready = f"{run.server_ready_s:.0f}" if run.server_ready_s is not None else "-"
+        load = f"{run.load_average_1m:.1f}" if run.load_average_1m is not None else "-"
+        lines.append(
+            f"| {run.setting.label} | {run.role} | {run.concurrency} | {ok} / {sent} "
+            f"| {run.skipped_requests} | {ready} | {run.wall_s:.0f} | {load} |"
+        )
+    return lines
+
+
 def render_markdown(result: TuneResult, plots: list[str]) -> str:
     lines = [
         f"# Tuning sweep ({result.target}): choose the draft and k",
@@ -129,6 +147,7 @@ def render_markdown(result: TuneResult, plots: list[str]) -> str:
     }
     lines += [f"![{titles.get(p, p)}]({p})" for p in plots]
     lines += ["", "## Fitted model per draft and prompt class", "", *_models(result)]
+    lines += ["## Runs", "", *_runs(result), ""]
     if result.notes:
         lines += ["## Notes", "", *(f"- {n}" for n in result.notes), ""]
     load = ", ".join(f"{x:.2f}" for x in result.load_average)
