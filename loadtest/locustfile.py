@@ -238,8 +238,13 @@ class _WorkerState(_RunState):
             self.flush()
 
     def warmup_done(self) -> None:
-        self.flush()
-        self._send(WARMUP_DONE_MESSAGE, {})  # the master scrapes and opens every window
+        # Only worker 0 runs the warm-up and says it is done; the others wait for the
+        # master to open the window (or a warm-up could start after the window opened).
+        if self.index == 0:
+            self.flush()
+            self._send(WARMUP_DONE_MESSAGE, {})  # the master scrapes and opens every window
+        else:
+            self.window_open.wait()
 
     def on_window_open(self, master_wall: float) -> None:
         self._send(CLOCK_MESSAGE, {"master_wall": master_wall, "worker_wall": time.time()})
@@ -315,7 +320,9 @@ class _MasterState:
             1 for line in lines if '"warmup":false' in line
         )
 
-    def _on_warmup_done(self, _: dict[str, Any]) -> None:
+    def _on_warmup_done(self, data: dict[str, Any]) -> None:
+        if data["worker"] != 0 or self.window_open_wall is not None:
+            return
         self.before = scrape(self.plan.base_url)
         self.runner.stats.reset_all()
         self.window_open_wall = time.time()

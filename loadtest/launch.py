@@ -1,0 +1,170 @@
+"""Starting and stopping one arm's Locust processes: one process, or a master and N workers.
+
+Each process gets its own session (process group): a Ctrl-C in the terminal then reaches
+only the parent (``python -m loadtest``), which stops the load in the one order that keeps
+every measured record (``stop_arm``): workers first (each sends its finished records to the
+master before telling it that it quit), then the master, then SIGKILL for any survivor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import requests
+
+from loadtest.plan import RunPlan
+
+LOG = logging.getLogger("loadtest")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+STOP_TIMEOUT_S = 3
+# A master waits this long for its workers to connect before giving up (locust
+# --expect-workers-max-wait); local workers connect within seconds.
+LOCAL_WORKERS_MAX_WAIT_S = 60
+# After SIGTERM, how long a process may take to write what it has before SIGKILL.
+STOP_GRACE_S = 5.0
+READY_POLL_S = 5.0
+
+
+def locust_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+@dataclass
+class ArmProcesses:
+    master: subprocess.Popen[bytes]  # the single process when there are no workers
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def all(self) -> list[subprocess.Popen[bytes]]:
+        return [*self.workers, self.master]
+
+
+def master_command(
+    plan: RunPlan,
+    plan_path: Path,
+    locust_dir: Path,
+    *,
+    workers: int,
+    master_port: int,
+    locustfile: Path = LOCUSTFILE,
+) -> list[str]:
+    users = plan.shape.concurrency
+    command = [
+        sys.executable, "-m", "locust", "-f", str(locustfile), "--headless",
+        "-u", str(users), "-r", str(users),
+        "-t", f"{max(1, math.ceil(plan.shape.max_duration_s))}s",
+        "--stop-timeout", str(STOP_TIMEOUT_S),
+        "--loadtest-plan", str(plan_path),
+        "--csv", str(locust_dir / plan.arm),
+        "--html", str(locust_dir / f"{plan.arm}.html"),
+        "--only-summary", "--exit-code-on-error", "0", "--loglevel", "WARNING",
+    ]  # fmt: skip
+    if workers > 1:
+        command += [
+            "--master", "--expect-workers", str(workers),
+            "--master-bind-port", str(master_port),
+            "--expect-workers-max-wait", str(LOCAL_WORKERS_MAX_WAIT_S),
+        ]  # fmt: skip
+    return command
+
+
+def worker_command(master_port: int, locustfile: Path = LOCUSTFILE) -> list[str]:
+    return [
+        sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
+        "--master-host", "127.0.0.1", "--master-port", str(master_port),
+        "--loglevel", "WARNING",
+    ]  # fmt: skip
+
+
+def launch_arm(master: list[str], workers: list[list[str]], log: IO[bytes] | int) -> ArmProcesses:
+    def start(command: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=locust_env(),
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+        )
+
+    processes = ArmProcesses(master=start(master))
+    processes.workers = [start(command) for command in workers]
+    return processes
+
+
+def wait_arm(processes: ArmProcesses, timeout_s: float) -> int | None:
+    """The master's exit code; None when it outlived ``timeout_s`` (then everything is
+    stopped). Workers left after their master ended are stopped too."""
+    try:
+        code: int | None = processes.master.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        code = None
+    stop_arm(processes)
+    return code
+
+
+def stop_arm(processes: ArmProcesses, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop the arm's processes, keeping what they measured; returns when none is left."""
+    for worker in processes.workers:
+        _signal(worker, signal.SIGTERM)
+    _wait_all(processes.workers, grace_s)
+    if processes.workers:  # the master ends by itself once its last worker quit
+        _wait_all([processes.master], grace_s)
+    _signal(processes.master, signal.SIGTERM)
+    _wait_all([processes.master], grace_s)
+    for process in processes.all():
+        if process.poll() is None:
+            LOG.warning("load generator %d ignored SIGTERM: killing it", process.pid)
+            _signal(process, signal.SIGKILL)
+            process.wait()
+
+
+def _signal(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(sig)
+
+
+def _wait_all(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def wait_ready(urls: list[str], timeout_s: float, poll_s: float = READY_POLL_S) -> list[str]:
+    """Poll each URL's ``/health`` until all answer 200 or ``timeout_s`` passes; returns the
+    URLs still not ready (empty: all ready). vLLM's OpenAI server answers ``/health`` with
+    200 once the engine is up (vllm/entrypoints/openai/api_server.py)."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(urls)
+    while True:
+        waiting = [url for url in waiting if not _healthy(url)]
+        if not waiting:
+            LOG.info("services ready: %s", ", ".join(urls))
+            return []
+        left = deadline - time.monotonic()
+        if left <= 0:
+            LOG.error("not ready after %.0f s: %s", timeout_s, ", ".join(waiting))
+            return waiting
+        LOG.info("waiting for %s (%.0f s left)", ", ".join(waiting), left)
+        time.sleep(min(poll_s, left))
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(url.rstrip("/") + "/health", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False

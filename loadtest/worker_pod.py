@@ -1,0 +1,71 @@
+"""A load-test worker pod: one Locust worker per arm, until the master has run both arms.
+
+``python -m loadtest.worker_pod --master-host HOST`` (charts/loadtest_job.py). A Locust
+worker exits when its master quits (after each arm) and gives up when no master answers
+(~5 min of retries, locust/runners.py ``connect_to_master``), so this runs ``locust
+--worker`` again until ``--arms`` workers have ended cleanly or ``--deadline-s`` passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loadtest.launch import LOCUSTFILE, locust_env
+
+LOG = logging.getLogger("loadtest.worker_pod")
+RETRY_PAUSE_S = 5.0
+
+
+def worker_command(master_host: str, master_port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
+        "--master-host", master_host, "--master-port", str(master_port),
+        "--loglevel", "WARNING",
+    ]  # fmt: skip
+
+
+def run_worker_pod(master_host: str, master_port: int, arms: int, deadline_s: float) -> int:
+    """0 when ``arms`` workers ended cleanly; 1 when the deadline came first."""
+    deadline = time.monotonic() + deadline_s
+    done = 0
+    while done < arms:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            LOG.error("deadline reached after %d of %d arms", done, arms)
+            return 1
+        try:
+            code = subprocess.run(
+                worker_command(master_host, master_port),
+                env=locust_env(),
+                cwd=Path(LOCUSTFILE).parent.parent,
+                timeout=left,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            continue  # the loop reports the deadline
+        if code == 0:
+            done += 1
+            LOG.info("arm %d of %d done", done, arms)
+        else:  # no master yet (still waiting for the services), or it went away
+            time.sleep(RETRY_PAUSE_S)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.worker_pod")
+    parser.add_argument("--master-host", required=True)
+    parser.add_argument("--master-port", type=int, default=5557)
+    parser.add_argument("--arms", type=int, default=2)
+    parser.add_argument("--deadline-s", type=float, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return run_worker_pod(args.master_host, args.master_port, args.arms, args.deadline_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
