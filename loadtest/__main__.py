@@ -100,6 +100,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--add-prompts", action="append", help="prompt file(s) added to the suite")
     run.add_argument("--api", choices=["chat", "completions"], default="chat")
     run.add_argument(
+        "--workers",
+        type=_positive(int),
+        help="Locust worker processes per arm (default loadtest.workers; 1: one process)",
+    )
+    run.add_argument(
+        "--workers-external",
+        action="store_true",
+        help="do not start the workers: they connect to loadtest.master_port (cluster pods)",
+    )
+    run.add_argument(
+        "--wait-ready",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait at most this long for both services' /health (default: no wait)",
+    )
+    run.add_argument(
         "--no-cloudwatch",
         action="store_true",
         help="do not publish to CloudWatch (default: publish when credentials exist)",
@@ -137,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from loadtest.render.console import render_summary_table
-    from loadtest.runner import run_comparison
+    from loadtest.runner import NotReady, exit_code, run_comparison
 
     config = _config(args)
     local = config.local
@@ -149,17 +166,32 @@ def _run(args: argparse.Namespace) -> int:
             "give both --baseline URL and --speculative URL (or --local for the local run's ports)"
         )
     out = args.out or Path(config.local.runs_dir) / f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
-    summary = run_comparison(
-        config,
-        args.baseline,
-        args.speculative,
-        out,
-        overrides=_overrides(args, config),
-        publish_cloudwatch=not args.no_cloudwatch,
-    )
+    try:
+        summary = run_comparison(
+            config,
+            args.baseline,
+            args.speculative,
+            out,
+            overrides=_overrides(args, config),
+            publish_cloudwatch=not args.no_cloudwatch,
+            workers=args.workers,
+            local_workers=not args.workers_external,
+            wait_ready_s=args.wait_ready,
+            handle_signals=True,
+        )
+    except NotReady as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(render_summary_table(summary))
     print(f"\nreport: {out / 'report.html'} (and report.md, summary.json, summary.csv)")
-    return 0
+    code = exit_code(summary, config.loadtest.max_failure_share)
+    if code == 1:
+        print(
+            "exit 1: an arm has no successful measured request or more than "
+            f"loadtest.max_failure_share={config.loadtest.max_failure_share:g} failed",
+            file=sys.stderr,
+        )
+    return code
 
 
 def _report(run_dir: Path) -> int:

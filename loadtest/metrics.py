@@ -118,10 +118,14 @@ def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
 
 
 def window_s(records: list[RequestRecord]) -> float:
+    """First start to last end on the wall clock: records of several Locust workers (pods)
+    share no monotonic clock. Records without a wall-clock start fall back to ``start``."""
     if not records:
         return 0.0
-    start = min(r.start for r in records)
-    end = max(r.start + (r.e2e_s or 0.0) for r in records)
+    wall = all(r.wall_start > 0 for r in records)
+    starts = [r.wall_start if wall else r.start for r in records]
+    start = min(starts)
+    end = max(s + (r.e2e_s or 0.0) for s, r in zip(starts, records, strict=True))
     return max(end - start, 0.0)
 
 

@@ -131,10 +131,19 @@ class ArmSummary(_Result):
     url: str
     stopped_by: str
     """Why the arm ended: schedule_done (every request sent), time_limit, worker_lost,
-    killed or crashed (Locust process), not_run (no window file)."""
+    cancelled (SIGINT/SIGTERM), killed or crashed (Locust process), not_run (no window
+    file)."""
     unfinished_requests: int = 0
     load_generator_cpu: float | None = None
-    """Share of one core used by the Locust process."""
+    """Share of one core used by the Locust process (the busiest worker's with workers)."""
+    workers: int = 1
+    """Locust worker processes that drove the arm (1: one process, no master)."""
+    worker_cpu: dict[str, float | None] = Field(default_factory=dict)
+    """Each worker's share of its core over its window, by Locust worker index."""
+    lost_workers: list[int] = Field(default_factory=list)
+    """Workers that stopped answering mid-run; their unsent requests count as not started."""
+    clock_skew_ms: float | None = None
+    """Spread of the workers' wall-clock offsets (window and throughput use wall clocks)."""
     not_started_requests: int = 0
     window_s: float = 0.0
     warmup_excluded: int = 0
@@ -419,6 +428,8 @@ class RunSummary(_Result):
     speedup: Comparison = Field(default_factory=Comparison)
     lossless: Lossless
     warnings: list[str] = Field(default_factory=list)
+    cancelled_by: str | None = None
+    """SIGINT or SIGTERM when the run was cancelled: a partial run (None: ran to its end)."""
     cloudwatch: CloudWatchResult | None = None
     """None: not published from this run."""
     statistics: PairedStatistics | None = None

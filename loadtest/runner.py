@@ -1,15 +1,23 @@
-"""Run both arms (one Locust process each, in turn) and turn the run directory into a summary.
+"""Run both arms (in turn) and turn the run directory into a summary.
 
-Locust runs in a subprocess: importing Locust monkey-patches the whole interpreter with
+Locust runs in subprocesses: importing Locust monkey-patches the whole interpreter with
 gevent, which must not happen inside a caller such as the local run. Each arm gets the same
-plan except for its URL; a hard wall-clock timeout backs up Locust's own ``-t``.
+plan except for its URL; a hard wall-clock timeout backs up Locust's own ``-t``. With
+``workers`` N > 1 each arm is a Locust master and N workers (loadtest/launch.py,
+loadtest/distributed.py); the run directory and summary have the same shape either way.
+
+A cancel (``handle_signals``: SIGINT or SIGTERM) stops the running arm's processes within
+seconds, keeps every record measured, skips the arms not started yet and still writes the
+summary and report, marked ``cancelled_by``.
 
 Run directory layout::
 
     run.json                      what was run (config excerpt, URLs, load shape, overrides)
     plan_<arm>.json               the exact schedule and request parameters of each arm
-    records_<arm>.jsonl           raw per-request records (warm-up included, flagged)
-    window_<arm>.json             measured window, stop cause, /metrics before and after
+    records_<arm>.jsonl           raw per-request records (warm-up included, flagged; with
+                                  workers: every worker's, written by the master)
+    window_<arm>.json             measured window, stop cause, /metrics before and after,
+                                  workers' CPU shares and clock skew
     locust/<arm>_stats.csv, locust/<arm>.html, locust/<arm>.log   Locust's own outputs
     summary.json                  (loadtest.summary: the typed RunSummary, loadtest.results)
     summary.csv, report.md, report.html, *.png                   (loadtest.report)
@@ -20,92 +28,117 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import subprocess
-import sys
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from experiment.config import Arm, ExperimentConfig
 from loadtest.analysis import analysis_info
+from loadtest.launch import (
+    LOCUSTFILE,
+    STOP_TIMEOUT_S,
+    launch_arm,
+    master_command,
+    stop_arm,
+    wait_arm,
+    wait_ready,
+    worker_command,
+)
 from loadtest.plan import Overrides, RunPlan, build_plan
 from loadtest.report import write_report
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, SloInfo
 from loadtest.summary import RUN_JSON, summarize, write_summary
 
+__all__ = ["Cancelled", "NotReady", "run_arm", "run_comparison", "summarize"]
+
 LOG = logging.getLogger("loadtest")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-STOP_TIMEOUT_S = 3
+# Beyond Locust's own -t and stop timeout: how long a hung Locust may outlive its arm.
 KILL_MARGIN_S = 60
 
 
-def run_arm(plan: RunPlan, run_dir: Path, locustfile: Path = LOCUSTFILE) -> dict[str, Any]:
-    """Run one arm in a Locust subprocess; returns its window metadata.
+class Cancelled(Exception):
+    """The run got SIGINT or SIGTERM."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class NotReady(RuntimeError):
+    """A service did not report healthy within the readiness wait."""
+
+
+@contextmanager
+def _cancel_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Cancelled in the main thread while the run is under way;
+    a second signal while the load is being stopped is ignored (the stop is bounded)."""
+    received: list[int] = []
+
+    def handler(signum: int, _: FrameType | None) -> None:
+        if received:
+            LOG.warning("%s again: already stopping", signal.Signals(signum).name)
+            return
+        received.append(signum)
+        raise Cancelled(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_arm(
+    plan: RunPlan,
+    run_dir: Path,
+    locustfile: Path = LOCUSTFILE,
+    *,
+    workers: int = 1,
+    local_workers: bool = True,
+    master_port: int = 5557,
+) -> dict[str, Any]:
+    """Run one arm's Locust processes; returns its window metadata.
 
     ``locustfile`` is for the bench's transport comparisons (a file that reuses this one's
-    user with another HTTP client); the comparison always runs the default."""
+    user with another HTTP client); the comparison always runs the default.
+    ``local_workers``: start the ``workers`` here (False: they run elsewhere, e.g. pods,
+    and connect to ``master_port``). Raises Cancelled after stopping the processes."""
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / f"plan_{plan.arm}.json"
     plan_path.write_text(plan.to_json())
-    users = plan.shape.concurrency
     run_time = max(1, math.ceil(plan.shape.max_duration_s))
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(locustfile),
-        "--headless",
-        "-u",
-        str(users),
-        "-r",
-        str(users),
-        "-t",
-        f"{run_time}s",
-        "--stop-timeout",
-        str(STOP_TIMEOUT_S),
-        "--loadtest-plan",
-        str(plan_path),
-        "--csv",
-        str(locust_dir / plan.arm),
-        "--html",
-        str(locust_dir / f"{plan.arm}.html"),
-        "--only-summary",
-        "--exit-code-on-error",
-        "0",
-        "--loglevel",
-        "WARNING",
-    ]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    LOG.info(
-        "%s: %d measured requests at concurrency %d against %s (at most %ss)",
-        plan.arm,
-        len(plan.measured),
-        users,
-        plan.base_url,
-        run_time,
+    master = master_command(
+        plan, plan_path, locust_dir, workers=workers, master_port=master_port,
+        locustfile=locustfile,
+    )  # fmt: skip
+    worker_commands = (
+        [worker_command(master_port, locustfile)] * workers if workers > 1 and local_workers else []
     )
+    LOG.info(
+        "%s: %d measured requests at concurrency %d against %s (at most %ss, %d worker%s)",
+        plan.arm, len(plan.measured), plan.shape.concurrency, plan.base_url, run_time,
+        workers, "" if workers == 1 else "s",
+    )  # fmt: skip
     log_path = locust_dir / f"{plan.arm}.log"
     started = time.monotonic()
-    with log_path.open("w") as log:
+    cancelled: Cancelled | None = None
+    with log_path.open("wb") as log:
+        processes = launch_arm(master, worker_commands, log)
         try:
-            result = subprocess.run(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=PROJECT_ROOT,
-                timeout=run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s,
-                check=False,
+            returncode = wait_arm(
+                processes, run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s
             )
-            returncode: int | None = result.returncode
-        except subprocess.TimeoutExpired:
-            returncode = None
+        except Cancelled as cancel:
+            LOG.warning("%s: %s: stopping the load", plan.arm, cancel)
+            stop_arm(processes)
+            cancelled, returncode = cancel, None
     meta_path = Path(plan.meta_path)
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -113,13 +146,17 @@ def run_arm(plan: RunPlan, run_dir: Path, locustfile: Path = LOCUSTFILE) -> dict
         meta = {
             "arm": plan.arm,
             "stopped_by": "killed" if returncode is None else "crashed",
+            "workers": workers,
             "metrics_before": None,
             "metrics_after": None,
         }
-        meta_path.write_text(json.dumps(meta, indent=1))
+    if cancelled is not None:
+        meta["stopped_by"] = "cancelled"
     meta["locust_returncode"] = returncode
     meta["elapsed_s"] = time.monotonic() - started
     meta_path.write_text(json.dumps(meta, indent=1))
+    if cancelled is not None:
+        raise cancelled
     if returncode not in (0, None) or meta["stopped_by"] in ("killed", "crashed"):
         LOG.warning(
             "%s: Locust ended with %s (%s); see %s",
@@ -139,12 +176,31 @@ def run_comparison(
     *,
     overrides: Overrides | None = None,
     publish_cloudwatch: bool = False,
+    workers: int | None = None,
+    local_workers: bool = True,
+    wait_ready_s: float | None = None,
+    handle_signals: bool = False,
 ) -> RunSummary:
-    """Run both arms with identical load, write the run directory and its report."""
+    """Run both arms with identical load, write the run directory and its report.
+
+    ``workers``: Locust workers per arm (default ``loadtest.workers``); ``local_workers``:
+    start them here, else wait for them to connect (cluster). ``wait_ready_s``: first wait
+    at most this long for both services' /health (NotReady when one never answers).
+    ``handle_signals``: SIGINT/SIGTERM cancel the run (summary.cancelled_by), for a CLI;
+    a caller with its own handlers (the local run) leaves it off."""
     out_dir = Path(out_dir)
     overrides = overrides or Overrides()
+    workers = workers or config.loadtest.workers
     urls = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
     plans = {arm: build_plan(config, arm, url, out_dir, overrides) for arm, url in urls.items()}
+    if wait_ready_s:
+        LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
+        not_ready = wait_ready([plan.base_url for plan in plans.values()], wait_ready_s)
+        if not_ready:
+            raise NotReady(
+                f"not healthy after {wait_ready_s:g} s: {', '.join(not_ready)} (is the "
+                "service still compiling? raise --wait-ready / loadtest.wait_ready_s)"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)  # only once the input is known to be good
     reference = plans[Arm.BASELINE]
     run_info = RunInfo(
@@ -166,9 +222,22 @@ def run_comparison(
     )
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)
-    for plan in plans.values():
-        run_arm(plan, out_dir)
+    cancelled: Cancelled | None = None
+    with _cancel_on_signals() if handle_signals else _no_handlers():
+        try:
+            for plan in plans.values():
+                run_arm(
+                    plan, out_dir, workers=workers, local_workers=local_workers,
+                    master_port=config.loadtest.master_port,
+                )  # fmt: skip
+        except Cancelled as cancel:
+            cancelled = cancel
+            LOG.warning("cancelled by %s: writing the report of the partial run", cancel)
     summary = summarize(out_dir)
+    if cancelled is not None:
+        summary.cancelled_by = str(cancelled)
+        summary.warnings.insert(0, f"cancelled by {cancelled}: a partial run")
+        write_summary(summary, out_dir)
     if publish_cloudwatch:
         from loadtest.cloudwatch import publish_run  # boto3 only when publishing
 
@@ -176,3 +245,23 @@ def run_comparison(
         write_summary(summary, out_dir)
     write_report(summary, out_dir)
     return summary
+
+
+@contextmanager
+def _no_handlers() -> Iterator[None]:
+    yield
+
+
+def exit_code(summary: RunSummary, max_failure_share: float) -> int:
+    """Like Locust's --exit-code-on-error: 1 when an arm has no successful measured request
+    or more than ``max_failure_share`` of its measured requests failed; 128 + signal number
+    for a cancelled run (130 SIGINT, 143 SIGTERM); else 0."""
+    if summary.cancelled_by:
+        return 128 + signal.Signals[summary.cancelled_by].value
+    for arm in summary.arms.values():
+        overall = arm.overall
+        if overall.succeeded == 0:
+            return 1
+        if overall.requests and overall.failed / overall.requests > max_failure_share:
+            return 1
+    return 0

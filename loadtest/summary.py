@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from experiment.config import Arm
+from experiment.config import Arm, LoadTestConfig
 from loadtest.acceptance import acceptance_from_deltas
 from loadtest.analysis import analyse
 from loadtest.lossless import lossless_check
@@ -58,7 +58,9 @@ def read_run_info(run_dir: Path) -> RunInfo:
         ) from None
 
 
-def _arm_warnings(arm: str, block: ArmSummary, max_tokens: int) -> list[str]:
+def _arm_warnings(
+    arm: str, block: ArmSummary, max_tokens: int, skew_warning_ms: float
+) -> list[str]:
     warnings = []
     overall = block.overall
     if block.stopped_by != "schedule_done":
@@ -91,7 +93,23 @@ def _arm_warnings(arm: str, block: ArmSummary, max_tokens: int) -> list[str]:
         )
     if overall.failed:
         warnings.append(f"{arm}: {overall.failed} failed requests {overall.failures_by_reason}")
+    if block.lost_workers:
+        warnings.append(
+            f"{arm}: Locust worker(s) {block.lost_workers} of {block.workers} were lost "
+            "mid-run; their unsent requests count as not started"
+        )
+    if block.clock_skew_ms is not None and block.clock_skew_ms > skew_warning_ms:
+        warnings.append(
+            f"{arm}: the workers' wall clocks differ by {block.clock_skew_ms:.1f} ms (over "
+            f"{skew_warning_ms:g} ms): the window and throughput are off by up to that much "
+            "(per-request metrics are not: each is on one worker's clock)"
+        )
     return warnings
+
+
+def _skew_warning_ms(run: RunInfo) -> float:
+    value = run.loadtest_config.get("clock_skew_warning_ms")
+    return float(value if value is not None else LoadTestConfig().clock_skew_warning_ms)
 
 
 def _arm_summary(
@@ -104,6 +122,10 @@ def _arm_summary(
         stopped_by=meta.get("stopped_by", "not_run"),
         unfinished_requests=meta.get("unfinished_requests", 0),
         load_generator_cpu=meta.get("load_generator_cpu"),
+        workers=meta.get("workers", 1),
+        worker_cpu=meta.get("worker_cpu", {}),
+        lost_workers=meta.get("lost_workers", []),
+        clock_skew_ms=meta.get("clock_skew_ms"),
         not_started_requests=meta.get("not_started_requests", 0),
         window_s=metrics.window_s,
         warmup_excluded=metrics.warmup_excluded,
@@ -130,7 +152,9 @@ def summarize(run_dir: Path) -> RunSummary:
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
         records_by_arm[arm] = records
         arms[arm.value] = _arm_summary(run, arm, records, meta)
-        warnings += _arm_warnings(arm.value, arms[arm.value], run.request.max_tokens)
+        warnings += _arm_warnings(
+            arm.value, arms[arm.value], run.request.max_tokens, _skew_warning_ms(run)
+        )
     lossless = lossless_check(
         records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
     )

@@ -1,10 +1,22 @@
-"""Command-line entry points: clear errors for bad input."""
+"""Command-line entry points: clear errors for bad input; exit codes, cancelling and
+workers with the real process against the scripted server."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from bench.scripted_server import Script, unused_loopback_url
 from loadtest.__main__ import main
+from loadtest.runner import exit_code
+from loadtest.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,3 +55,117 @@ def test_local_flag_uses_the_local_scale_and_explicit_flags_win() -> None:
     assert explicit.max_tokens == 9
     plain = _overrides(_parser().parse_args(["run"]), config)
     assert plain.max_tokens is None and plain.concurrency is None
+
+
+# python -m loadtest run as a real process (issue 13; issue 15 items 10 and 11).
+SMALL = ["--max-tokens", "6", "--requests-per-prompt", "2", "--concurrency", "4",
+         "--warmup", "1", "--no-cloudwatch"]  # fmt: skip
+
+
+def _cli(args: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadtest", "run", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+
+
+def _survivors(marker: str) -> list[str]:
+    """Command lines of live processes naming ``marker`` (this test's run directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and int(pid) != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.integration
+def test_an_arm_without_a_successful_request_exits_1_and_writes_the_report(serve, tmp_path) -> None:
+    server = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005))
+    out = tmp_path / "run"
+    args = ["--baseline", server.url, "--speculative", unused_loopback_url(), "--out", str(out)]
+    process = _cli([*args, *SMALL, "--max-requests", "6"])
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 1, output
+    assert "loadtest.max_failure_share" in output
+    assert (out / "report.md").is_file() and (out / "summary.json").is_file()
+
+
+def test_exit_code_follows_the_failure_share_bound(fake_run_dir) -> None:
+    summary = summarize(fake_run_dir)
+    shares = [arm.overall.failed / arm.overall.requests for arm in summary.arms.values()]
+    worst = max(shares)
+    assert 0 < worst < 1
+    assert exit_code(summary, 0.0) == 1  # the default: any failure, as Locust does
+    assert exit_code(summary, worst) == 0  # at the bound is accepted, above it is not
+    assert exit_code(summary, worst * 0.99) == 1
+    summary.arms["baseline"].overall.succeeded = 0
+    assert exit_code(summary, 0.99) == 1  # no successful request: never a pass
+    summary.cancelled_by = "SIGTERM"
+    assert exit_code(summary, 0.99) == 143
+    summary.cancelled_by = "SIGINT"
+    assert exit_code(summary, 0.99) == 130
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
+    serve, tmp_path, sig: signal.Signals, code: int
+) -> None:
+    server = serve(Script(ttft_s=0.05, chunk_tokens=[1] * 10, gaps_s=0.1))  # ~1 s each
+    out = tmp_path / f"run-{sig.name}"
+    port = 8521 if sig == signal.SIGINT else 8522
+    process = _cli(
+        ["--baseline", server.url, "--speculative", server.url, "--out", str(out),
+         "--workers", "2", "-c", f"loadtest.master_port={port}", *SMALL]
+    )  # fmt: skip
+    records = out / "records_baseline.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if records.is_file() and records.read_text().count('"warmup":false') >= 3:
+            break
+        time.sleep(0.1)
+    os.killpg(process.pid, sig)  # what Ctrl-C (SIGINT) or a pod's deadline (SIGTERM) sends
+    started = time.monotonic()
+    output, _ = process.communicate(timeout=60)
+    assert time.monotonic() - started < 30, output
+    assert process.returncode == code, output
+    assert _survivors(str(out)) == [] and _survivors(f"--master-port {port}") == []
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cancelled_by"] == sig.name
+    assert summary["arms"]["baseline"]["stopped_by"] == "cancelled"
+    assert summary["arms"]["baseline"]["overall"]["requests"] >= 3  # measured records kept
+    assert summary["arms"]["speculative"]["stopped_by"] == "not_run"
+    assert (out / "report.md").is_file()
+    assert summary["warnings"][0].startswith(f"cancelled by {sig.name}")
+
+
+@pytest.mark.integration
+def test_workers_run_has_the_single_process_schema_plus_workers(serve, tmp_path) -> None:
+    server = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005))
+    out = tmp_path / "run"
+    process = _cli(
+        ["--baseline", server.url, "--speculative", server.url, "--out", str(out),
+         "--workers", "2", "-c", "loadtest.master_port=8523", *SMALL, "--max-requests", "10"]
+    )  # fmt: skip
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output
+    summary = json.loads((out / "summary.json").read_text())
+    for arm in ("baseline", "speculative"):
+        block = summary["arms"][arm]
+        assert block["workers"] == 2 and set(block["worker_cpu"]) == {"0", "1"}
+        assert block["clock_skew_ms"] is not None and block["lost_workers"] == []
+        assert block["overall"]["requests"] == 10 and block["overall"]["failed"] == 0
+        assert block["window_s"] > 0
+    assert summary["lossless"]["prompts_compared"] > 0
+    assert summary["lossless"]["exact_matches"] == summary["lossless"]["prompts_compared"]
+    assert _survivors(str(out)) == []
