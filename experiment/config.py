@@ -610,6 +610,10 @@ class LoadTestConfig(_Model):
     # In the cluster, wait at most this long for both services' /health before measuring
     # (first deploy compiles for hours); part of the Job's deadline.
     wait_ready_s: Annotated[int, Field(ge=0)] = 14400
+    # After SIGTERM (the Job's deadline): room to stop the load, write the partial report and
+    # publish it before Kubernetes kills the pod (summarizing 10k requests takes ~20 s,
+    # bench/stats_speed.json).
+    termination_grace_s: Annotated[int, Field(ge=30)] = 120
     slo: SloConfig = Field(default_factory=SloConfig)
     service_account: ServiceAccountName = "loadtest"
     pod: LoadTestPodConfig = Field(default_factory=LoadTestPodConfig)
