@@ -148,8 +148,8 @@ class LoadTestChart(cdk8s.Chart):
         self, scope: Construct, construct_id: str, config: ExperimentConfig, inputs: ClusterInputs
     ):
         super().__init__(scope, construct_id)
-        for body in loadtest_manifests(config, inputs):
-            api_object(self, body["kind"], body)
+        for body in loadtest_manifests(config, inputs):  # two Jobs with workers: id by name
+            api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
 
 
 def build_charts(

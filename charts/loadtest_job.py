@@ -1,7 +1,19 @@
 """The load-test Job: Locust headless against both services, bounded in time.
 
 Runs under its own service account, which EKS Pod Identity binds (CDK stack) to a role
-that may only put metrics in the project's CloudWatch namespace.
+that may only put metrics in the project's CloudWatch namespace. It first waits, bounded by
+``loadtest.wait_ready_s``, for both services' ``/health`` (logged): on a first deploy they
+compile for hours.
+
+With ``loadtest.workers`` N > 1 the Job's pod is the Locust master (``python -m loadtest run
+--workers N --workers-external``) and a second Job runs N worker pods of the same image and
+size. Why a plain Job of workers plus a headless Service for the master, not one Indexed Job:
+the master is a different program (it waits, runs both arms in turn, writes the report and
+publishes to CloudWatch with the service account's role) while the workers only need the
+master's address; Locust hands out worker indexes itself (the master's ``ack``), so the Job
+index would be a second, unused numbering. The workers need no AWS access and run without
+the service account. Worker pods retry until their master has run both arms
+(loadtest/worker_pod.py), bounded by the same deadline.
 """
 
 from __future__ import annotations
@@ -26,13 +38,52 @@ def service_url(config: ExperimentConfig, arm: Arm) -> str:
     return f"http://{serving.service_name(arm)}.{serving.namespace}.svc:{serving.port}"
 
 
+# Pods of the load test carry this label: the master (the Job that reports) or a worker.
+ROLE_LABEL = "specdecode.aws/loadtest-role"
+MASTER_ROLE = "master"
+WORKER_ROLE = "worker"
+
+
+def distributed(config: ExperimentConfig) -> bool:
+    return config.loadtest.workers > 1
+
+
+def master_service_name(config: ExperimentConfig) -> str:
+    return f"{config.project}-loadtest-master"
+
+
+def deadline_s(config: ExperimentConfig) -> int:
+    """Both Jobs' activeDeadlineSeconds: the readiness wait, the comparison's own bound and
+    room to write the report and publish after it. At the deadline Kubernetes sends SIGTERM:
+    the run stops, writes its partial report and publishes it (``python -m loadtest run``
+    handles SIGTERM as a cancel)."""
+    lt = config.loadtest
+    return lt.wait_ready_s + int(lt.max_duration_s) + lt.job_deadline_margin_s
+
+
 def loadtest_command(config: ExperimentConfig) -> list[str]:
-    return [
+    command = [
         "python", "-m", "loadtest", "run",
         "--baseline", service_url(config, Arm.BASELINE),
         "--speculative", service_url(config, Arm.SPECULATIVE),
         "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
         "--out", f"{RESULTS_DIR}/run",
+        # Deployed with the services: they compile for hours on a first deploy.
+        "--wait-ready", str(config.loadtest.wait_ready_s),
+    ]  # fmt: skip
+    if distributed(config):
+        # --workers comes from the config file; the workers are the other Job's pods.
+        command.append("--workers-external")
+    return command
+
+
+def worker_command(config: ExperimentConfig) -> list[str]:
+    master = f"{master_service_name(config)}.{config.serving.namespace}.svc"
+    return [
+        "python", "-m", "loadtest.worker_pod",
+        "--master-host", master,
+        "--master-port", str(config.loadtest.master_port),
+        "--deadline-s", str(deadline_s(config)),
     ]  # fmt: skip
 
 
@@ -66,12 +117,75 @@ def service_account(config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
+def _pod_spec(
+    config: ExperimentConfig, inputs: ClusterInputs, command: list[str], *, reports: bool
+) -> dict[str, Any]:
+    """The pod of the master (``reports``: service account, config, results) or a worker."""
+    pod = config.loadtest.pod
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": f"{pod.tmp_gib}Gi"}}]
+    if reports:
+        mounts += [
+            {"name": "results", "mountPath": RESULTS_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ]
+        volumes += [
+            {"name": "results", "emptyDir": {"sizeLimit": f"{pod.results_gib}Gi"}},
+            {"name": "config", "configMap": {"name": config_map_name(config)}},
+        ]
+    container: dict[str, Any] = {
+        "name": COMPONENT,
+        "image": inputs.loadtest_image,
+        "imagePullPolicy": "Always",
+        "command": command,
+        "env": [{"name": "AWS_REGION", "value": config.region}],
+        "resources": {
+            "requests": {"cpu": str(pod.cpu), "memory": f"{pod.memory_gib}Gi"},
+            "limits": {"cpu": str(pod.cpu_limit), "memory": f"{pod.memory_limit_gib}Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts,
+    }
+    if distributed(config) and reports:
+        container["ports"] = [
+            {"name": "locust-master", "containerPort": config.loadtest.master_port}
+        ]
+    spec: dict[str, Any] = {
+        # No Kubernetes API access needed; Pod Identity mounts its own token.
+        "automountServiceAccountToken": False,
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if reports:
+        spec = {
+            "serviceAccountName": config.loadtest.service_account,
+            "terminationGracePeriodSeconds": config.loadtest.termination_grace_s,
+            **spec,
+        }
+    return spec
+
+
+def _pod_labels(config: ExperimentConfig, role: str) -> dict[str, str]:
+    base = labels(config, COMPONENT, config.project)
+    return {**base, ROLE_LABEL: role} if distributed(config) else base
+
+
 def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
     command = loadtest_command(config)
-    pod = config.loadtest.pod
     # Jobs are immutable: a changed command or config gets a new Job name, not a failed patch.
     name = f"{config.project}-loadtest-{short_hash([*command, settings_json(config)])}"
-    job_labels = labels(config, COMPONENT, config.project)
+    job_labels = _pod_labels(config, MASTER_ROLE)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -81,54 +195,56 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
         },
         "spec": {
             "backoffLimit": 0,  # a failed comparison is reported, never silently retried
-            "activeDeadlineSeconds": int(config.loadtest.max_duration_s)
-            + config.loadtest.job_deadline_margin_s,
+            "activeDeadlineSeconds": deadline_s(config),
             "template": {
                 "metadata": {"labels": job_labels},
-                "spec": {
-                    "serviceAccountName": config.loadtest.service_account,
-                    # No Kubernetes API access needed; Pod Identity mounts its own token.
-                    "automountServiceAccountToken": False,
-                    "restartPolicy": "Never",
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 10001,
-                        "runAsGroup": 10001,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": COMPONENT,
-                            "image": inputs.loadtest_image,
-                            "imagePullPolicy": "Always",
-                            "command": command,
-                            "env": [{"name": "AWS_REGION", "value": config.region}],
-                            "resources": {
-                                "requests": {"cpu": str(pod.cpu), "memory": f"{pod.memory_gib}Gi"},
-                                "limits": {
-                                    "cpu": str(pod.cpu_limit),
-                                    "memory": f"{pod.memory_limit_gib}Gi",
-                                },
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [
-                                {"name": "tmp", "mountPath": "/tmp"},
-                                {"name": "results", "mountPath": RESULTS_DIR},
-                                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "tmp", "emptyDir": {"sizeLimit": f"{pod.tmp_gib}Gi"}},
-                        {"name": "results", "emptyDir": {"sizeLimit": f"{pod.results_gib}Gi"}},
-                        {"name": "config", "configMap": {"name": config_map_name(config)}},
-                    ],
-                },
+                "spec": _pod_spec(config, inputs, command, reports=True),
             },
+        },
+    }
+
+
+def worker_job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
+    """N worker pods; each runs a Locust worker per arm against the master's Service."""
+    command = worker_command(config)
+    workers = config.loadtest.workers
+    name = f"{config.project}-loadtest-workers-{short_hash([*command, settings_json(config)])}"
+    worker_labels = _pod_labels(config, WORKER_ROLE)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {**metadata(config, name, worker_labels), "annotations": CHECKOV_SKIPS},
+        "spec": {
+            "parallelism": workers,
+            "completions": workers,
+            "backoffLimit": 0,  # a lost worker is reported by the master, not replaced mid-arm
+            "activeDeadlineSeconds": deadline_s(config),
+            "template": {
+                "metadata": {"labels": worker_labels},
+                "spec": _pod_spec(config, inputs, command, reports=False),
+            },
+        },
+    }
+
+
+def master_service(config: ExperimentConfig) -> dict[str, Any]:
+    """Headless: the workers resolve the master pod's own address (ZeroMQ connects to it)."""
+    name = master_service_name(config)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(config, name, labels(config, COMPONENT, name)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": _pod_labels(config, MASTER_ROLE),
+            "ports": [
+                {
+                    "name": "locust-master",
+                    "port": config.loadtest.master_port,
+                    "targetPort": config.loadtest.master_port,
+                    "protocol": "TCP",
+                }
+            ],
         },
     }
 
@@ -140,4 +256,7 @@ CHECKOV_SKIPS: dict[str, str] = {
 
 
 def loadtest_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[dict[str, Any]]:
-    return [service_account(config), config_map(config), job(config, inputs)]
+    manifests = [service_account(config), config_map(config), job(config, inputs)]
+    if distributed(config):
+        manifests += [master_service(config), worker_job(config, inputs)]
+    return manifests

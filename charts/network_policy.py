@@ -1,11 +1,18 @@
 """NetworkPolicies: only the load-test pods may reach the vLLM services; nothing may
-reach the load-test pods. Enforced when the VPC CNI network-policy agent is enabled."""
+reach the load-test pods, except the Locust master from its workers (``loadtest.workers``
+> 1) on the master port. Enforced when the VPC CNI network-policy agent is enabled.
+
+The master talks to the services too (``/health`` before the run, ``/metrics`` around the
+window), so the serving policy admits every load-test pod, master and workers. Workers
+connect to the master (ZeroMQ; the master answers on the same connection), so workers
+themselves need no ingress."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from charts.loadtest_job import COMPONENT as LOADTEST_COMPONENT
+from charts.loadtest_job import MASTER_ROLE, ROLE_LABEL, WORKER_ROLE, distributed
 from charts.naming import COMPONENT, NAME, PART_OF, labels, metadata
 from experiment.config import ExperimentConfig
 
@@ -27,7 +34,17 @@ def network_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
         "from": [{"podSelector": {"matchLabels": loadtest_pods}}],
         "ports": [{"protocol": "TCP", "port": config.serving.port}],
     }
-    return [
+    policies = [
         _policy(config, f"{config.project}-vllm-from-loadtest", vllm_pods, [from_loadtest]),
         _policy(config, f"{config.project}-loadtest-no-ingress", loadtest_pods, []),
     ]
+    if distributed(config):
+        # Policies add up: this opens only the master's port, only to the workers.
+        from_workers = {
+            "from": [{"podSelector": {"matchLabels": {**loadtest_pods, ROLE_LABEL: WORKER_ROLE}}}],
+            "ports": [{"protocol": "TCP", "port": config.loadtest.master_port}],
+        }
+        master_pods = {**loadtest_pods, ROLE_LABEL: MASTER_ROLE}
+        name = f"{config.project}-loadtest-master-from-workers"
+        policies.append(_policy(config, name, master_pods, [from_workers]))
+    return policies

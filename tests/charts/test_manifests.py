@@ -151,9 +151,11 @@ def test_runtime_configmap_is_the_package_source(documents) -> None:
 def test_loadtest_job(documents) -> None:
     job = next(d for d in documents if d["kind"] == "Job")
     assert job["spec"]["backoffLimit"] == 0
-    # The comparison bounds itself at max_duration_s; the deadline only adds reporting room.
+    # The readiness wait, then the comparison (bounded at max_duration_s), then reporting room.
     assert job["spec"]["activeDeadlineSeconds"] == (
-        int(CONFIG.loadtest.max_duration_s) + CONFIG.loadtest.job_deadline_margin_s
+        CONFIG.loadtest.wait_ready_s
+        + int(CONFIG.loadtest.max_duration_s)
+        + CONFIG.loadtest.job_deadline_margin_s
     )
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == CONFIG.loadtest.service_account
