@@ -15,6 +15,7 @@ import os
 import sys
 
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from local_run.arms import local_experiment
 from local_run.models import ensure_models
 from local_run.servers import ServerError, sigterm_raises
 
@@ -40,18 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        config = config_from_arguments(args)
+        config = local_experiment(config_from_arguments(args))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from local_run.run import run_local
-
     try:
         # SIGTERM too unwinds every `with`: servers stopped, no half-written model pair.
         with sigterm_raises():
             if args.models_only:
                 print(ensure_models(config.local).root)
                 return 0
+            # Imported here: generating models needs neither the load test nor its imports.
+            from local_run.run import run_local
+
             result = run_local(config, smoke_only=args.smoke)
     except ServerError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -17,6 +17,20 @@ from local_run.servers import Server
 from runtime.render import VllmCommand, render
 
 
+def local_experiment(config: ExperimentConfig) -> ExperimentConfig:
+    """The experiment as the local run measures it: the suite of ``loadtest.prompts.files``
+    plus ``local.extra_prompt_files`` (so the lossless check covers 32 prompts locally while
+    the trn2 suite stays the published 16). Everything else is the configuration as given."""
+    extra = [f for f in config.local.extra_prompt_files if f not in config.loadtest.prompts.files]
+    if not extra:
+        return config
+    prompts = config.loadtest.prompts.model_copy(
+        update={"files": [*config.loadtest.prompts.files, *extra]}
+    )
+    loadtest = config.loadtest.model_copy(update={"prompts": prompts})
+    return config.model_copy(update={"loadtest": loadtest})
+
+
 def arm_commands(config: ExperimentConfig, pair: ModelPair) -> dict[Arm, VllmCommand]:
     return {
         arm: render(config.local_serving_spec(arm, str(pair.target_dir), str(pair.draft_dir)))
