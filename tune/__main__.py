@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plan_only:
             from loadtest.prompts import load_prompts
+            from local_run.arms import local_experiment
 
-            prompts = len(load_prompts(config.loadtest.prompts.files))
+            prompts = len(load_prompts(local_experiment(config).loadtest.prompts.files))
             drafts = sorted(config.local.generator.drafts)
             print(plan_text(local_plan(config, drafts, prompts, args.quick)))
             return 0

@@ -18,8 +18,8 @@ def test_plan_lists_every_server_and_what_is_predicted() -> None:
     roles = [role for _, role, _ in plan.runs]
     assert roles.count("fit") == 4
     assert roles.count("holdout") == 4
-    # Requests: (3 baseline levels + 8 candidates + 2 break-even levels) x 16 prompts x 2.
-    assert plan.requests == (3 + 8 + 2) * 16 * 2
+    # Requests: (3 baseline levels + 8 candidates + 2 break-even levels) x 16 prompts x 1.
+    assert plan.requests == (3 + 8 + 2) * 16 * 1
     assert plan.predicted_k == [1, 3, 5, 7, 9, 10]
     text = plan_text(plan)
     assert "small k=8" in text
