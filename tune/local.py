@@ -19,6 +19,7 @@ from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
 from loadtest.prompts import Prompt, load_prompts
+from local_run.arms import local_experiment
 from local_run.models import ModelPair, ensure_models
 from local_run.servers import LocalServers, Server, ServerError
 from local_run.smoke import request_params
@@ -43,9 +44,13 @@ QUICK_K = (1, 3)
 TOLERANCE = 0.15  # the issue's goal: held-out predictions within 15 % of measured
 
 
-def local_drafts(pair: ModelPair) -> dict[str, Path]:
-    """The miniature's drafts by name (the local counterpart of tuning.drafts)."""
-    return {"draft": pair.draft_dir}
+def local_drafts(config: ExperimentConfig, log: Log) -> dict[str, ModelPair]:
+    """The miniature's target with each of its drafts (local.generator.drafts, by name): the
+    local counterpart of tuning.drafts. Generated first if missing (cached)."""
+    return {
+        name: ensure_models(config.local, log=log, draft=name)
+        for name in sorted(config.local.generator.drafts)
+    }
 
 
 def sweep_k(config: ExperimentConfig, quick: bool) -> tuple[list[int], list[int]]:
@@ -121,7 +126,7 @@ def plan_text(plan: LocalPlan) -> str:
 
 
 def _server(
-    config: ExperimentConfig, pair: ModelPair, draft_dir: Path | None, k: int, log_dir: Path
+    config: ExperimentConfig, pair: ModelPair, draft: str | None, k: int, log_dir: Path
 ) -> Server:
     """A server rendered exactly like the comparison's arms, on tuning.port, with this k."""
     local = config.local.model_copy(
@@ -132,9 +137,9 @@ def _server(
         }
     )
     at_k = config.model_copy(update={"local": local})
-    arm = Arm.SPECULATIVE if draft_dir is not None else Arm.BASELINE
-    spec = at_k.local_serving_spec(arm, str(pair.target_dir), str(draft_dir or pair.draft_dir))
-    name = "baseline" if draft_dir is None else f"{draft_dir.name}-k{k}"
+    arm = Arm.SPECULATIVE if draft is not None else Arm.BASELINE
+    spec = at_k.local_serving_spec(arm, str(pair.target_dir), str(pair.draft_dir))
+    name = "baseline" if draft is None else f"{draft}-k{k}"
     return Server(
         name=name,
         command=render(spec),
@@ -162,7 +167,8 @@ def _measure(
     with LocalServers([server], config.local.startup_timeout_s, log) as running:
         for level in levels:
             started = time.monotonic()
-            log(f"measuring {setting.label} at concurrency {level}")
+            load = os.getloadavg()[0]
+            log(f"measuring {setting.label} at concurrency {level} (load average {load:.1f})")
             classes, skipped = measure_classes(
                 running.servers[0].url,
                 prompts,
@@ -182,6 +188,7 @@ def _measure(
                     server_ready_s=server.ready_after_s,
                     wall_s=time.monotonic() - started,
                     skipped_requests=skipped,
+                    load_average_1m=load,
                 )
             )
     return runs
@@ -192,9 +199,10 @@ def run_local_sweep(
 ) -> TuneResult:
     started = time.monotonic()
     deadline = started + config.tuning.budget_s
-    pair = ensure_models(config.local, log=log)
-    drafts = local_drafts(pair)
-    prompts = load_prompts(config.loadtest.prompts.files)
+    drafts = local_drafts(config, log)
+    any_pair = next(iter(drafts.values()))  # every pair has the same target
+    # The local suite: the trn2 prompts plus local.extra_prompt_files, as make local uses.
+    prompts = load_prompts(local_experiment(config).loadtest.prompts.files)
     plan = local_plan(config, list(drafts), len(prompts), quick)
     log(plan_text(plan))
     fit, holdout = sweep_k(config, quick)
@@ -205,19 +213,18 @@ def run_local_sweep(
     logs = out_dir / "servers"
     runs: list[Run] = []
     notes: list[str] = []
-    todo: list[tuple[Path | None, Setting, Role, list[int]]] = [
-        (None, Setting(), "baseline", levels)
-    ]
-    for name, path in drafts.items():
-        todo += [(path, Setting(draft=name, k=k), "fit", [1]) for k in fit]
-        todo += [(path, Setting(draft=name, k=k), "holdout", [1]) for k in holdout]
-    for step, (path, setting, role, at) in enumerate(todo, 1):
+    todo: list[tuple[Setting, Role, list[int]]] = [(Setting(), "baseline", levels)]
+    for name in drafts:
+        todo += [(Setting(draft=name, k=k), "fit", [1]) for k in fit]
+        todo += [(Setting(draft=name, k=k), "holdout", [1]) for k in holdout]
+    for step, (setting, role, at) in enumerate(todo, 1):
         if time.monotonic() > deadline:
             notes.append(f"budget of {config.tuning.budget_s:.0f}s spent: {setting.label} not run")
             continue
         log(f"[{step}/{len(todo) + 1}] {role}: {setting.label} ({time.monotonic() - started:.0f}s)")
         try:
-            server = _server(config, pair, path, setting.k, logs)
+            pair = drafts[setting.draft] if setting.draft else any_pair
+            server = _server(config, pair, setting.draft, setting.k, logs)
             runs += _measure(config, server, setting, role, at, prompts, quick, deadline, log)
         except ServerError as err:
             notes.append(f"{setting.label}: server failed: {str(err).splitlines()[0]}")
@@ -228,20 +235,16 @@ def run_local_sweep(
     high = [c for c in levels if c > 1]
     if overall is not None and high and time.monotonic() < deadline:
         setting = Setting(draft=overall.draft, k=overall.k)
+        if find_measured(runs, setting) is None:  # a predicted k: measure its c=1 point too
+            high = [1, *high]
         log(f"[{len(todo) + 1}/{len(todo) + 1}] break_even: {setting.label} at {high}")
         try:
-            server = _server(config, pair, drafts[overall.draft], overall.k, logs)
+            server = _server(config, drafts[overall.draft], overall.draft, overall.k, logs)
             runs += _measure(
                 config, server, setting, "break_even", high, prompts, quick, deadline, log
             )
         except ServerError as err:
             result.notes.append(f"break-even server failed: {str(err).splitlines()[0]}")
-        # The recommended setting's concurrency-1 point: its own run when it was measured.
-        if find_measured(runs, setting) is None:
-            result.notes.append(
-                f"{setting.label} was not measured at concurrency 1 (a predicted k): its "
-                "break-even curve starts at the lowest level above 1"
-            )
         result.break_even = break_even_by_class(runs, setting, config.local.max_num_seqs, boot)
     result.runs = runs
     result.elapsed_s = time.monotonic() - started
