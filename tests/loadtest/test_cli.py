@@ -117,16 +117,19 @@ def test_exit_code_follows_the_failure_share_bound(fake_run_dir) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sig", "code", "workers"),
+    [(signal.SIGINT, 130, 2), (signal.SIGTERM, 143, 2), (signal.SIGINT, 130, 1)],
+)
 def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
-    serve, tmp_path, sig: signal.Signals, code: int
+    serve, tmp_path, sig: signal.Signals, code: int, workers: int
 ) -> None:
     server = serve(Script(ttft_s=0.05, chunk_tokens=[1] * 10, gaps_s=0.1))  # ~1 s each
-    out = tmp_path / f"run-{sig.name}"
-    port = 8521 if sig == signal.SIGINT else 8522
+    out = tmp_path / f"run-{sig.name}-{workers}"
+    port = {signal.SIGINT: 8521, signal.SIGTERM: 8522}[sig]
     process = _cli(
         ["--baseline", server.url, "--speculative", server.url, "--out", str(out),
-         "--workers", "2", "-c", f"loadtest.master_port={port}", *SMALL]
+         "--workers", str(workers), "-c", f"loadtest.master_port={port}", *SMALL]
     )  # fmt: skip
     records = out / "records_baseline.jsonl"
     deadline = time.monotonic() + 90
