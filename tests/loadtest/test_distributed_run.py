@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -133,3 +134,31 @@ def test_wait_ready_is_bounded_and_reports_who_was_not_ready(serve) -> None:
     assert wait_ready([server.url, down], timeout_s=1.0, poll_s=0.2) == [down]
     assert time.monotonic() - started < 5
     assert wait_ready([server.url], timeout_s=1.0) == []
+
+
+def test_worker_pods_serve_an_external_master_and_give_up_at_their_deadline(
+    serve, tmp_path
+) -> None:
+    """The cluster path: a master that starts no workers (--workers-external) and two
+    worker_pod loops that connect to it, as the worker Job's pods do."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loadtest.worker_pod import run_worker_pod
+
+    server = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005))
+    plan = _plan(server.url, tmp_path, requests=12)
+    plan_path = tmp_path / "plan_baseline.json"
+    plan_path.write_text(plan.to_json())
+    master = master_command(plan, plan_path, tmp_path, workers=2, master_port=MASTER_PORT + 1)
+    processes = launch_arm(master, [], subprocess.DEVNULL)
+    with ThreadPoolExecutor(2) as pool:
+        codes = list(
+            pool.map(lambda _: run_worker_pod("127.0.0.1", MASTER_PORT + 1, 1, 90), range(2))
+        )
+    assert wait_arm(processes, timeout_s=30) == 0
+    assert codes == [0, 0]
+    measured = sorted(r.index for r in read_records(Path(plan.records_path)) if not r.warmup)
+    assert measured == sorted(item.index for item in plan.measured)
+    started = time.monotonic()
+    assert run_worker_pod("127.0.0.1", MASTER_PORT + 2, 1, 2.0) == 1  # no master: deadline
+    assert time.monotonic() - started < 15
