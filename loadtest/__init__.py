@@ -17,9 +17,11 @@ Python API (in-process; Locust itself runs in a subprocess, so gevent never patc
     summary.arm("speculative").acceptance  # typed: loadtest.results.RunSummary = summary.json
 
 ``run_comparison(config, baseline_url, speculative_url, out_dir, *, overrides=None,
-publish_cloudwatch=False) -> RunSummary`` runs both arms in turn with the same prompts, order,
-seed and load shape, and writes the run directory (records, summary.json/csv, report.md/html,
-PNG plots). Requests use ``config.serving.target_model`` as the model name. ``Overrides``
+publish_cloudwatch=False, workers=None, local_workers=True, wait_ready_s=None,
+handle_signals=False) -> RunSummary`` runs both arms in turn with the same prompts, order,
+seed and load shape (each on ``workers`` Locust workers, default ``loadtest.workers``), and
+writes the run directory (records, summary.json/csv, report.md/html, PNG plots). Requests
+use ``config.serving.target_model`` as the model name. ``Overrides``
 replaces ``config.loadtest`` values for one run (max_tokens, concurrency,
 requests_per_prompt, request_rate, warmup_requests, max_duration_s, max_requests,
 request_timeout_s, prompt_files, api). ``summarize(run_dir)`` recomputes the summary from
