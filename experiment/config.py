@@ -625,6 +625,17 @@ class LoadTestConfig(_Model):
             raise ValueError("loadtest.variant_labels must name both arms: baseline, speculative")
         return self
 
+    @model_validator(mode="after")
+    def _workers_have_users(self) -> LoadTestConfig:
+        # Locust spreads the users over the workers; a worker without one would never run
+        # its share of the schedule.
+        if self.workers > self.concurrency:
+            raise ValueError(
+                f"loadtest.workers ({self.workers}) exceeds loadtest.concurrency "
+                f"({self.concurrency}): every worker needs at least one user; lower workers"
+            )
+        return self
+
     @field_validator("metric_namespace")
     @classmethod
     def _cloudwatch_namespace(cls, value: str) -> str:
