@@ -193,6 +193,12 @@ def run_comparison(
     workers = workers or config.loadtest.workers
     urls = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
     plans = {arm: build_plan(config, arm, url, out_dir, overrides) for arm, url in urls.items()}
+    concurrency = plans[Arm.BASELINE].shape.concurrency
+    if workers > concurrency:  # the config refuses this too; --workers/--concurrency may not
+        raise ValueError(
+            f"{workers} workers for concurrency {concurrency}: every Locust worker needs at "
+            "least one user; use --workers <= --concurrency"
+        )
     if wait_ready_s:
         LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
         not_ready = wait_ready([plan.base_url for plan in plans.values()], wait_ready_s)

@@ -97,3 +97,61 @@ def test_combined_window_counts_a_lost_workers_missing_requests() -> None:
     assert combined.lost_workers == [1]
     assert combined.not_started_requests == 2 + 2  # worker 2's own + worker 1's unreceived
     assert combined.unfinished_requests == 1
+
+
+def test_window_uses_wall_clocks_across_workers() -> None:
+    """Two workers' monotonic clocks share no origin (pods); their wall clocks do."""
+    from loadtest.metrics import window_s
+    from loadtest.records import RequestRecord
+
+    def record(index: int, wall: float, mono: float) -> RequestRecord:
+        return RequestRecord("baseline", index, "p", "c", wall_start=wall, start=mono, e2e_s=1.0)
+
+    # worker 0 at monotonic ~100, worker 1 at ~5000; both started 0.5 s apart on the wall.
+    records = [record(0, 1000.0, 100.0), record(1, 1000.5, 5000.0)]
+    assert window_s(records) == pytest.approx(1.5)
+    legacy = [record(0, 0.0, 100.0), record(1, 0.0, 100.5)]  # no wall clock: monotonic
+    assert window_s(legacy) == pytest.approx(1.5)
+
+
+def test_summary_reports_workers_and_warns_on_skew_and_lost_workers(fake_run_dir) -> None:
+    import json
+
+    from loadtest.summary import summarize
+
+    window = {
+        "arm": "speculative",
+        "stopped_by": "worker_lost",
+        "workers": 2,
+        "worker_cpu": {"0": 0.3, "1": None},
+        "lost_workers": [1],
+        "clock_skew_ms": 12.5,
+        "load_generator_cpu": 0.3,
+    }
+    (fake_run_dir / "window_speculative.json").write_text(json.dumps(window))
+    summary = summarize(fake_run_dir)
+    arm = summary.arms["speculative"]
+    assert (arm.workers, arm.worker_cpu, arm.lost_workers) == (2, {"0": 0.3, "1": None}, [1])
+    assert any("worker(s) [1] of 2 were lost" in w for w in summary.warnings)
+    assert any("differ by 12.5 ms" in w for w in summary.warnings)  # default bound 5 ms
+    window["clock_skew_ms"] = 1.0
+    (fake_run_dir / "window_speculative.json").write_text(json.dumps(window))
+    assert not any("wall clocks" in w for w in summarize(fake_run_dir).warnings)
+
+
+def test_config_refuses_more_workers_than_users() -> None:
+    from experiment import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=r"loadtest.workers \(5\) exceeds"):
+        build_config({"experiment.loadtest.workers": "5", "experiment.loadtest.concurrency": "4"})
+    assert build_config({"experiment.loadtest.workers": "4"}).loadtest.workers == 4
+
+
+def test_cli_refuses_more_workers_than_concurrency(tmp_path, capsys) -> None:
+    from loadtest.__main__ import main
+
+    out = tmp_path / "never"
+    args = ["run", "--baseline", "http://a", "--speculative", "http://b", "--out", str(out)]
+    assert main([*args, "--workers", "3", "--concurrency", "2", "--no-cloudwatch"]) == 2
+    assert "--workers <= --concurrency" in capsys.readouterr().err
+    assert not out.exists()
