@@ -243,8 +243,8 @@ class _WorkerState(_RunState):
         if self.index == 0:
             self.flush()
             self._send(WARMUP_DONE_MESSAGE, {})  # the master scrapes and opens every window
-        else:
-            self.window_open.wait()
+        # Nothing measured leaves before the master's /metrics scrape (acceptance deltas).
+        self.window_open.wait()
 
     def on_window_open(self, master_wall: float) -> None:
         self._send(CLOCK_MESSAGE, {"master_wall": master_wall, "worker_wall": time.time()})

@@ -155,9 +155,10 @@ def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
 @pytest.mark.integration
 def test_workers_run_has_the_single_process_schema_plus_workers(serve, tmp_path) -> None:
     server = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005))
+    sd = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005), spec_decode_k=4)
     out = tmp_path / "run"
     process = _cli(
-        ["--baseline", server.url, "--speculative", server.url, "--out", str(out),
+        ["--baseline", server.url, "--speculative", sd.url, "--out", str(out),
          "--workers", "2", "-c", "loadtest.master_port=8523", *SMALL, "--max-requests", "10"]
     )  # fmt: skip
     output, _ = process.communicate(timeout=240)
@@ -169,6 +170,11 @@ def test_workers_run_has_the_single_process_schema_plus_workers(serve, tmp_path)
         assert block["clock_skew_ms"] is not None and block["lost_workers"] == []
         assert block["overall"]["requests"] == 10 and block["overall"]["failed"] == 0
         assert block["window_s"] > 0
+    # Acceptance from the master's /metrics deltas around the one window: the measured
+    # requests' chunks exactly (3 chunks of 2 tokens each: 1 of 4 drafts accepted per chunk).
+    acceptance = summary["arms"]["speculative"]["acceptance"]
+    assert acceptance["drafts"] == 10 * 3 and acceptance["accepted_tokens"] == 10 * 3
+    assert acceptance["draft_tokens"] == 10 * 3 * 4
     assert summary["lossless"]["prompts_compared"] > 0
     assert summary["lossless"]["exact_matches"] == summary["lossless"]["prompts_compared"]
     assert _survivors(str(out)) == []
