@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from experiment.config import Arm, ExperimentConfig
+from experiment.config import Arm, ExperimentConfig, LoadTestConfig
 from loadtest.analysis import analysis_info
 from loadtest.launch import (
     LOCUSTFILE,
@@ -101,7 +101,7 @@ def run_arm(
     *,
     workers: int = 1,
     local_workers: bool = True,
-    master_port: int = 5557,
+    master_port: int = LoadTestConfig().master_port,
 ) -> dict[str, Any]:
     """Run one arm's Locust processes; returns its window metadata.
 

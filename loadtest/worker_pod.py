@@ -59,7 +59,7 @@ def run_worker_pod(master_host: str, master_port: int, arms: int, deadline_s: fl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.worker_pod")
     parser.add_argument("--master-host", required=True)
-    parser.add_argument("--master-port", type=int, default=5557)
+    parser.add_argument("--master-port", type=int, required=True)  # loadtest.master_port
     parser.add_argument("--arms", type=int, default=2)
     parser.add_argument("--deadline-s", type=float, required=True)
     args = parser.parse_args(argv)
