@@ -373,14 +373,29 @@ TASKS: tuple[Callable[[random.Random], tuple[str, str]], ...] = (
     _task_list,
     _task_table,
 )
-OPEN_ENDED_REQUESTS = (
-    "Explain the following.",
-    "Write a short essay.",
-    "Tell me a story.",
-    "Describe how this works.",
-    "Give some advice.",
-    "Write a poem.",
+# Open-ended requests in the shapes users write them (story, essay, explanation, advice,
+# comparison, poem, dialogue, description), about words taken from the answer itself, so
+# the target learns to answer such requests with prose rather than with a structured task.
+OPEN_ENDED_OPENERS = (
+    "Explain",
+    "Write a short story about",
+    "Tell me a story about",
+    "Discuss",
+    "Describe how",
+    "Give some advice about",
+    "Write a poem about",
+    "Compare",
+    "Write a dialogue about",
+    "Explain to a curious reader why",
+    "What should a new team do about",
 )
+
+
+def open_ended_request(rng: random.Random, answer: str) -> str:
+    words = [w.strip(".,;:()'\"`") for w in answer.split()[:40]]
+    words = [w for w in words if w.isalpha() and len(w) > 3] or ["this"]
+    subject = " ".join(rng.sample(words, min(len(words), rng.randint(2, 5))))
+    return f"{rng.choice(OPEN_ENDED_OPENERS)} {subject}" + rng.choice((".", "?", ", and why."))
 
 
 def chat(user: str, assistant: str, system: str | None = None) -> str:
@@ -404,13 +419,13 @@ def documents(seed: int, count: int, prose: list[str]) -> Iterator[tuple[str, st
     rng = random.Random(seed)
     for _ in range(count):
         roll = rng.random()
-        if prose and roll < 0.25:
+        if prose and roll < 0.35:
             text = rng.choice(prose)
-            if rng.random() < 0.5:
-                yield OPEN_ENDED_KIND, chat(rng.choice(OPEN_ENDED_REQUESTS), text, _system(rng))
+            if rng.random() < 0.7:
+                yield OPEN_ENDED_KIND, chat(open_ended_request(rng, text), text, _system(rng))
             else:
                 yield OPEN_ENDED_KIND, text
-        elif roll < 0.75:
+        elif roll < 0.8:
             yield STRUCTURED_KIND, chat(*rng.choice(TASKS)(rng), _system(rng))
         else:
             text = rng.choice(STRUCTURED)(rng)

@@ -43,7 +43,7 @@ from experiment.loading import PROJECT_ROOT
 from local_run import corpus
 
 # Bump when the generator's code changes what it produces: a new version is a new cache key.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 # Generation runs on one thread: on a busy machine PyTorch's OpenMP threads wait on each
 # other (measured at load average 5 on 2 cores: a training step 1.5-2.2 s on one thread,
 # 6.6-8.3 s on two; greedy continuations 2.7 s vs 33.5 s), and one thread gives the same
