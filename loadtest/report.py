@@ -16,9 +16,11 @@ from loadtest.render.plots import (
     ACCEPTANCE_PLOT,
     CDF_PLOT,
     CLASS_PLOT,
+    TIMESERIES_PLOT,
     plot_acceptance,
     plot_cdfs,
     plot_per_class,
+    plot_timeseries,
 )
 from loadtest.results import RunSummary
 
@@ -31,11 +33,13 @@ def write_report(summary: RunSummary, run_dir: Path) -> dict[str, Path]:
         "html": run_dir / "report.html",
         "cdf_plot": run_dir / CDF_PLOT,
         "class_plot": run_dir / CLASS_PLOT,
+        "timeseries_plot": run_dir / TIMESERIES_PLOT,
     }
     write_csv(summary, paths["csv"])
     plot_cdfs(summary, run_dir, paths["cdf_plot"])
     plot_per_class(summary, paths["class_plot"])
-    plots = [CDF_PLOT, CLASS_PLOT]
+    plot_timeseries(summary, run_dir, paths["timeseries_plot"])
+    plots = [CDF_PLOT, CLASS_PLOT, TIMESERIES_PLOT]
     if plot_acceptance(summary, run_dir / ACCEPTANCE_PLOT):
         plots.append(ACCEPTANCE_PLOT)
         paths["acceptance_plot"] = run_dir / ACCEPTANCE_PLOT

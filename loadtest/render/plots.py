@@ -1,6 +1,8 @@
-"""PNG plots of a run: latency CDFs and per-class bars of both arms, acceptance per position.
+"""PNG plots of a run: latency CDFs, per-class bars and per-request time series of both arms,
+acceptance per position.
 
-The CDFs need every sample, so they read the run's records; the bars read the summary.
+The CDFs and time series need every sample, so they read the run's records; the bars read
+the summary.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ matplotlib.use("Agg")  # headless: no display in containers or CI
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from experiment.config import Arm
 from loadtest.metrics import per_token_itl_s, tpot_s
@@ -24,6 +27,7 @@ COLORS = {Arm.BASELINE: "#1f77b4", Arm.SPECULATIVE: "#d62728"}
 CDF_PLOT = "latency_cdfs.png"
 CLASS_PLOT = "per_class.png"
 ACCEPTANCE_PLOT = "acceptance_per_position.png"
+TIMESERIES_PLOT = "latency_over_time.png"
 DPI = 90
 
 
@@ -126,3 +130,77 @@ def plot_acceptance(summary: RunSummary, path: Path) -> bool:
     figure.savefig(path, dpi=DPI)
     plt.close(figure)
     return True
+
+
+def _start_offsets_s(records: list[RequestRecord]) -> list[float]:
+    """Each request's start relative to the arm's measured window start, on the same clock
+    as ``loadtest.metrics.window_s``: wall clock (several workers share no monotonic clock),
+    falling back to ``start`` when a record has no wall-clock start."""
+    wall = all(r.wall_start > 0 for r in records)
+    starts = [r.wall_start if wall else r.start for r in records]
+    origin = min(starts, default=0.0)
+    return [s - origin for s in starts]
+
+
+def _mean_itl_ms(record: RequestRecord) -> float | None:
+    values = per_token_itl_s(record)
+    return 1000 * sum(values) / len(values) if values else None
+
+
+TimeseriesMetric = tuple[str, Callable[[RequestRecord], float | None]]
+TIMESERIES_METRICS: list[TimeseriesMetric] = [
+    ("E2E latency (ms)", lambda r: r.e2e_s * 1000 if r.e2e_s is not None else None),
+    ("ITL per token, mean per request (ms)", _mean_itl_ms),
+]
+
+
+def _series(
+    records: list[RequestRecord],
+    prompt_class: str,
+    extract: Callable[[RequestRecord], float | None],
+) -> tuple[list[float], list[float]]:
+    """(start offset s, value) of one class's requests in start order; offsets are taken over
+    the whole arm so every class shares the arm's window origin."""
+    points = [
+        (offset, value)
+        for offset, record in zip(_start_offsets_s(records), records, strict=True)
+        if record.prompt_class == prompt_class and (value := extract(record)) is not None
+    ]
+    points.sort()
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_timeseries(summary: RunSummary, run_dir: Path, path: Path) -> Figure:
+    """The published figure's shape: per-request E2E and mean per-token ITL against the
+    request's start in its arm's measured window; rows = metric, columns = prompt class, both
+    arms in every panel, so "SD stays below the baseline throughout" is visible or visibly false."""
+    classes = sorted({c for arm in summary.arms.values() for c in arm.by_class}) or ["(none)"]
+    records = {arm: _records(run_dir, arm) for arm in Arm}
+    figure, axes = plt.subplots(
+        len(TIMESERIES_METRICS),
+        len(classes),
+        figsize=(5.5 * len(classes), 3.5 * len(TIMESERIES_METRICS)),
+        squeeze=False,
+    )
+    for row, (title, extract) in enumerate(TIMESERIES_METRICS):
+        for column, prompt_class in enumerate(classes):
+            axis = axes[row][column]
+            for arm in Arm:
+                xs, ys = _series(records[arm], prompt_class, extract)
+                axis.plot(
+                    xs,
+                    ys,
+                    marker=".",
+                    linewidth=1,
+                    label=f"{summary.arm(arm).label} (n={len(xs)})",
+                    color=COLORS[arm],
+                )
+            axis.set_title(f"{title}: {prompt_class}", fontsize=10)
+            axis.set_xlabel("request start in the arm's window (s)")
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=8)
+    figure.suptitle("Per request over the run, both arms (measured requests only)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+    return figure

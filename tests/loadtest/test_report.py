@@ -55,9 +55,10 @@ def test_summary_has_every_section(fake_run_dir) -> None:
 
 def test_report_files_and_plots(fake_run_dir) -> None:
     paths = write_report(summarize(fake_run_dir), fake_run_dir)
-    for key in ("csv", "markdown", "html", "cdf_plot", "class_plot", "acceptance_plot"):
+    plot_keys = ("cdf_plot", "class_plot", "timeseries_plot", "acceptance_plot")
+    for key in ("csv", "markdown", "html", *plot_keys):
         assert paths[key].is_file() and paths[key].stat().st_size > 0, key
-    for plot in ("cdf_plot", "class_plot", "acceptance_plot"):
+    for plot in plot_keys:
         width, height = _png_size(paths[plot])
         assert width > 400 and height > 200
     markdown = paths["markdown"].read_text()
@@ -75,6 +76,7 @@ def test_report_files_and_plots(fake_run_dir) -> None:
         "speedup",
         "latency_cdfs.png",
         "per_class.png",
+        "latency_over_time.png",
         "structured",
         "open_ended",
     ):
@@ -83,6 +85,7 @@ def test_report_files_and_plots(fake_run_dir) -> None:
         assert f"| {stat} " in markdown or f" {stat} |" in markdown, stat
     html = paths["html"].read_text()
     assert "<img src='latency_cdfs.png'" in html and "http_5xx" in html
+    assert "<img src='latency_over_time.png'" in html
     rows = list(csv.DictReader(paths["csv"].open()))
     failed = [r for r in rows if r["metric"] == "failed_http_5xx" and r["prompt_class"] == "all"]
     assert [r["value"] for r in failed] == ["1", "1"]
