@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiment.config import Arm
+from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION
 from loadtest.results import RunSummary
 
 
@@ -29,6 +30,8 @@ class Headline(BaseModel):
     speedup_ttft_mean: float | None = None
     speedup_output_throughput: float | None = None
     speedup_by_class: dict[str, ClassSpeedup] = Field(default_factory=dict)
+    # Why the TTFT and TPOT speedups are left out (an arm's chunks arrived in bursts).
+    speedup_note: str | None = None
     lossless_exact_match_rate: float | None = None
     lossless_prompts_compared: int = 0
     # Acceptance per prompt class, one request at a time after the measured window
@@ -36,23 +39,48 @@ class Headline(BaseModel):
     acceptance_by_class: dict[str, float | None] = Field(default_factory=dict)
 
 
+def bursty_arms_note(summary: RunSummary) -> str | None:
+    """Which arm's chunks arrived in bursts (the summary's burst warning), or None.
+
+    A bursting arm's stream timing is the client's or the server's stall, not generation:
+    its TTFT and per-token latencies are artefacts, so no speedup is stated from them."""
+    bursty = [
+        f"{arm.value} ({fraction:.0%} of chunk gaps under {BURST_GAP_S * 1000:.1f} ms)"
+        for arm in Arm
+        if (fraction := summary.arm(arm).overall.burst_gap_fraction) is not None
+        and fraction > BURST_WARNING_FRACTION
+    ]
+    if not bursty:
+        return None
+    return (
+        f"TTFT and TPOT speedups left out: chunks arrived in bursts on {', '.join(bursty)}, "
+        "so they time the stream's arrival, not generation (see the run's warnings)"
+    )
+
+
 def headline(
     summary: RunSummary, acceptance_by_class: dict[str, float | None] | None = None
 ) -> Headline:
     acceptance = summary.arm(Arm.SPECULATIVE).acceptance
     overall = summary.speedup.overall
+    note = bursty_arms_note(summary)
+    timing_trusted = note is None
     return Headline(
         acceptance_rate=acceptance.acceptance_rate,
         mean_acceptance_length=acceptance.mean_acceptance_length,
         acceptance_note=acceptance.reason,
         speedup_e2e_mean=overall.e2e_ms.mean if overall else None,
-        speedup_tpot_mean=overall.tpot_ms.mean if overall else None,
-        speedup_ttft_mean=overall.ttft_ms.mean if overall else None,
+        speedup_tpot_mean=overall.tpot_ms.mean if overall and timing_trusted else None,
+        speedup_ttft_mean=overall.ttft_ms.mean if overall and timing_trusted else None,
         speedup_output_throughput=overall.output_throughput_tok_s if overall else None,
         speedup_by_class={
-            name: ClassSpeedup(e2e_mean=block.e2e_ms.mean, tpot_mean=block.tpot_ms.mean)
+            name: ClassSpeedup(
+                e2e_mean=block.e2e_ms.mean,
+                tpot_mean=block.tpot_ms.mean if timing_trusted else None,
+            )
             for name, block in summary.speedup.by_class.items()
         },
+        speedup_note=note,
         lossless_exact_match_rate=summary.lossless.exact_match_rate,
         lossless_prompts_compared=summary.lossless.prompts_compared,
         acceptance_by_class=dict(acceptance_by_class or {}),
@@ -82,6 +110,8 @@ def headline_text(numbers: Headline) -> str:
             f"  {name} prompts: E2E mean {_fmt(block.e2e_mean, '{:.2f}x')}, "
             f"TPOT mean {_fmt(block.tpot_mean, '{:.2f}x')}"
         )
+    if numbers.speedup_note:
+        lines.append(f"  {numbers.speedup_note}")
     lines.append(
         f"lossless exact-match rate (greedy SD output == baseline output): "
         f"{_fmt(numbers.lossless_exact_match_rate, '{:.0%}')} of "
