@@ -6,8 +6,16 @@ same engine step, so 64 streams' chunks arrive at once and one client process st
 one after another: the last is late by the sum of everybody's per-read work. requests /
 urllib3 read each HTTP chunk with several pure-Python layers (``bench/README.md`` measured
 ~156 µs of CPU per chunk under gevent). Here a read is one ``recv`` and one
-``feed_data`` into httptools (the llhttp parser uvicorn uses), and the arrival time is taken
-right after ``recv`` returns, before anything is parsed.
+``feed_data`` into httptools (the llhttp parser uvicorn uses).
+
+Arrival times: on Linux (plain http) a read's arrival is the kernel's receive timestamp of
+the last segment it consumed (``SO_TIMESTAMPNS``), mapped to ``time.perf_counter``. A busy
+client's greenlet may run ``recv`` milliseconds after the bytes arrived (128 streams per
+process on 2 cores, see bench/README.md): that scheduling delay is the client's, not the
+server's latency, and the kernel stamp leaves it out. When no stamp came (timestamping is
+enabled lazily by the kernel, TLS, other platforms) or it is impossible, the read is stamped
+with ``perf_counter`` as ``recv`` returns, before anything is parsed; ``ArrivalStamps``
+counts which clock stamped each read.
 
 Plain ``socket`` calls, so it runs in threads and under gevent's monkey patching (Locust)
 alike. Supports what an OpenAI-compatible endpoint needs: http and https, chunked,
@@ -18,11 +26,15 @@ Proxies are not supported (the load test talks to in-cluster or loopback endpoin
 from __future__ import annotations
 
 import errno
+import platform
 import select
 import socket
 import ssl
+import struct
+import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -30,6 +42,30 @@ import httptools
 
 READ_SIZE = 65536
 USER_AGENT = "spec-decode-loadtest"
+
+# Python's socket module has no SO_TIMESTAMPNS. Linux include/uapi/asm-generic/socket.h:
+# SO_TIMESTAMPNS_OLD 35, and SCM_TIMESTAMPNS_OLD == SO_TIMESTAMPNS_OLD (the control message
+# carries a struct __kernel_old_timespec: two C longs, CLOCK_REALTIME). x86_64 and aarch64
+# use that generic header (alpha, mips, parisc, sparc have their own numbers: not used).
+# The kernel side: net/ipv4/tcp.c tcp_recvmsg -> tcp_recv_timestamp (the last skb read).
+SO_TIMESTAMPNS_OLD = 35
+KERNEL_STAMPS = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+_TIMESPEC = struct.Struct("@ll")
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if KERNEL_STAMPS else 0
+
+
+@dataclass
+class ArrivalStamps:
+    """How many reads with data each clock stamped (one session's, or an arm's sum)."""
+
+    kernel: int = 0
+    """The kernel's receive timestamp (SO_TIMESTAMPNS), mapped to perf_counter."""
+    user: int = 0
+    """perf_counter as recv returned: no (or an impossible) kernel stamp for the read."""
+
+    def add(self, other: ArrivalStamps) -> None:
+        self.kernel += other.kernel
+        self.user += other.user
 
 
 class Response(Protocol):
@@ -105,17 +141,69 @@ class _Message:
         self.complete = True
 
 
-def _recv(sock: socket.socket, waiting_for: str) -> tuple[float, bytes]:
-    """One read and the perf_counter time it returned (taken before any parsing)."""
+def enable_kernel_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp the socket's received data; False where it cannot."""
+    if not KERNEL_STAMPS:
+        return False
     try:
-        data = sock.recv(READ_SIZE)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS_OLD, 1)
+    except OSError:
+        return False
+    return True
+
+
+def kernel_arrival(
+    ancillary: list[tuple[int, int, bytes]], user_stamp: float, wall_ns: int, not_before: float
+) -> float | None:
+    """The kernel's receive time of a read on the perf_counter clock, or None (no stamp, or
+    an impossible one). ``wall_ns`` is ``time.time_ns()`` taken right after ``user_stamp``:
+    their difference maps CLOCK_REALTIME to perf_counter at this read, so a wall-clock step
+    between reads does not move arrivals."""
+    for level, kind, data in ancillary:
+        is_stamp = level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS_OLD
+        if is_stamp and len(data) == _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack(data)
+            age_ns = wall_ns - (seconds * 1_000_000_000 + nanoseconds)
+            arrival = user_stamp - age_ns / 1e9
+            # Later than the read returned, or before the request was sent: not this
+            # response's bytes (a clock mix-up), so the read keeps its user stamp.
+            if age_ns < 0 or arrival < not_before:
+                return None
+            return arrival
+    return None
+
+
+def _recv(
+    sock: socket.socket,
+    waiting_for: str,
+    stamps: ArrivalStamps,
+    not_before: float,
+    kernel: bool,
+) -> tuple[float, bytes]:
+    """One read and its arrival time on perf_counter: the kernel's stamp when ``kernel``
+    and one came, else the time ``recv`` returned (taken before any parsing)."""
+    ancillary: list[tuple[int, int, bytes]] = []
+    try:
+        if kernel:
+            data, ancillary, _, _ = sock.recvmsg(READ_SIZE, _ANCILLARY_SIZE)
+        else:
+            data = sock.recv(READ_SIZE)
     except TimeoutError:
         raise TransportError(
             TransportError.TIMEOUT, f"no {waiting_for} before the timeout"
         ) from None
     except OSError as err:
         raise TransportError(TransportError.DISCONNECTED, f"read failed: {err}") from None
-    return time.perf_counter(), data
+    user_stamp = time.perf_counter()
+    if not data:
+        return user_stamp, data
+    if kernel:
+        arrival = kernel_arrival(ancillary, user_stamp, time.time_ns(), not_before)
+        if arrival is not None:
+            stamps.kernel += 1
+            return arrival, data
+    stamps.user += 1
+    return user_stamp, data
 
 
 class StreamResponse:
@@ -128,8 +216,10 @@ class StreamResponse:
         sock: socket.socket,
         message: _Message,
         head_arrival: float,
+        sent: float,
     ) -> None:
         self._session = session
+        self._sent = sent
         self._key = key
         self._sock: socket.socket | None = sock
         self._message = message
@@ -146,7 +236,7 @@ class StreamResponse:
             yield self._head_arrival, message.take_body()
         while not message.complete and self._sock is not None:
             try:
-                arrival, data = _recv(self._sock, "data")
+                arrival, data = self._session._read(self._key, self._sock, "data", self._sent)
                 if data:
                     message.feed(data)
                 elif not self._close_delimited:
@@ -201,6 +291,7 @@ class StreamSession:
         self._idle: dict[tuple[str, str, int], socket.socket] = {}
         # https only; the default verifies against the system's CAs.
         self._ssl_context = ssl_context
+        self.stamps = ArrivalStamps()
 
     def post_stream(
         self, url: str, body: bytes, timeout_s: float, content_type: str = "application/json"
@@ -219,12 +310,13 @@ class StreamSession:
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         request = head.encode("latin-1") + body
+        sent = time.perf_counter()  # no byte of the response can arrive before this
         sock = self._reusable(key)
         if sock is not None:
             try:
                 sock.settimeout(timeout_s)
                 sock.sendall(request)
-                return self._read_head(key, sock)
+                return self._read_head(key, sock, sent)
             except OSError:
                 sock.close()  # the server closed the idle connection under us: reconnect
             except TransportError as err:
@@ -237,7 +329,7 @@ class StreamSession:
         except OSError as err:
             sock.close()
             raise TransportError(TransportError.CONNECT, f"send failed: {err}") from None
-        return self._read_head(key, sock)
+        return self._read_head(key, sock, sent)
 
     def close(self) -> None:
         for sock in self._idle.values():
@@ -281,6 +373,8 @@ class StreamSession:
             raise TransportError(kind, f"connect to {host}:{port}: {err}") from None
         # Our request is one write; NODELAY keeps it (and any retry) from waiting on Nagle.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if scheme == "http":
+            enable_kernel_stamps(sock)  # a read without a stamp falls back (see _recv)
         if scheme == "https":
             try:
                 context = self._ssl_context or ssl.create_default_context()
@@ -290,11 +384,20 @@ class StreamSession:
                 raise TransportError(TransportError.CONNECT, f"TLS to {host}: {err}") from None
         return sock
 
-    def _read_head(self, key: tuple[str, str, int], sock: socket.socket) -> StreamResponse:
+    def _read(
+        self, key: tuple[str, str, int], sock: socket.socket, waiting_for: str, sent: float
+    ) -> tuple[float, bytes]:
+        # TLS sockets have no recvmsg (the ssl module reads records): user stamps only.
+        kernel = KERNEL_STAMPS and key[0] == "http"
+        return _recv(sock, waiting_for, self.stamps, sent, kernel)
+
+    def _read_head(
+        self, key: tuple[str, str, int], sock: socket.socket, sent: float
+    ) -> StreamResponse:
         message = _Message()
         try:
             while not message.headers_done:
-                arrival, data = _recv(sock, "response")
+                arrival, data = self._read(key, sock, "response", sent)
                 if not data:
                     raise TransportError(
                         TransportError.DISCONNECTED, "server closed before responding"
@@ -303,4 +406,4 @@ class StreamSession:
         except TransportError:
             sock.close()
             raise
-        return StreamResponse(self, key, sock, message, arrival)
+        return StreamResponse(self, key, sock, message, arrival, sent)

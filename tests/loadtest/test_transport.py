@@ -287,5 +287,8 @@ def test_https_verifies_the_server(canned, tmp_path: Path) -> None:
     trusting = ssl.create_default_context(cafile=str(cert))
     with StreamSession(ssl_context=trusting) as session:
         assert b"".join(p for _, p in collect(session, url)) == b"data: secret\n\n"
+        # TLS sockets have no recvmsg: every read is stamped as recv returned.
+        assert session.stamps.kernel == 0
+        assert session.stamps.user >= 1
     with StreamSession() as session:  # the system CAs do not know this certificate
         assert "TLS" in _fails_with(session, url, TransportError.CONNECT)
