@@ -93,6 +93,8 @@ class WorkerWindow:
     unfinished_requests: int = 0
     not_started_requests: int = 0
     lost: bool = False  # stopped sending heartbeats (killed, crashed, network)
+    # Reads per arrival clock of its measured requests (vars(transport.ArrivalStamps)).
+    arrival_stamps: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class CombinedWindow:
     unfinished_requests: int
     not_started_requests: int
     lost_workers: list[int]
+    arrival_stamps: dict[str, int] | None  # summed over the workers that reported them
 
 
 def combine_windows(
@@ -128,4 +131,16 @@ def combine_windows(
         unfinished_requests=sum(w.unfinished_requests for w in windows if not w.lost),
         not_started_requests=not_started,
         lost_workers=sorted(w.index for w in windows if w.lost),
+        arrival_stamps=_sum_counts([w.arrival_stamps for w in windows]),
     )
+
+
+def _sum_counts(counts: Sequence[dict[str, int] | None]) -> dict[str, int] | None:
+    reported = [c for c in counts if c is not None]
+    if not reported:
+        return None
+    total: dict[str, int] = {}
+    for count in reported:
+        for key, value in count.items():
+            total[key] = total.get(key, 0) + value
+    return total

@@ -62,7 +62,7 @@ from loadtest.distributed import (
 from loadtest.plan import RunPlan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
-from loadtest.transport import StreamSession, Transport
+from loadtest.transport import ArrivalStamps, StreamSession, Transport
 
 
 @events.init_command_line_parser.add_listener
@@ -106,6 +106,8 @@ class _RunState:
         self.exhausted = False
         self.finished = False
         self.before: dict[str, Any] | None = None
+        # Which clock stamped the measured requests' reads (None: the bench's other clients).
+        self.stamps: ArrivalStamps | None = None
         self._records = self._open_records()
 
     def _open_records(self) -> Any:
@@ -153,7 +155,11 @@ class _RunState:
         if item.arrival_s is not None:
             lag = time.perf_counter() - (self.window_start + item.arrival_s)
             record.scheduled_lag_s = max(lag, 0.0)
+        counted = dataclass_replace(session.stamps) if isinstance(session, StreamSession) else None
         stream_request(session, self.plan.base_url, item.prompt.text, self.plan.params, record)
+        if counted is not None and isinstance(session, StreamSession) and not item.warmup:
+            self.stamps = self.stamps or ArrivalStamps()
+            self.stamps.add(session.stamps.since(counted))
         if self.finished:  # stopped while this request ran: it counts as unfinished
             return record
         # Written after the request completed: file I/O stays off the timed path.
@@ -192,6 +198,7 @@ class _RunState:
             "window_s": window_end - self.window_start if self.window_open.is_set() else 0.0,
             "load_generator_cpu": self.cpu_share(window_end),
             "workers": 1,
+            "arrival_stamps": None if self.stamps is None else vars(self.stamps),
             "unfinished_requests": self.pending,
             "not_started_requests": sum(1 for _ in self._measured),
             "metrics_before": self.before,
@@ -262,6 +269,7 @@ class _WorkerState(_RunState):
             cpu_share=self.cpu_share(time.perf_counter()),
             unfinished_requests=self.pending,
             not_started_requests=sum(1 for _ in self._measured),
+            arrival_stamps=None if self.stamps is None else vars(self.stamps),
         )
         self._send(WORKER_DONE_MESSAGE, {"stopped_by": stopped_by, "window": vars(window)})
 
@@ -386,6 +394,7 @@ class _MasterState:
             "worker_cpu": {str(i): cpu for i, cpu in combined.worker_cpu.items()},
             "worker_stopped_by": {str(i): cause for i, cause in sorted(self.stopped_by.items())},
             "lost_workers": combined.lost_workers,
+            "arrival_stamps": combined.arrival_stamps,
             "clock_skew_ms": skew.skew_ms if skew else None,
             "clock_skew_uncertainty_ms": skew.uncertainty_ms if skew else None,
             "unfinished_requests": combined.unfinished_requests,

@@ -123,6 +123,18 @@ class ClassAcceptance(Acceptance):
     """Requests of the probe that failed."""
 
 
+class ArrivalStampCounts(_Result):
+    """Which clock stamped the arrival of the measured requests' network reads
+    (loadtest.transport)."""
+
+    kernel: int
+    """The kernel's receive timestamp (SO_TIMESTAMPNS): the client's own scheduling delay
+    before it read the bytes is left out."""
+    user: int
+    """The client's clock as recv returned (no kernel stamp: TLS, non-Linux, the first reads
+    after timestamping was switched on, or an impossible stamp): includes that delay."""
+
+
 class ArmSummary(_Result):
     """One serving arm: how its Locust window ended, its metrics and its acceptance."""
 
@@ -144,6 +156,8 @@ class ArmSummary(_Result):
     """Workers that stopped answering mid-run; their unsent requests count as not started."""
     clock_skew_ms: float | None = None
     """Spread of the workers' wall-clock offsets (window and throughput use wall clocks)."""
+    arrival_stamps: ArrivalStampCounts | None = None
+    """Reads stamped per clock, summed over workers (None: not recorded by this client)."""
     not_started_requests: int = 0
     window_s: float = 0.0
     warmup_excluded: int = 0

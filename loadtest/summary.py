@@ -126,6 +126,7 @@ def _arm_summary(
         worker_cpu=meta.get("worker_cpu", {}),
         lost_workers=meta.get("lost_workers", []),
         clock_skew_ms=meta.get("clock_skew_ms"),
+        arrival_stamps=meta.get("arrival_stamps"),
         not_started_requests=meta.get("not_started_requests", 0),
         window_s=metrics.window_s,
         warmup_excluded=metrics.warmup_excluded,

@@ -67,6 +67,10 @@ class ArrivalStamps:
         self.kernel += other.kernel
         self.user += other.user
 
+    def since(self, earlier: ArrivalStamps) -> ArrivalStamps:
+        """The reads counted after ``earlier`` (a copy of this counter) was taken."""
+        return ArrivalStamps(kernel=self.kernel - earlier.kernel, user=self.user - earlier.user)
+
 
 class Response(Protocol):
     """What the client reads of a response: its status, the body as timestamped reads."""

@@ -97,6 +97,17 @@ def test_combined_window_counts_a_lost_workers_missing_requests() -> None:
     assert combined.lost_workers == [1]
     assert combined.not_started_requests == 2 + 2  # worker 2's own + worker 1's unreceived
     assert combined.unfinished_requests == 1
+    assert combined.arrival_stamps is None  # no worker reported any
+
+
+def test_combined_window_sums_the_workers_arrival_stamps() -> None:
+    windows = [
+        WorkerWindow(index=0, arrival_stamps={"kernel": 40, "user": 2}),
+        WorkerWindow(index=1, lost=True),  # lost before it reported
+        WorkerWindow(index=2, arrival_stamps={"kernel": 37, "user": 0}),
+    ]
+    combined = combine_windows(windows, share_sizes={}, received={})
+    assert combined.arrival_stamps == {"kernel": 77, "user": 2}
 
 
 def test_window_uses_wall_clocks_across_workers() -> None:
@@ -134,9 +145,14 @@ def test_summary_reports_workers_and_warns_on_skew_and_lost_workers(fake_run_dir
     assert (arm.workers, arm.worker_cpu, arm.lost_workers) == (2, {"0": 0.3, "1": None}, [1])
     assert any("worker(s) [1] of 2 were lost" in w for w in summary.warnings)
     assert any("differ by 12.5 ms" in w for w in summary.warnings)  # default bound 5 ms
+    assert arm.arrival_stamps is None  # a window file without stamp counts
     window["clock_skew_ms"] = 1.0
+    window["arrival_stamps"] = {"kernel": 120, "user": 3}
     (fake_run_dir / "window_speculative.json").write_text(json.dumps(window))
-    assert not any("wall clocks" in w for w in summarize(fake_run_dir).warnings)
+    summary = summarize(fake_run_dir)
+    assert not any("wall clocks" in w for w in summary.warnings)
+    stamps = summary.arms["speculative"].arrival_stamps
+    assert stamps is not None and (stamps.kernel, stamps.user) == (120, 3)
 
 
 def test_config_refuses_more_workers_than_users() -> None:

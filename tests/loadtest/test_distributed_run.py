@@ -82,6 +82,9 @@ def test_every_request_runs_exactly_once_across_workers(serve, tmp_path) -> None
     assert window["stopped_by"] == "schedule_done"
     assert window["workers"] == 3 and set(window["worker_cpu"]) == {"0", "1", "2"}
     assert window["clock_skew_ms"] is not None and window["lost_workers"] == []
+    # Every measured request was read at least once, on loopback with kernel stamps.
+    assert window["arrival_stamps"]["kernel"] > 0
+    assert sum(window["arrival_stamps"].values()) >= len(plan.measured)
     # The server saw exactly the schedule's requests (warm-up included), no duplicates.
     assert len(server.log) == len(plan.schedule)
 
