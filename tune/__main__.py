@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from tune.render.markdown import speedup_text
 from tune.results import TuneResult, tune_json_schema
 
 
@@ -108,8 +109,7 @@ def _summary(result: TuneResult) -> list[str]:
     for c in result.checks:
         lines.append(
             f"held-out {c.draft}/{c.prompt_class} k={c.k}: predicted {c.predicted_speedup:.2f}x, "
-            f"measured {c.measured.e2e_speedup:.2f}x [{c.measured.ci_low:.2f}, "
-            f"{c.measured.ci_high:.2f}], error {c.relative_error:+.1%}"
+            f"measured {speedup_text(c.measured)}, error {c.relative_error:+.1%}"
         )
     for r in result.recommendations:
         lines.append(

@@ -4,27 +4,36 @@ break-even load. Pure: runs in, typed results out (tune.predict holds the formul
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from statistics import fmean
+from statistics import fmean, median
 
+import numpy as np
+
+from loadtest.cost import optimal_load, usd_per_million
+from loadtest.results import PriceBasis
+from loadtest.stats import BootstrapSettings, paired_speedups, resample_counts
 from tune.predict import (
     PredictionError,
     break_even,
     fit_step_cost,
     predict,
     rates_from_chunk_tokens,
-    ratio_of_means_ci,
     relative_error,
 )
 from tune.results import (
     Acceptance,
+    ArmCost,
     BreakEven,
     Check,
     ClassModel,
     ClassRun,
+    Component,
+    ComponentName,
+    CostAtLoad,
     KPrediction,
+    LoadCost,
     MeasuredSpeedup,
     Recommendation,
+    RequestSample,
     Role,
     Run,
     Setting,
@@ -37,12 +46,8 @@ CLIENT_CHUNKS_NOTE = (
     "comes from the tokens each streamed chunk carried, one request at a time"
 )
 
-
-@dataclass(frozen=True)
-class Bootstrap:
-    confidence: float = 0.95
-    resamples: int = 2000
-    seed: int = 0
+# The paired bootstrap of the load test's summary (one implementation for the project).
+Bootstrap = BootstrapSettings
 
 
 def find_run(runs: Sequence[Run], setting: Setting, concurrency: int) -> Run | None:
@@ -79,9 +84,16 @@ def measured_speedup(
         spec_e2e += ps
     if not base_e2e:
         return None
-    point, low, high = ratio_of_means_ci(
-        base_e2e, spec_e2e, confidence=boot.confidence, resamples=boot.resamples, seed=boot.seed
-    )
+    interval = paired_speedups(
+        np.asarray(base_e2e),
+        np.asarray(spec_e2e),
+        lower_is_better=True,
+        resamples=resample_counts(len(base_e2e), boot),
+        settings=boot,
+        stats=("mean",),
+    )["mean"]
+    if interval.estimate is None:
+        return None
     tokens = [
         (sum(x.chunk_tokens) - x.chunk_tokens[0]) / x.decode_steps
         for run in speculative
@@ -91,21 +103,20 @@ def measured_speedup(
     return MeasuredSpeedup(
         k=k,
         role=role,
-        e2e_speedup=point,
-        ci_low=low,
-        ci_high=high,
-        n=len(base_e2e),
+        e2e_speedup=interval,
         tokens_per_step=fmean(tokens) if tokens else None,
     )
 
 
-def _mean_step_s(run: ClassRun) -> float:
+def step_time_s(run: ClassRun) -> float:
+    """The class's target step time: the median of its requests' own mean step times (one
+    slow request, e.g. preempted by another process, does not move it)."""
     steps = [s.step_s for s in run.ok_samples if s.step_s is not None]
     if not steps:
         raise PredictionError(
             f"class {run.prompt_class}: no request produced two chunks; raise max_tokens"
         )
-    return fmean(steps)
+    return median(steps)
 
 
 def _mean(values: Sequence[float | None], what: str) -> float:
@@ -160,7 +171,7 @@ def class_model(
     acceptance, note = acceptance_of(fit_runs[k_rates], k_rates)
     if note:
         notes.append(f"{draft}/{prompt_class}: {note}")
-    cost = fit_step_cost(_mean_step_s(baseline), {k: _mean_step_s(r) for k, r in fit_runs.items()})
+    cost = fit_step_cost(step_time_s(baseline), {k: step_time_s(r) for k, r in fit_runs.items()})
     output_tokens = _mean([s.output_tokens for s in baseline.ok_samples], "output tokens")
     ttft = _mean([s.ttft_s for r in fit_runs.values() for s in r.ok_samples], "SD TTFT")
     baseline_ttft = _mean([s.ttft_s for s in baseline.ok_samples], "baseline TTFT")
@@ -213,14 +224,89 @@ def class_model(
     return model, notes
 
 
-def holdout_checks(models: Sequence[ClassModel], tolerance: float) -> list[Check]:
+def _per_token_s(sample: RequestSample) -> float | None:
+    """Seconds per output token after the first chunk (what T(k) / tau(k) predicts)."""
+    tokens = sum(sample.chunk_tokens[1:])
+    if len(sample.chunk_times_s) < 2 or tokens < 1:
+        return None
+    return (sample.chunk_times_s[-1] - sample.chunk_times_s[0]) / tokens
+
+
+def _component(
+    name: ComponentName, predicted: float, measured: float | None, source: str
+) -> Component:
+    error = relative_error(predicted, measured) if measured else None
+    return Component(
+        name=name, predicted=predicted, measured=measured, source=source, relative_error=error
+    )
+
+
+def components(
+    model: ClassModel, held_out: ClassRun, baseline: ClassRun, k: int
+) -> list[Component]:
+    """Each factor of the prediction at held-out k next to the held-out run's own value."""
+    p = model.prediction(k)
+    if held_out.acceptance is not None and held_out.acceptance.per_position_rate:
+        tau: float | None = 1.0 + sum(held_out.acceptance.per_position_rate[:k])
+        tau_source = f"spec-decode counters at k={k}"
+    else:
+        steps = [
+            (sum(s.chunk_tokens) - s.chunk_tokens[0]) / s.decode_steps
+            for s in held_out.ok_samples
+            if s.decode_steps >= 1
+        ]
+        tau = fmean(steps) if steps else None
+        tau_source = f"client tokens per chunk at k={k}"
+    per_token = [t for s in held_out.ok_samples if (t := _per_token_s(s)) is not None]
+    ttft = [s.ttft_s for s in held_out.ok_samples if s.ttft_s is not None]
+    return [
+        _component("tokens_per_step", p.tokens_per_step, tau, tau_source),
+        _component(
+            "step_ms",
+            p.step_ms,
+            step_time_s(held_out) * 1e3,
+            f"median per-request step time at k={k}",
+        ),
+        _component(
+            "per_token_ms",
+            p.per_token_ms,
+            median(per_token) * 1e3 if per_token else None,
+            f"median per-request time per output token after the first at k={k}",
+        ),
+        _component(
+            "ttft_ms", model.ttft_ms, fmean(ttft) * 1e3 if ttft else None, f"mean TTFT at k={k}"
+        ),
+        _component(
+            "baseline_step_ms",
+            model.step_cost.baseline_step_ms,
+            step_time_s(baseline) * 1e3,
+            "median per-request step time of the baseline the speedup was measured against",
+        ),
+    ]
+
+
+def holdout_checks(
+    models: Sequence[ClassModel], runs: Sequence[Run], tolerance: float
+) -> list[Check]:
     checks = []
+    baseline_run = find_run(runs, Setting(), 1)
     for model in models:
         for point in model.measured:
             if point.role != "holdout":
                 continue
             predicted = model.prediction(point.k).e2e_speedup
-            error = relative_error(predicted, point.e2e_speedup)
+            error = relative_error(predicted, point.point)
+            held_out = find_run(runs, Setting(draft=model.draft, k=point.k), 1)
+            parts = (
+                components(
+                    model,
+                    held_out.classes[model.prompt_class],
+                    baseline_run.classes[model.prompt_class],
+                    point.k,
+                )
+                if held_out is not None and baseline_run is not None
+                else []
+            )
             checks.append(
                 Check(
                     draft=model.draft,
@@ -230,6 +316,7 @@ def holdout_checks(models: Sequence[ClassModel], tolerance: float) -> list[Check
                     measured=point,
                     relative_error=error,
                     within_tolerance=abs(error) <= tolerance,
+                    components=parts,
                 )
             )
     return checks
@@ -249,7 +336,7 @@ def _baseline_e2e(model: ClassModel) -> float:
 
 
 def _best_measured(points: Sequence[MeasuredSpeedup]) -> MeasuredSpeedup | None:
-    return max(points, key=lambda m: m.e2e_speedup) if points else None
+    return max(points, key=lambda m: m.point) if points else None
 
 
 def recommend(
@@ -363,9 +450,43 @@ def break_even_by_class(
                 setting=setting,
                 points=points,
                 break_even_concurrency=break_even(
-                    [c for c, _ in points], [p.e2e_speedup for _, p in points]
+                    [c for c, _ in points], [p.point for _, p in points]
                 ),
                 max_num_seqs=max_num_seqs,
             )
         )
     return results
+
+
+def cost_at_load(runs: Sequence[Run], setting: Setting, basis: PriceBasis) -> CostAtLoad | None:
+    """Cost per 1M output tokens of the baseline and ``setting`` at each concurrency both
+    were measured at (throughput: successful output tokens over the run's wall time), and
+    each arm's throughput-optimal level (loadtest.cost). None: fewer than two levels."""
+    arms = []
+    for arm in (Setting(), setting):
+        points: list[LoadCost] = []
+        for run in sorted(
+            (r for r in runs if r.setting == arm), key=lambda r: (r.concurrency, r.role)
+        ):
+            if any(p.concurrency == run.concurrency for p in points):
+                continue  # the first run at a level (c=1 may have been measured twice)
+            tokens = sum(s.output_tokens or 0 for c in run.classes.values() for s in c.ok_samples)
+            throughput = tokens / run.wall_s if run.wall_s > 0 and tokens else None
+            points.append(
+                LoadCost(
+                    concurrency=run.concurrency,
+                    output_tokens=tokens,
+                    wall_s=run.wall_s,
+                    output_throughput_tok_s=throughput,
+                    usd_per_million_output_tokens=usd_per_million(
+                        basis.arm_usd_per_hour, throughput
+                    ),
+                )
+            )
+        optimal = optimal_load(
+            {p.concurrency: p.output_throughput_tok_s for p in points}, basis.arm_usd_per_hour
+        )
+        arms.append(ArmCost(setting=arm, points=points, optimal=optimal))
+    if any(len(a.points) < 2 for a in arms):
+        return None
+    return CostAtLoad(basis=basis, arms=arms)

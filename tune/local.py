@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
+from loadtest.cost import price_basis
 from loadtest.prompts import Prompt, load_prompts
 from local_run.arms import local_experiment
 from local_run.models import ModelPair, ensure_models
@@ -28,6 +29,7 @@ from tune.analysis import (
     Bootstrap,
     break_even_by_class,
     class_model,
+    cost_at_load,
     holdout_checks,
     recommend,
 )
@@ -246,6 +248,7 @@ def run_local_sweep(
         except ServerError as err:
             result.notes.append(f"break-even server failed: {str(err).splitlines()[0]}")
         result.break_even = break_even_by_class(runs, setting, config.local.max_num_seqs, boot)
+        result.cost = cost_at_load(runs, setting, price_basis(config, local=True))
     result.runs = runs
     result.elapsed_s = time.monotonic() - started
     result.load_average = list(os.getloadavg())
@@ -280,7 +283,7 @@ def analyse(
                 continue
             result.models.append(model)
             result.notes += notes
-    result.checks = holdout_checks(result.models, TOLERANCE)
+    result.checks = holdout_checks(result.models, runs, TOLERANCE)
     weights = {name: len(run.samples) for name, run in baseline.classes.items()}
     result.recommendations = recommend(result.models, runs, weights, boot)
     overall = next((r for r in result.recommendations if r.scope == "overall"), None)

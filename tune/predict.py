@@ -190,34 +190,6 @@ def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-def ratio_of_means_ci(
-    baseline: Sequence[float],
-    speculative: Sequence[float],
-    *,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """mean(baseline) / mean(speculative) with a paired percentile bootstrap interval.
-
-    The two lists are paired (same prompt, same position in the schedule), so pairs are
-    resampled together: the interval reflects prompt-to-prompt variation once, not twice.
-    """
-    base = np.asarray(baseline, dtype=float)
-    spec = np.asarray(speculative, dtype=float)
-    if base.size != spec.size or base.size == 0:
-        raise PredictionError(
-            f"paired samples needed: {base.size} baseline vs {spec.size} speculative values"
-        )
-    point = float(base.mean() / spec.mean())
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, base.size, size=(resamples, base.size))
-    ratios = base[picks].mean(axis=1) / spec[picks].mean(axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return point, float(low), float(high)
-
-
 def break_even(levels: Sequence[int], speedups: Sequence[float]) -> float | None:
     """The concurrency above which SD stops paying: where the measured speedup curve first
     crosses 1 going up in load (linear between levels). 0.0: it pays at no measured level;

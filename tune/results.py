@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+from loadtest.results import Interval, OptimalLoadCost, PriceBasis
+
+SCHEMA_VERSION = 2
 Role = Literal["baseline", "fit", "holdout", "break_even"]
 AcceptanceSource = Literal["counters", "client_chunks"]
 
@@ -115,15 +117,23 @@ class KPrediction(_Result):
 
 
 class MeasuredSpeedup(_Result):
-    """mean(E2E baseline) / mean(E2E SD), paired by prompt, with its bootstrap interval."""
+    """mean(E2E baseline) / mean(E2E SD), paired by prompt, with the load test's paired
+    bootstrap interval (loadtest.stats) and its n."""
 
     k: int
     role: Role
-    e2e_speedup: float
-    ci_low: float
-    ci_high: float
-    n: int
+    e2e_speedup: Interval
     tokens_per_step: float | None = None
+
+    @property
+    def point(self) -> float:
+        # measured_speedup() never builds one without an estimate
+        assert self.e2e_speedup.estimate is not None
+        return self.e2e_speedup.estimate
+
+    @property
+    def n(self) -> int:
+        return self.e2e_speedup.n
 
 
 class ClassModel(_Result):
@@ -145,6 +155,21 @@ class ClassModel(_Result):
         return next(p for p in self.predictions if p.k == k)
 
 
+ComponentName = Literal["tokens_per_step", "step_ms", "per_token_ms", "ttft_ms", "baseline_step_ms"]
+
+
+class Component(_Result):
+    """One factor of a held-out prediction next to what the held-out run itself measured:
+    tells which part of the model (acceptance, step cost, TTFT, baseline) an error comes
+    from."""
+
+    name: ComponentName
+    predicted: float
+    measured: float | None
+    source: str  # how the measured value was obtained
+    relative_error: float | None  # (predicted - measured) / measured
+
+
 class Check(_Result):
     """A held-out k: predicted without its data, then measured."""
 
@@ -155,6 +180,7 @@ class Check(_Result):
     measured: MeasuredSpeedup
     relative_error: float
     within_tolerance: bool
+    components: list[Component] = Field(default_factory=list)
 
 
 class Recommendation(_Result):
@@ -177,6 +203,31 @@ class BreakEven(_Result):
     # at every level measured; 0: at none.
     break_even_concurrency: float | None
     max_num_seqs: int
+
+
+class LoadCost(_Result):
+    """One arm at one concurrency level: output throughput over the measured window and what
+    1M output tokens cost at it (loadtest.cost.usd_per_million)."""
+
+    concurrency: int
+    output_tokens: int
+    wall_s: float
+    output_throughput_tok_s: float | None
+    usd_per_million_output_tokens: float | None
+
+
+class ArmCost(_Result):
+    setting: Setting
+    points: list[LoadCost]
+    optimal: OptimalLoadCost | None  # the level with the highest output throughput
+
+
+class CostAtLoad(_Result):
+    """Cost per 1M output tokens of the baseline and the recommended setting at every
+    concurrency level of the break-even sweep, and each arm's throughput-optimal level."""
+
+    basis: PriceBasis
+    arms: list[ArmCost]
 
 
 class Trn2Plan(_Result):
@@ -213,6 +264,7 @@ class TuneResult(_Result):
     checks: list[Check] = Field(default_factory=list)
     recommendations: list[Recommendation] = Field(default_factory=list)
     break_even: list[BreakEven] = Field(default_factory=list)
+    cost: CostAtLoad | None = None  # None: no concurrency sweep
     overrides: str | None = None  # the recommendation as one line of -c overrides
     notes: list[str] = Field(default_factory=list)
     load_average: list[float] = Field(default_factory=list)  # 1/5/15 min, at the end

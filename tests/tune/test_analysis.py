@@ -4,11 +4,13 @@ step cost and acceptance are known exactly."""
 from __future__ import annotations
 
 import pytest
-from synthetic_runs import BOOT, make_run, sweep
+from synthetic_runs import BOOT, C0, C1, make_run, sweep
 
+from loadtest.results import PriceBasis
 from tune.analysis import (
     break_even_by_class,
     class_model,
+    cost_at_load,
     holdout_checks,
     recommend,
     within_one_step,
@@ -45,7 +47,7 @@ def test_counters_win_over_client_chunks_when_exported() -> None:
 
 def test_held_out_predictions_match_a_server_that_follows_the_model() -> None:
     models = [class_model(sweep(), "d", name, [2, 8], 10, BOOT)[0] for name in ("structured",)]
-    checks = holdout_checks(models, 0.15)
+    checks = holdout_checks(models, sweep(), 0.15)
     assert [c.k for c in checks] == [4, 6]
     for check in checks:
         assert abs(check.relative_error) < 0.03, check
@@ -57,10 +59,18 @@ def test_a_server_that_breaks_the_model_fails_the_check() -> None:
     runs = sweep()
     runs[3] = make_run(Setting(draft="d", k=4), "holdout", slow=1.5)  # k=4 50 % slower than fitted
     model, _ = class_model(runs, "d", "structured", [2, 8], 10, BOOT)
-    (check, _) = holdout_checks([model], 0.15)
+    (check, _) = holdout_checks([model], runs, 0.15)
     assert check.k == 4
     assert not check.within_tolerance
     assert check.relative_error > 0.3
+    # The components name the culprit: the step time, not the acceptance or the TTFT.
+    parts = {c.name: c for c in check.components}
+    assert parts["step_ms"].relative_error == pytest.approx(1 / 1.5 - 1, abs=0.01)
+    assert parts["per_token_ms"].relative_error == pytest.approx(1 / 1.5 - 1, abs=0.03)
+    assert abs(parts["tokens_per_step"].relative_error or 1) < 0.03
+    assert parts["ttft_ms"].relative_error == pytest.approx(0.0)
+    assert parts["baseline_step_ms"].relative_error == pytest.approx(0.0)
+    assert parts["step_ms"].measured == pytest.approx((C0 + 4 * C1) * 1.5 * 1e3)
 
 
 def test_recommendation_is_the_best_predicted_measured_range_k() -> None:
@@ -103,7 +113,7 @@ def test_break_even_from_runs_at_each_concurrency() -> None:
     assert [b.prompt_class for b in blocks] == ["open_ended", "structured"]
     for block in blocks:
         assert [c for c, _ in block.points] == [1, 2, 4]
-        speedups = [p.e2e_speedup for _, p in block.points]
+        speedups = [p.point for _, p in block.points]
         assert speedups[0] > speedups[1] > 1 > speedups[2]
         assert 2 < (block.break_even_concurrency or 0) < 4
 
@@ -112,3 +122,46 @@ def test_missing_fit_runs_are_a_clear_error() -> None:
     runs = sweep()[:2]
     with pytest.raises(PredictionError, match="fewer than two fit k"):
         class_model(runs, "d", "structured", [2, 8], 8, BOOT)
+
+
+def _price(usd_per_hour: float) -> PriceBasis:
+    return PriceBasis(
+        target="local",
+        instance_type="test.large",
+        capacity_type="local",
+        instance_usd_per_hour=usd_per_hour,
+        devices_claimed=1,
+        devices_per_instance=2,
+        source="test",
+        as_of="2026-01-01",
+        nominal=True,
+    )
+
+
+def test_cost_per_million_tokens_at_each_load_and_the_throughput_optimal_level() -> None:
+    setting = Setting(draft="d", k=4)
+    tokens = 4 * (401 + 201)  # make_run: 4 prompts per class, 401 and 201 tokens
+    walls = {(None, 1): 2.0, (None, 2): 1.0, (None, 4): 1.25, ("d", 1): 1.0, ("d", 2): 0.8}
+    runs = [
+        make_run(Setting(draft=d, k=4 if d else 0), "baseline" if d is None else "break_even", c)
+        for d, c in walls
+    ]
+    runs = [r.model_copy(update={"wall_s": walls[(r.setting.draft, r.concurrency)]}) for r in runs]
+    cost = cost_at_load(runs, setting, _price(7.2))  # half the instance: $3.6/h = $0.001/s
+    assert cost is not None
+    baseline, sd = cost.arms
+    assert baseline.setting == Setting() and sd.setting == setting
+    assert [p.concurrency for p in baseline.points] == [1, 2, 4]
+    assert baseline.points[0].output_throughput_tok_s == pytest.approx(tokens / 2.0)
+    # $0.001 per second / (tokens per second) x 1e6 tokens
+    assert baseline.points[0].usd_per_million_output_tokens == pytest.approx(
+        0.001 / (tokens / 2.0) * 1e6
+    )
+    assert baseline.optimal is not None and baseline.optimal.concurrency == 2
+    assert baseline.optimal.usd_per_million_output_tokens == pytest.approx(0.001 / tokens * 1e6)
+    assert sd.optimal is not None and sd.optimal.concurrency == 2
+    assert sd.optimal.output_throughput_tok_s == pytest.approx(tokens / 0.8)
+
+
+def test_no_cost_by_load_without_a_concurrency_sweep() -> None:
+    assert cost_at_load(sweep(), Setting(draft="d", k=4), _price(1.0)) is None

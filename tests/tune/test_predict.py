@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from tune.predict import (
@@ -16,7 +15,6 @@ from tune.predict import (
     fit_step_cost,
     predict,
     rates_from_chunk_tokens,
-    ratio_of_means_ci,
     relative_error,
     tokens_per_step,
 )
@@ -123,21 +121,6 @@ def test_relative_error() -> None:
     assert relative_error(0.9, 1.2) == pytest.approx(-0.25)
     with pytest.raises(PredictionError):
         relative_error(1.0, 0.0)
-
-
-def test_ratio_of_means_ci_brackets_the_point_and_is_degenerate_for_constant_pairs() -> None:
-    point, low, high = ratio_of_means_ci([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
-    assert (point, low, high) == (2.0, 2.0, 2.0)
-    rng = np.random.default_rng(1)
-    base = rng.normal(2.0, 0.2, 40)
-    spec = base / 1.5 + rng.normal(0, 0.05, 40)
-    point, low, high = ratio_of_means_ci(base, spec)
-    assert point == pytest.approx(base.mean() / spec.mean())
-    assert low < point < high
-    assert low > 1.3
-    assert high < 1.7
-    with pytest.raises(PredictionError, match="paired"):
-        ratio_of_means_ci([1.0], [1.0, 2.0])
 
 
 def test_break_even_interpolates_the_crossing() -> None:

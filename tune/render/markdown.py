@@ -4,13 +4,20 @@ per draft and class, break-even load, plan and notes)."""
 from __future__ import annotations
 
 from tune.render.plots import ACCEPTANCE_PLOT, BREAK_EVEN_PLOT, SPEEDUP_PLOT
-from tune.results import MeasuredSpeedup, TuneResult
+from tune.results import ComponentName, MeasuredSpeedup, TuneResult
 
 
-def _ci(point: MeasuredSpeedup | None) -> str:
+def speedup_text(point: MeasuredSpeedup | None) -> str:
+    """``1.23x [1.10, 1.35] (n=16)``: the point, its interval (when there is one) and n."""
     if point is None:
         return "not measured"
-    return f"{point.e2e_speedup:.2f}x [{point.ci_low:.2f}, {point.ci_high:.2f}] (n={point.n})"
+    interval = point.e2e_speedup
+    bounds = (
+        f" [{interval.low:.2f}, {interval.high:.2f}]"
+        if interval.low is not None and interval.high is not None
+        else " [no interval]"
+    )
+    return f"{point.point:.2f}x{bounds} (n={point.n})"
 
 
 def _recommendations(result: TuneResult) -> list[str]:
@@ -21,13 +28,13 @@ def _recommendations(result: TuneResult) -> list[str]:
     ]
     for r in result.recommendations:
         error = (
-            f"{(r.predicted_speedup - r.measured.e2e_speedup) / r.measured.e2e_speedup:+.1%}"
+            f"{(r.predicted_speedup - r.measured.point) / r.measured.point:+.1%}"
             if r.measured
             else "-"
         )
         lines.append(
-            f"| {r.scope} | {r.draft} | {r.k} | {r.predicted_speedup:.2f}x | {_ci(r.measured)} "
-            f"| {error} | {r.best_measured_k} | {r.within_one_step} |"
+            f"| {r.scope} | {r.draft} | {r.k} | {r.predicted_speedup:.2f}x "
+            f"| {speedup_text(r.measured)} | {error} | {r.best_measured_k} | {r.within_one_step} |"
         )
     return lines
 
@@ -44,8 +51,47 @@ def _checks(result: TuneResult) -> list[str]:
     for c in result.checks:
         lines.append(
             f"| {c.draft} | {c.prompt_class} | {c.k} | {c.predicted_speedup:.2f}x "
-            f"| {_ci(c.measured)} | {c.relative_error:+.1%} | {c.within_tolerance} |"
+            f"| {speedup_text(c.measured)} | {c.relative_error:+.1%} | {c.within_tolerance} |"
         )
+    lines += ["", *_components(result)]
+    return lines
+
+
+COMPONENT_LABELS: dict[ComponentName, str] = {
+    "tokens_per_step": "tokens per step tau(k)",
+    "step_ms": "SD step T(k) ms",
+    "per_token_ms": "per output token ms",
+    "ttft_ms": "SD TTFT ms",
+    "baseline_step_ms": "baseline step ms",
+}
+
+
+def _components(result: TuneResult) -> list[str]:
+    """Where each held-out error comes from: every factor of the prediction next to what the
+    held-out run measured itself."""
+    checks = [c for c in result.checks if c.components]
+    if not checks:
+        return []
+    names = list(COMPONENT_LABELS)
+    lines = [
+        "Components of each held-out prediction (predicted / measured at that k, error): "
+        "the factor with the large error is the part of the model to distrust.",
+        "",
+        "| draft | class | k | " + " | ".join(COMPONENT_LABELS[n] for n in names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for c in checks:
+        by_name = {part.name: part for part in c.components}
+        cells = []
+        for name in names:
+            part = by_name.get(name)
+            if part is None or part.measured is None or part.relative_error is None:
+                cells.append("-")
+            else:
+                cells.append(
+                    f"{part.predicted:.2f} / {part.measured:.2f} ({part.relative_error:+.0%})"
+                )
+        lines.append(f"| {c.draft} | {c.prompt_class} | {c.k} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -75,7 +121,7 @@ def _models(result: TuneResult) -> list[str]:
             lines.append(
                 f"| {p.k} | {p.tokens_per_step:.2f} | {p.step_ms:.2f} | {p.per_token_ms:.2f} "
                 f"| {p.e2e_speedup:.2f}x{flag} "
-                f"| {_ci(point) + f' ({point.role})' if point else '-'} |"
+                f"| {speedup_text(point) + f' ({point.role})' if point else '-'} |"
             )
         lines.append("")
     return lines
@@ -92,7 +138,7 @@ def _break_even(result: TuneResult) -> list[str]:
         "|---|---|---|",
     ]
     for b in result.break_even:
-        points = "; ".join(f"c={c}: {_ci(p)}" for c, p in b.points)
+        points = "; ".join(f"c={c}: {speedup_text(p)}" for c, p in b.points)
         if b.break_even_concurrency is None:
             verdict = f"pays at every level measured (up to {b.points[-1][0]})"
         elif b.break_even_concurrency == 0:
@@ -100,6 +146,35 @@ def _break_even(result: TuneResult) -> list[str]:
         else:
             verdict = f"{b.break_even_concurrency:.1f} concurrent requests"
         lines.append(f"| {b.prompt_class} | {points} | {verdict} |")
+    return lines
+
+
+def _cost(result: TuneResult) -> list[str]:
+    cost = result.cost
+    if cost is None:
+        return ["Not measured (no concurrency level above 1, or the budget ran out)."]
+    basis = cost.basis
+    label = " (NOMINAL price: set pricing.* to your own)" if basis.nominal else ""
+    lines = [
+        f"Price: {basis.instance_type} ({basis.capacity_type}) ${basis.instance_usd_per_hour:.2f}"
+        f"/h x {basis.devices_claimed}/{basis.devices_per_instance} devices = "
+        f"${basis.arm_usd_per_hour:.3f}/h per arm{label}; source: {basis.source} "
+        f"({basis.as_of}). Throughput = successful output tokens / wall time of the level.",
+        "",
+        "| arm | concurrency | output tokens/s | $ per 1M output tokens | throughput-optimal |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in cost.arms:
+        best = arm.optimal.concurrency if arm.optimal else None
+        for p in arm.points:
+            rate = f"{p.output_throughput_tok_s:.1f}" if p.output_throughput_tok_s else "-"
+            usd = (
+                f"{p.usd_per_million_output_tokens:.2f}"
+                if p.usd_per_million_output_tokens is not None
+                else "-"
+            )
+            mark = "yes" if p.concurrency == best else ""
+            lines.append(f"| {arm.setting.label} | {p.concurrency} | {rate} | {usd} | {mark} |")
     return lines
 
 
@@ -138,6 +213,10 @@ def render_markdown(result: TuneResult, plots: list[str]) -> str:
         "## Break-even load",
         "",
         *_break_even(result),
+        "",
+        "## Cost per 1M output tokens by load",
+        "",
+        *_cost(result),
         "",
     ]
     titles = {

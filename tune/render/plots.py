@@ -10,11 +10,22 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from tune.results import TuneResult
+from tune.results import MeasuredSpeedup, TuneResult
 
 SPEEDUP_PLOT = "speedup_vs_k.png"
 ACCEPTANCE_PLOT = "acceptance_per_position.png"
 BREAK_EVEN_PLOT = "break_even.png"
+
+
+def _error_bars(points: list[MeasuredSpeedup]) -> list[list[float]]:
+    """Distances below and above each point to its interval (0 where it has none; the
+    bootstrap's float32 sums can put a degenerate bound a rounding error past the point)."""
+    below, above = [], []
+    for p in points:
+        low, high = p.e2e_speedup.low, p.e2e_speedup.high
+        below.append(max(p.point - low, 0.0) if low is not None else 0.0)
+        above.append(max(high - p.point, 0.0) if high is not None else 0.0)
+    return [below, above]
 
 
 def _classes(result: TuneResult) -> list[str]:
@@ -53,11 +64,8 @@ def plot_speedup_vs_k(result: TuneResult, path: Path) -> bool:
                     continue
                 ax.errorbar(
                     [p.k for p in points],
-                    [p.e2e_speedup for p in points],
-                    yerr=[
-                        [p.e2e_speedup - p.ci_low for p in points],
-                        [p.ci_high - p.e2e_speedup for p in points],
-                    ],
+                    [p.point for p in points],
+                    yerr=_error_bars(points),
                     fmt=marker,
                     color=color,
                     mfc=color if role == "fit" else "white",
@@ -109,11 +117,8 @@ def plot_break_even(result: TuneResult, path: Path) -> bool:
         points = [p for _, p in block.points]
         ax.errorbar(
             levels,
-            [p.e2e_speedup for p in points],
-            yerr=[
-                [p.e2e_speedup - p.ci_low for p in points],
-                [p.ci_high - p.e2e_speedup for p in points],
-            ],
+            [p.point for p in points],
+            yerr=_error_bars(points),
             fmt="o-",
             color=f"C{index}",
             capsize=3,
