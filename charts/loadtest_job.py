@@ -53,12 +53,14 @@ def master_service_name(config: ExperimentConfig) -> str:
 
 
 def deadline_s(config: ExperimentConfig) -> int:
-    """Both Jobs' activeDeadlineSeconds: the readiness wait, the comparison's own bound and
-    room to write the report and publish after it. At the deadline Kubernetes sends SIGTERM:
-    the run stops, writes its partial report and publishes it (``python -m loadtest run``
-    handles SIGTERM as a cancel)."""
+    """Both Jobs' activeDeadlineSeconds: the readiness wait, the comparison's own bound, the
+    masters' waits for their workers and room to write the report and publish after it. At
+    the deadline Kubernetes sends SIGTERM: the run stops, writes its partial report and
+    publishes it (``python -m loadtest run`` handles SIGTERM as a cancel)."""
     lt = config.loadtest
-    return lt.wait_ready_s + int(lt.max_duration_s) + lt.job_deadline_margin_s
+    # Each arm's master may wait this long for the worker pods before its run time starts.
+    workers_connect = 2 * lt.workers_connect_timeout_s if distributed(config) else 0
+    return lt.wait_ready_s + int(lt.max_duration_s) + workers_connect + lt.job_deadline_margin_s
 
 
 def loadtest_command(config: ExperimentConfig) -> list[str]:

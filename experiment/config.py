@@ -601,6 +601,10 @@ class LoadTestConfig(_Model):
     # The per-worker stream budget is measured in bench/README.md ("Workers").
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     master_port: Annotated[int, Field(ge=1024, le=65535)] = 5557  # Locust's default
+    # A distributed arm's Locust master waits at most this long for its workers to connect
+    # (locust --expect-workers-max-wait), then the arm fails. Worker pods may first wait for
+    # a node and an image pull; each arm waits once and the Job's deadline includes both.
+    workers_connect_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 300
     # Exit non-zero when an arm's failed share of measured requests exceeds this (0: any
     # failure, like Locust's --exit-code-on-error) or when it has no successful request.
     max_failure_share: Annotated[float, Field(ge=0, lt=1)] = 0.0

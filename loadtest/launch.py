@@ -22,15 +22,13 @@ from typing import IO
 
 import requests
 
+from experiment.config import LoadTestConfig
 from loadtest.plan import RunPlan
 
 LOG = logging.getLogger("loadtest")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 STOP_TIMEOUT_S = 3
-# A master waits this long for its workers to connect before giving up (locust
-# --expect-workers-max-wait); local workers connect within seconds.
-LOCAL_WORKERS_MAX_WAIT_S = 60
 # After SIGTERM, how long a process may take to write what it has before SIGKILL.
 STOP_GRACE_S = 5.0
 READY_POLL_S = 5.0
@@ -59,6 +57,7 @@ def master_command(
     workers: int,
     master_port: int,
     locustfile: Path = LOCUSTFILE,
+    workers_connect_timeout_s: int = LoadTestConfig().workers_connect_timeout_s,
 ) -> list[str]:
     users = plan.shape.concurrency
     command = [
@@ -75,9 +74,16 @@ def master_command(
         command += [
             "--master", "--expect-workers", str(workers),
             "--master-bind-port", str(master_port),
-            "--expect-workers-max-wait", str(LOCAL_WORKERS_MAX_WAIT_S),
+            # Locust's master exits 1 when they are not all there by then (locust/main.py
+            # start_automatic_run, 2.47); its -t run time starts only after they are.
+            "--expect-workers-max-wait", str(workers_connect_timeout_s),
         ]  # fmt: skip
     return command
+
+
+def connect_wait_s(workers: int, workers_connect_timeout_s: int) -> int:
+    """How long an arm's master may wait for its workers before its run time starts."""
+    return workers_connect_timeout_s if workers > 1 else 0
 
 
 def worker_command(master_port: int, locustfile: Path = LOCUSTFILE) -> list[str]:

@@ -42,6 +42,7 @@ from loadtest.analysis import analysis_info
 from loadtest.launch import (
     LOCUSTFILE,
     STOP_TIMEOUT_S,
+    connect_wait_s,
     launch_arm,
     master_command,
     stop_arm,
@@ -102,6 +103,7 @@ def run_arm(
     workers: int = 1,
     local_workers: bool = True,
     master_port: int = LoadTestConfig().master_port,
+    workers_connect_timeout_s: int = LoadTestConfig().workers_connect_timeout_s,
 ) -> dict[str, Any]:
     """Run one arm's Locust processes; returns its window metadata.
 
@@ -116,7 +118,7 @@ def run_arm(
     run_time = max(1, math.ceil(plan.shape.max_duration_s))
     master = master_command(
         plan, plan_path, locust_dir, workers=workers, master_port=master_port,
-        locustfile=locustfile,
+        locustfile=locustfile, workers_connect_timeout_s=workers_connect_timeout_s,
     )  # fmt: skip
     worker_commands = (
         [worker_command(master_port, locustfile)] * workers if workers > 1 and local_workers else []
@@ -133,8 +135,10 @@ def run_arm(
         processes = launch_arm(master, worker_commands, log)
         try:
             returncode = wait_arm(
-                processes, run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s
-            )
+                processes,
+                run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s
+                + connect_wait_s(workers, workers_connect_timeout_s),
+            )  # fmt: skip
         except Cancelled as cancel:
             LOG.warning("%s: %s: stopping the load", plan.arm, cancel)
             stop_arm(processes)
@@ -235,6 +239,7 @@ def run_comparison(
                 run_arm(
                     plan, out_dir, workers=workers, local_workers=local_workers,
                     master_port=config.loadtest.master_port,
+                    workers_connect_timeout_s=config.loadtest.workers_connect_timeout_s,
                 )  # fmt: skip
         except Cancelled as cancel:
             cancelled = cancel

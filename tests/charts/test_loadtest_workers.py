@@ -54,6 +54,7 @@ def test_master_and_worker_jobs_share_image_size_and_deadline() -> None:
     assert deadline == (
         CONFIG.loadtest.wait_ready_s
         + int(CONFIG.loadtest.max_duration_s)
+        + 2 * CONFIG.loadtest.workers_connect_timeout_s  # each arm's master waits once
         + CONFIG.loadtest.job_deadline_margin_s
     )
     # Only the master reports: it has the role (service account) and the results volume.

@@ -171,3 +171,30 @@ def test_cli_refuses_more_workers_than_concurrency(tmp_path, capsys) -> None:
     assert main([*args, "--workers", "3", "--concurrency", "2", "--no-cloudwatch"]) == 2
     assert "--workers <= --concurrency" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_master_waits_for_its_workers_as_long_as_the_config_says(tmp_path) -> None:
+    from experiment import ConfigError, build_config
+    from experiment.config import Arm
+    from loadtest.launch import connect_wait_s, master_command
+    from loadtest.plan import build_plan
+
+    config = build_config({"experiment.loadtest.workers_connect_timeout_s": "42"})
+    plan = build_plan(config, Arm.BASELINE, "http://127.0.0.1:1", tmp_path)
+
+    def max_wait(command: list[str]) -> str | None:
+        flag = "--expect-workers-max-wait"
+        return command[command.index(flag) + 1] if flag in command else None
+
+    command = master_command(
+        plan, tmp_path / "plan.json", tmp_path, workers=2, master_port=5557,
+        workers_connect_timeout_s=config.loadtest.workers_connect_timeout_s,
+    )  # fmt: skip
+    assert max_wait(command) == "42"
+    default = master_command(plan, tmp_path / "plan.json", tmp_path, workers=2, master_port=1)
+    assert max_wait(default) == str(build_config({}).loadtest.workers_connect_timeout_s)
+    single = master_command(plan, tmp_path / "plan.json", tmp_path, workers=1, master_port=1)
+    assert max_wait(single) is None  # one process waits for nobody
+    assert (connect_wait_s(1, 42), connect_wait_s(2, 42)) == (0, 42)
+    with pytest.raises(ConfigError, match="workers_connect_timeout_s"):
+        build_config({"experiment.loadtest.workers_connect_timeout_s": "0"})

@@ -130,6 +130,22 @@ def test_stop_arm_cancels_within_seconds_and_keeps_the_records(serve, tmp_path) 
     assert window["not_started_requests"] + window["unfinished_requests"] > 0
 
 
+def test_a_master_whose_workers_never_connect_gives_up_at_the_configured_wait(tmp_path) -> None:
+    """The cluster's worker pods may never come (no node, no image): the arm fails after
+    loadtest.workers_connect_timeout_s, not after the run's whole bound."""
+    from loadtest.runner import run_arm
+
+    plan = _plan(unused_loopback_url(), tmp_path, requests=4)
+    started = time.monotonic()
+    meta = run_arm(
+        plan, tmp_path, workers=2, local_workers=False, master_port=MASTER_PORT + 3,
+        workers_connect_timeout_s=2,
+    )  # fmt: skip
+    assert time.monotonic() - started < 20  # the plan's own bound is 120 s
+    assert meta["locust_returncode"] == 1  # Locust: "Gave up waiting for workers to connect"
+    assert meta["stopped_by"] == "crashed"  # no window file: reported as a failed arm
+
+
 def test_wait_ready_is_bounded_and_reports_who_was_not_ready(serve) -> None:
     server = serve(Script())
     down = unused_loopback_url()
