@@ -107,7 +107,8 @@ def _arm_warnings(
     return warnings
 
 
-def _skew_warning_ms(run: RunInfo) -> float:
+def skew_warning_ms(run: RunInfo) -> float:
+    """The clock-skew warning bound the run was configured with (default for older runs)."""
     value = run.loadtest_config.get("clock_skew_warning_ms")
     return float(value if value is not None else LoadTestConfig().clock_skew_warning_ms)
 
@@ -154,7 +155,7 @@ def summarize(run_dir: Path) -> RunSummary:
         records_by_arm[arm] = records
         arms[arm.value] = _arm_summary(run, arm, records, meta)
         warnings += _arm_warnings(
-            arm.value, arms[arm.value], run.request.max_tokens, _skew_warning_ms(run)
+            arm.value, arms[arm.value], run.request.max_tokens, skew_warning_ms(run)
         )
     lossless = lossless_check(
         records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loadtest.render.decision import cost_rows, price_text, verdict_rows
+from loadtest.render.load_generator import load_generator_rows
 from loadtest.render.tables import summary_rows
 from loadtest.results import RunSummary
 
@@ -21,9 +22,10 @@ def fixed_width(header: list[str], rows: list[list[str]]) -> str:
 
 
 def render_summary_table(summary: RunSummary) -> str:
-    """Both arms and the speedups, one metric per line; then the cost per 1M output tokens
-    and the verdict per prompt class when the run has them."""
-    parts = [fixed_width(*summary_rows(summary))]
+    """Both arms and the speedups, one metric per line; the load generator (workers, CPU,
+    clock skew); then the cost per 1M output tokens and the verdict per prompt class when
+    the run has them."""
+    parts = [fixed_width(*summary_rows(summary)), fixed_width(*load_generator_rows(summary))]
     costs = cost_rows(summary)
     if costs[1]:
         parts += [fixed_width(*costs), price_text(summary)]

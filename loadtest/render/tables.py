@@ -18,6 +18,7 @@ from loadtest.render.decision import (
     verdict_rows,
     verdict_text,
 )
+from loadtest.render.load_generator import load_generator_rows
 from loadtest.results import ArmSummary, Distribution, MetricBlock, RunSummary, Speedups
 
 Table = tuple[list[str], list[list[str]]]
@@ -294,6 +295,7 @@ def sections(summary: RunSummary, plots: list[str]) -> list[tuple[str, Body]]:
         ("Verdict: use speculative decoding?", verdict if verdict[1] else verdict_text(summary)),
         ("Run", run_text(summary)),
         ("Both arms", summary_rows(summary)),
+        ("Load generator (Locust workers, their CPU and clocks)", load_generator_rows(summary)),
         ("Cost per 1M output tokens", price_text(summary)),
     ]
     if summary.cost is not None:
