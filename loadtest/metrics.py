@@ -15,10 +15,10 @@ Definitions (the same for both arms; see docs/loadtest.md):
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import chain, pairwise
 from typing import Any, Protocol
 
 import numpy as np
@@ -57,14 +57,12 @@ RATES: dict[str, bool] = {  # run-level rates; all higher is better
 }
 
 
-def _fraction(values: list[float], predicate: Callable[[float], bool]) -> float | None:
-    if not values:
-        return None
-    return sum(1 for v in values if predicate(v)) / len(values)
-
-
-def describe(values: Iterable[float]) -> Distribution:
-    array = np.asarray(list(values), dtype=float)
+def describe(values: Iterable[float] | np.ndarray) -> Distribution:
+    array = (
+        values.astype(float, copy=False)
+        if isinstance(values, np.ndarray)
+        else np.fromiter(values, dtype=float)
+    )
     if array.size == 0:
         return Distribution(count=0)
     p50, p90, p95, p99 = (float(q) for q in np.percentile(array, PERCENTILES))
@@ -133,14 +131,92 @@ def length_mismatch(record: RequestRecord) -> bool:
     return record.ok and record.max_tokens > 0 and record.output_tokens != record.max_tokens
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """Records as arrays, built once per arm and sliced per prompt class (``subset``).
+
+    ``ok`` records only: chunk arrays hold their token-carrying chunks, concatenated in record
+    order, and ``gap_*`` the chunks after each record's first (``chunk_gaps_s``,
+    ``per_token_itl_s``). Every value is computed as the per-record definitions above compute
+    it, in the same order, so the distributions are identical to the last bit."""
+
+    records: list[RequestRecord]  # the block's records, ok or not
+    ok: list[RequestRecord]
+    chunk_owner: np.ndarray  # position in ``ok`` of each token-carrying chunk
+    chunk_tokens: np.ndarray
+    gap_owner: np.ndarray  # position in ``ok`` of each gap
+    gap_s: np.ndarray  # time since the previous token-carrying chunk
+    gap_tokens: np.ndarray  # tokens of the chunk that ended the gap
+
+    @classmethod
+    def of(cls, records: list[RequestRecord]) -> _Columns:
+        ok = [r for r in records if r.ok]
+        lengths = np.fromiter(
+            (min(len(r.chunk_times), len(r.chunk_tokens)) for r in ok),
+            dtype=np.int64,
+            count=len(ok),
+        )
+        total = int(lengths.sum())
+        # zip(strict=False) in token_chunks: a record's longer list is cut to the shorter.
+        times = np.fromiter(
+            chain.from_iterable(
+                r.chunk_times[:n] for r, n in zip(ok, lengths.tolist(), strict=True)
+            ),
+            dtype=float,
+            count=total,
+        )
+        tokens = np.fromiter(
+            chain.from_iterable(
+                r.chunk_tokens[:n] for r, n in zip(ok, lengths.tolist(), strict=True)
+            ),
+            dtype=np.int64,
+            count=total,
+        )
+        owner = np.repeat(np.arange(len(ok)), lengths)
+        carrying = tokens > 0
+        times, tokens, owner = times[carrying], tokens[carrying], owner[carrying]
+        same_record = owner[1:] == owner[:-1]
+        return cls(
+            records=records,
+            ok=ok,
+            chunk_owner=owner,
+            chunk_tokens=tokens,
+            gap_owner=owner[1:][same_record],
+            gap_s=(times[1:] - times[:-1])[same_record],
+            gap_tokens=tokens[1:][same_record],
+        )
+
+    def subset(self, keep: list[bool]) -> _Columns:
+        """The columns of the records where ``keep`` (one flag per record) is true."""
+        kept_ok = np.array([k for k, r in zip(keep, self.records, strict=True) if r.ok], dtype=bool)
+        # Old ok position -> new ok position (-1: dropped).
+        renumber = np.cumsum(kept_ok) - 1
+        chunks = kept_ok[self.chunk_owner]
+        gaps = kept_ok[self.gap_owner]
+        return _Columns(
+            records=[r for k, r in zip(keep, self.records, strict=True) if k],
+            ok=[r for k, r in zip(kept_ok.tolist(), self.ok, strict=True) if k],
+            chunk_owner=renumber[self.chunk_owner[chunks]],
+            chunk_tokens=self.chunk_tokens[chunks],
+            gap_owner=renumber[self.gap_owner[gaps]],
+            gap_s=self.gap_s[gaps],
+            gap_tokens=self.gap_tokens[gaps],
+        )
+
+
 def metric_block(records: list[RequestRecord], window: float, slo: dict[str, float]) -> MetricBlock:
-    ok = [r for r in records if r.ok]
+    return _block(_Columns.of(records), window, slo)
+
+
+def _block(columns: _Columns, window: float, slo: dict[str, float]) -> MetricBlock:
+    records, ok = columns.records, columns.ok
     failures = Counter(r.error for r in records if not r.ok)
     output_total = sum(r.output_tokens or 0 for r in ok)
     good = sum(1 for r in ok if meets_slo(r, slo))
     per_request_tps = [
         (r.output_tokens or 0) / r.e2e_s for r in ok if r.e2e_s and r.output_tokens is not None
     ]
+    gaps = columns.gap_s
     return MetricBlock(
         requests=len(records),
         succeeded=len(ok),
@@ -153,14 +229,15 @@ def metric_block(records: list[RequestRecord], window: float, slo: dict[str, flo
         slo_attainment=good / len(records) if records else None,
         ttft_ms=describe(r.ttft_s * 1000 for r in ok if r.ttft_s is not None),
         tpot_ms=describe(t * 1000 for r in ok if (t := tpot_s(r)) is not None),
-        itl_ms=describe(v * 1000 for r in ok for v in per_token_itl_s(r)),
-        chunk_gap_ms=describe(v * 1000 for r in ok for v in chunk_gaps_s(r)),
+        # per_token_itl_s: each gap split evenly over the tokens of the chunk that ended it
+        itl_ms=describe(np.repeat(gaps / columns.gap_tokens, columns.gap_tokens) * 1000),
+        chunk_gap_ms=describe(gaps * 1000),
         e2e_ms=describe((r.e2e_s or 0.0) * 1000 for r in ok),
         output_tokens_per_s=describe(per_request_tps),
-        tokens_per_chunk=describe(n for r in ok for n in token_chunks(r)[1]),
-        burst_gap_fraction=_fraction(
-            [g for r in ok for g in chunk_gaps_s(r)], lambda g: g < BURST_GAP_S
-        ),
+        tokens_per_chunk=describe(columns.chunk_tokens),
+        burst_gap_fraction=int(np.count_nonzero(gaps < BURST_GAP_S)) / gaps.size
+        if gaps.size
+        else None,
         output_throughput_tok_s=output_total / window if window > 0 else None,
         request_throughput_rps=len(ok) / window if window > 0 else None,
         goodput_rps=good / window if window > 0 else None,
@@ -183,16 +260,17 @@ def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> ArmMetri
     """Window, overall and per-class blocks of the measured (non-warm-up) records."""
     measured = [r for r in records if not r.warmup]
     window = window_s(measured)
-    by_class: dict[str, list[RequestRecord]] = defaultdict(list)
-    for record in measured:
-        by_class[record.prompt_class].append(record)
+    columns = _Columns.of(measured)
     return ArmMetrics(
         window_s=window,
         warmup_excluded=sum(1 for r in records if r.warmup),
         # open loop: how late requests left vs their Poisson arrival (all users busy)
         arrival_lag_ms=describe(r.scheduled_lag_s * 1000 for r in measured),
-        overall=metric_block(measured, window, slo),
-        by_class={name: metric_block(rs, window, slo) for name, rs in sorted(by_class.items())},
+        overall=_block(columns, window, slo),
+        by_class={
+            name: _block(columns.subset([r.prompt_class == name for r in measured]), window, slo)
+            for name in sorted({r.prompt_class for r in measured})
+        },
         length_mismatch_examples=[
             LengthMismatch(
                 index=r.index, prompt_id=r.prompt_id, requested=r.max_tokens, got=r.output_tokens
