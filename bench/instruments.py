@@ -201,6 +201,7 @@ def run_locust(
     keys = (
         "stopped_by", "locust_returncode", "unfinished_requests", "not_started_requests",
         "elapsed_s", "load_generator_cpu", "worker_cpu", "clock_skew_ms", "lost_workers",
+        "arrival_stamps",
     )  # fmt: skip
     return observations, {
         "processes": processes,
