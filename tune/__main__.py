@@ -6,6 +6,10 @@
     python -m tune --target trn2           # the trn2 plan: compiles, node-hours, cost
     python -m tune report runs/tune-...    # re-render tune.md and the plots from tune.json
     python -m tune schema                  # the JSON Schema of tune.json
+    python -m tune fit RUN_DIR RUN_DIR... [--draft NAME ...] [--out DIR]
+                                           # the same model from load-test run directories
+                                           # (trn2: one comparison per deployed candidate;
+                                           # the first one's baseline arm is the baseline)
 
 Configuration: the ``tuning`` section, with the same --config / -c KEY=VALUE layers as every
 command of the project (e.g. -c tuning.fit_k=[2,8] -c tuning.holdout_k=[5]).
@@ -20,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from experiment.config import ExperimentConfig
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from tune.render.markdown import speedup_text
 from tune.results import TuneResult, tune_json_schema
@@ -31,8 +36,23 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "report", "schema"])
-    parser.add_argument("run_dir", nargs="?", type=Path, help="for 'report': the sweep's directory")
+    parser.add_argument(
+        "command", nargs="?", default="run", choices=["run", "report", "schema", "fit"]
+    )
+    parser.add_argument(
+        "run_dirs",
+        nargs="*",
+        type=Path,
+        help="report: the sweep's directory; fit: load-test run directories, one per candidate "
+        "(the first one's baseline arm is the baseline)",
+    )
+    parser.add_argument(
+        "--draft",
+        action="append",
+        default=[],
+        help="fit: the draft of each candidate directory, in order (one value: all of them; "
+        "default serving.draft_model)",
+    )
     parser.add_argument("--target", choices=["local", "trn2"], default="local")
     parser.add_argument("--quick", action="store_true", help="tiny sweep for tests and smoke")
     parser.add_argument("--plan-only", action="store_true", help="print the plan, run nothing")
@@ -47,12 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(tune_json_schema(), indent=1))
         return 0
     if args.command == "report":
-        if args.run_dir is None:
+        if len(args.run_dirs) != 1:
             print("error: python -m tune report RUN_DIR", file=sys.stderr)
             return 2
         from tune.report import read_result, write_outputs
 
-        print(write_outputs(read_result(args.run_dir), args.run_dir)["markdown"])
+        print(write_outputs(read_result(args.run_dirs[0]), args.run_dirs[0])["markdown"])
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -61,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.command == "fit":
+        return _fit(args, config)
     if args.target == "trn2":
         from tune.trn2 import trn2_plan, trn2_plan_text
 
@@ -97,6 +119,33 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: servers stopped", file=sys.stderr)
         return 130
+    paths = write_outputs(result, out)
+    for line in _summary(result):
+        print(line)
+    print(f"report: {paths['markdown']}")
+    return 0 if result.recommendations else 1
+
+
+def _fit(args: argparse.Namespace, config: ExperimentConfig) -> int:
+    from tune.fit import fit_from_run_dirs
+    from tune.predict import PredictionError
+    from tune.report import write_outputs
+
+    if len(args.run_dirs) < 2:
+        print(
+            "error: python -m tune fit RUN_DIR RUN_DIR...: at least two candidates at "
+            "concurrency 1 (two k of one draft fit the step cost)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        result = fit_from_run_dirs(config, args.run_dirs, args.draft)
+    except PredictionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from local_run.run import runs_root
+
+    out = args.out or runs_root(config) / f"tune-fit-{time.strftime('%Y%m%d-%H%M%S')}"
     paths = write_outputs(result, out)
     for line in _summary(result):
         print(line)

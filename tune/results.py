@@ -252,13 +252,23 @@ class LocalPlan(_Result):
     predicted_k: list[int]
 
 
+class FitInput(_Result):
+    """One arm of a load-test run directory that ``python -m tune fit`` used."""
+
+    run_dir: str  # the directory's name
+    setting: Setting
+    role: Role
+    concurrency: int
+
+
 class TuneResult(_Result):
     """tune.json."""
 
     schema_version: int = SCHEMA_VERSION
     target: Literal["local", "trn2"]
     tolerance: float
-    plan: LocalPlan | Trn2Plan
+    plan: LocalPlan | Trn2Plan | None  # None: fitted from load-test run directories
+    inputs: list[FitInput] = Field(default_factory=list)  # python -m tune fit: what was read
     runs: list[Run] = Field(default_factory=list)
     models: list[ClassModel] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
