@@ -293,11 +293,26 @@ class PairedSamples:
 
 def _after_first_chunk(record: RequestRecord) -> tuple[float, float, float]:
     """(tokens, chunks, seconds) after the first token-carrying chunk of a request."""
-    pairs = [(t, n) for t, n in zip(record.chunk_times, record.chunk_tokens, strict=False) if n > 0]
+    size = min(len(record.chunk_times), len(record.chunk_tokens))  # as zip(strict=False)
+    tokens = record.chunk_tokens[:size]
+    # C-level list scans instead of a Python loop over every chunk: this runs per request.
+    if size and min(tokens) >= 0:
+        carrying = size - tokens.count(0)
+        if carrying < 2:
+            return 0.0, 0.0, 0.0
+        first = next(j for j, n in enumerate(tokens) if n > 0)
+        last = size - 1 - next(j for j, n in enumerate(reversed(tokens)) if n > 0)
+        after = sum(tokens) - tokens[first]
+        return (
+            float(after),
+            float(carrying - 1),
+            record.chunk_times[last] - record.chunk_times[first],
+        )
+    pairs = [(t, n) for t, n in zip(record.chunk_times, tokens, strict=False) if n > 0]
     if len(pairs) < 2:
         return 0.0, 0.0, 0.0
-    tokens = sum(n for _, n in pairs) - pairs[0][1]
-    return float(tokens), float(len(pairs) - 1), pairs[-1][0] - pairs[0][0]
+    after = sum(n for _, n in pairs) - pairs[0][1]
+    return float(after), float(len(pairs) - 1), pairs[-1][0] - pairs[0][0]
 
 
 def request_values(record: RequestRecord) -> dict[str, float]:
