@@ -75,6 +75,13 @@ def test_quick_sweep_on_real_vllm(tmp_path: Path) -> None:
     )
     if result.break_even:
         assert result.break_even[0].setting == Setting(draft=overall.draft, k=overall.k)
+        # cost per 1M output tokens at both levels, both arms, at the configured local price
+        assert result.cost is not None
+        assert result.cost.basis.instance_usd_per_hour == config.pricing.local.usd_per_hour
+        for arm in result.cost.arms:
+            assert [p.concurrency for p in arm.points] == [1, 2]
+            assert all(p.usd_per_million_output_tokens for p in arm.points)
+            assert arm.optimal is not None and arm.optimal.concurrency in (1, 2)
     paths = write_outputs(result, tmp_path)
     assert read_result(tmp_path) == result
     assert paths["markdown"].read_text().startswith("# Tuning sweep (local)")
