@@ -8,33 +8,14 @@ Every accepted finding is a `checkov.io/skipN` annotation with its reason on the
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CHECKOV = ROOT / ".venv-scan" / "bin" / "checkov"
+FRAMEWORK = "kubernetes"
 
 pytestmark = pytest.mark.integration
-
-
-def _run_checkov(directory: Path) -> dict:
-    if not CHECKOV.exists():
-        pytest.fail(f"{CHECKOV} is missing: run `make scan-install` (make test does it)")
-    result = subprocess.run(
-        [str(CHECKOV), "-d", str(directory), "--framework", "kubernetes", "--skip-download",
-         "--compact", "-o", "json"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "BC_SKIP_MAPPING": "TRUE"},  # offline: no guideline download
-    )  # fmt: skip
-    report = json.loads(result.stdout)
-    reports = report if isinstance(report, list) else [report]
-    assert len(reports) == 1 and reports[0]["check_type"] == "kubernetes", result.stderr[-2000:]
-    return reports[0]
 
 
 def _write(tmp_path: Path, synthesized: dict[str, list[dict]]) -> Path:
@@ -43,8 +24,10 @@ def _write(tmp_path: Path, synthesized: dict[str, list[dict]]) -> Path:
     return tmp_path
 
 
-def test_manifests_pass_checkov_with_reasoned_skips_only(synthesized, tmp_path) -> None:
-    report = _run_checkov(_write(tmp_path, synthesized))
+def test_manifests_pass_checkov_with_reasoned_skips_only(
+    synthesized, tmp_path, run_checkov
+) -> None:
+    report = run_checkov(_write(tmp_path, synthesized), FRAMEWORK)
     failed = [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]]
     assert failed == []
     assert report["summary"]["passed"] > 200
@@ -53,7 +36,7 @@ def test_manifests_pass_checkov_with_reasoned_skips_only(synthesized, tmp_path) 
         assert len(reason) > 20, f"{skipped['check_id']} skipped without a reason"
 
 
-def test_checkov_would_catch_a_regression(synthesized, tmp_path) -> None:
+def test_checkov_would_catch_a_regression(synthesized, tmp_path, run_checkov) -> None:
     # Deep copy: the session fixture is shared, and the snapshot test must see it unmutated.
     broken = copy.deepcopy(synthesized)
     for docs in broken.values():
@@ -62,12 +45,12 @@ def test_checkov_would_catch_a_regression(synthesized, tmp_path) -> None:
                 pod = doc["spec"]["template"]["spec"]
                 pod["containers"] = [{**pod["containers"][0], "securityContext": {
                     "privileged": True}}]  # fmt: skip
-    report = _run_checkov(_write(tmp_path, broken))
+    report = run_checkov(_write(tmp_path, broken), FRAMEWORK)
     failed = {c["check_id"] for c in report["results"]["failed_checks"]}
     assert "CKV_K8S_16" in failed  # privileged container
 
 
-def test_sample_security_profile_passes_checkov_with_its_reasons(tmp_path) -> None:
+def test_sample_security_profile_passes_checkov_with_its_reasons(tmp_path, run_checkov) -> None:
     from charts.__main__ import main
 
     out = tmp_path / "dist"
@@ -77,7 +60,7 @@ def test_sample_security_profile_passes_checkov_with_its_reasons(tmp_path) -> No
          "-c", "serving.security_profile=sample"]
     )  # fmt: skip
     assert code == 0
-    report = _run_checkov(out)
+    report = run_checkov(out, FRAMEWORK)
     assert [c["check_id"] for c in report["results"]["failed_checks"]] == []
     skipped = {c["check_id"] for c in report["results"]["skipped_checks"]}
     assert {"CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_31", "CKV_K8S_37"} <= skipped

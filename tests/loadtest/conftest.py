@@ -109,38 +109,18 @@ def _record(
 
 
 @pytest.fixture
-def fake_run_dir(tmp_path):
+def fake_run_dir(tmp_path, write_run_json):
     """A run directory as the runner writes it, with known records (no servers needed)."""
     import json
 
-    from experiment import build_config
     from loadtest.records import write_records
 
-    config = build_config({})
-    run = {
-        "started_at": "2026-01-01T00:00:00Z",
-        "model": config.serving.target_model,
-        "urls": {"baseline": "http://b", "speculative": "http://s"},
-        "variant_labels": {"baseline": "Base", "speculative": "SD"},
-        "request": {
-            "model": "m",
-            "max_tokens": 16,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "seed": 0,
-            "api": "chat",
-            "timeout_s": 5.0,
-        },
-        "load_shape": {"concurrency": 2, "request_rate": None, "max_duration_s": 60.0},
-        "measured_requests": 12,
-        "warmup_requests": 0,
-        "seed": 0,
-        "prompt_files": [],
-        "slo": config.loadtest.slo.model_dump(),
-        "overrides": {},
-        "loadtest_config": {},
-    }
-    (tmp_path / "run.json").write_text(json.dumps(run))
+    write_run_json(
+        tmp_path,
+        variant_labels={"baseline": "Base", "speculative": "SD"},
+        prompt_files=[],
+        analysis=None,
+    )
     for arm, tpc, gap in (("baseline", 1, 0.02), ("speculative", 4, 0.04)):
         records = [
             _record(

@@ -154,36 +154,19 @@ def _record(arm: str, index: int, cls: str, *, per_chunk: int, error: str | None
     )
 
 
-def _run_dir(tmp_path: Path, config: ExperimentConfig) -> Path:
+@pytest.fixture
+def run_dir(tmp_path: Path, write_run_json) -> Path:
     """A run directory as the runner writes it: both classes, a failure, a lossless mismatch."""
+    config = build_config({})
     lt = config.loadtest
-    run = {
-        "started_at": "2026-01-01T00:00:00Z",
-        "model": config.serving.target_model,
-        "urls": {"baseline": "http://b", "speculative": "http://s"},
-        "variant_labels": {arm.value: lt.variant_labels[arm] for arm in Arm},
-        "request": {
-            "model": "m",
-            "max_tokens": 16,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "seed": 0,
-            "api": "chat",
-            "timeout_s": 5.0,
-        },
-        "load_shape": {"concurrency": 2, "request_rate": None, "max_duration_s": 60.0},
-        "measured_requests": 12,
-        "warmup_requests": 0,
-        "seed": 0,
-        "prompt_files": list(lt.prompts.files),
-        "slo": lt.slo.model_dump(),
-        "overrides": {},
-        "loadtest_config": {},
-        "analysis": analysis_info(
+    write_run_json(
+        tmp_path,
+        variant_labels={arm.value: lt.variant_labels[arm] for arm in Arm},
+        prompt_files=list(lt.prompts.files),
+        analysis=analysis_info(
             config, {"baseline": "http://b", "speculative": "http://s"}
         ).model_dump(mode="json"),
-    }
-    (tmp_path / "run.json").write_text(json.dumps(run))
+    )
     for arm, per_chunk in (("baseline", 1), ("speculative", 4)):
         records = [
             _record(arm, i, "structured" if i % 2 else "open_ended", per_chunk=per_chunk)
@@ -208,10 +191,9 @@ def aws_env(monkeypatch) -> None:
 
 
 def test_every_alarm_watches_a_metric_the_load_test_publishes(
-    default_template, tmp_path, aws_env
+    default_template, run_dir, aws_env
 ) -> None:
     config = build_config({})
-    run_dir = _run_dir(tmp_path, config)
     summary = summarize(run_dir)
     with mock_aws():
         result = cloudwatch.publish_run(config, run_dir, summary)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 
 from stacks.checkov import CDK_HANDLER_FINDINGS, METADATA_KEY, AcknowledgeCdkHandlers
 
-ROOT = Path(__file__).resolve().parents[2]
-CHECKOV = ROOT / ".venv-scan" / "bin" / "checkov"
-
-
-def _run_checkov(directory: Path) -> dict[str, Any]:
-    if not CHECKOV.exists():
-        pytest.fail(f"{CHECKOV} is missing: run `make scan-install` (make test does it)")
-    result = subprocess.run(
-        [str(CHECKOV), "-d", str(directory), "--framework", "cloudformation", "--skip-download",
-         "--compact", "-o", "json"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "BC_SKIP_MAPPING": "TRUE"},  # offline: no guideline download
-    )  # fmt: skip
-    report = json.loads(result.stdout)
-    reports = report if isinstance(report, list) else [report]
-    assert len(reports) == 1 and reports[0]["check_type"] == "cloudformation", result.stderr[-2000:]
-    return reports[0]
+FRAMEWORK = "cloudformation"
 
 
 def _write(tmp_path: Path, templates: dict[str, dict[str, Any]]) -> Path:
@@ -48,9 +30,11 @@ def _write(tmp_path: Path, templates: dict[str, dict[str, Any]]) -> Path:
 @pytest.mark.infra
 @pytest.mark.integration
 @pytest.mark.parametrize("result", ["synth", "synth_options", "synth_reservation"])
-def test_templates_pass_checkov_with_reasoned_skips_only(request, tmp_path, result: str) -> None:
+def test_templates_pass_checkov_with_reasoned_skips_only(
+    request, tmp_path, run_checkov, result: str
+) -> None:
     synthesized = request.getfixturevalue(result)
-    report = _run_checkov(_write(tmp_path, synthesized.templates))
+    report = run_checkov(_write(tmp_path, synthesized.templates), FRAMEWORK)
     failed = [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]]
     assert failed == []
     assert report["summary"]["passed"] > 100
@@ -62,14 +46,16 @@ def test_templates_pass_checkov_with_reasoned_skips_only(request, tmp_path, resu
 
 @pytest.mark.infra
 @pytest.mark.integration
-def test_checkov_would_catch_unencrypted_logs_and_unacknowledged_handlers(synth, tmp_path) -> None:
+def test_checkov_would_catch_unencrypted_logs_and_unacknowledged_handlers(
+    synth, tmp_path, run_checkov
+) -> None:
     broken = copy.deepcopy(synth.templates)
     for template in broken.values():
         for resource in template["Resources"].values():
             resource.get("Metadata", {}).pop(METADATA_KEY, None)
             if resource["Type"] == "AWS::Logs::LogGroup":
                 resource["Properties"].pop("KmsKeyId", None)
-    report = _run_checkov(_write(tmp_path, broken))
+    report = run_checkov(_write(tmp_path, broken), FRAMEWORK)
     failed = {c["check_id"] for c in report["results"]["failed_checks"]}
     assert "CKV_AWS_158" in failed  # log group not encrypted with KMS
     assert set(CDK_HANDLER_FINDINGS) - {"CKV_AWS_117"} <= failed
