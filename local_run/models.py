@@ -559,6 +559,14 @@ def _greedy_continuations(
     return sequences
 
 
+def draft_batch_streams(
+    corpus_stream: Any, continuations: Any, batch_size: int, corpus_rows: int
+) -> list[Any]:
+    """One stream per batch row (``_train`` cuts row i from ``streams[i]``): ``corpus_rows``
+    rows of corpus, the rest of the target's greedy continuations."""
+    return [corpus_stream] * corpus_rows + [continuations] * (batch_size - corpus_rows)
+
+
 def _generate_draft(
     local: LocalConfig, name: str, target_root: Path, out: Path, log: Log
 ) -> dict[str, Any]:
@@ -578,12 +586,16 @@ def _generate_draft(
     teacher = Qwen3ForCausalLM.from_pretrained(target_root / TRAINED_TARGET).float().eval()
     prose = corpus.stdlib_prose()
     documents = [text for _, text in corpus.documents(local.model_seed, generator.documents, prose)]
-    streams = [_token_stream(tokenizer, documents)]
+    corpus_stream = _token_stream(tokenizer, documents)
+    streams = [corpus_stream]
     if distillation.prompts:
         prompts = distillation_prompts(seed, distillation.prompts)
         sequences = _greedy_continuations(teacher, tokenizer, prompts, distillation.new_tokens)
         separator = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
-        streams.append(torch.tensor([t for seq in sequences for t in (*seq, separator)]))
+        continuations = torch.tensor([t for seq in sequences for t in (*seq, separator)])
+        streams = draft_batch_streams(
+            corpus_stream, continuations, generator.batch_size, distillation.corpus_rows
+        )
         log(
             f"models: {len(sequences)} greedy target continuations for draft {name!r} "
             f"({time.monotonic() - started:.0f}s)"

@@ -22,6 +22,7 @@ from loadtest import Overrides, RunSummary, run_comparison
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
 from loadtest.render.headline import headline
+from loadtest.render.plots import TIMESERIES_PLOT
 from local_run.smoke import (
     SMOKE_PROMPT,
     acceptance_by_class,
@@ -134,6 +135,19 @@ def test_greedy_speculative_output_equals_baseline(
             texts.setdefault(record.prompt_id, set()).add(record.text)
     assert len(texts) == len(prompts)
     assert {prompt: len(variants) for prompt, variants in texts.items() if len(variants) > 1} == {}
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_dir_holds_the_per_request_time_series(comparison_dir: Path) -> None:
+    """The blog's figure (E2E and per-token ITL per request over the run, both arms) is
+    written by a real comparison, is a PNG, and the report links it."""
+    figure = comparison_dir / TIMESERIES_PLOT
+    assert figure.is_file(), sorted(p.name for p in comparison_dir.iterdir())
+    data = figure.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000
+    assert TIMESERIES_PLOT in (comparison_dir / "report.md").read_text()
 
 
 def test_per_token_accounting_matches_the_usage_totals(

@@ -19,6 +19,7 @@ from local_run.models import (
     ModelPair,
     cache_key,
     distillation_prompts,
+    draft_batch_streams,
     draft_key,
     ensure_models,
 )
@@ -41,6 +42,7 @@ def tiny_local(models_dir: Path, **generator: object) -> LocalConfig:
         "experiment.local.generator.distillation.prompts": 4,
         "experiment.local.generator.distillation.new_tokens": 8,
         "experiment.local.generator.distillation.train_steps": 2,
+        "experiment.local.generator.distillation.corpus_rows": 1,
         "experiment.local.generator.drafts.small.weight_share": TINY_DRAFT_SHARE,
     }
     context.update({f"experiment.local.generator.{k}": v for k, v in generator.items()})
@@ -183,6 +185,9 @@ def test_same_seed_same_weights_and_a_new_parameter_a_new_pair(
     distilled = tiny_local(tmp_path, **{"distillation.new_tokens": 9})
     assert cache_key(distilled) == cache_key(local)
     assert draft_key(distilled, "small") != draft_key(local, "small")
+    mixed = tiny_local(tmp_path, **{"distillation.corpus_rows": 2})
+    assert cache_key(mixed) == cache_key(local)
+    assert draft_key(mixed, "small") != draft_key(local, "small")
 
 
 def test_a_second_draft_is_a_config_entry_and_reuses_the_target(
@@ -251,6 +256,14 @@ def test_interrupted_draft_leaves_the_target_and_no_half_draft(
     assert f"small-{draft_key(other, 'small')}" not in drafts
 
 
+def test_draft_batches_mix_corpus_rows_with_distilled_rows() -> None:
+    corpus_stream, continuations = object(), object()
+    streams = draft_batch_streams(corpus_stream, continuations, 4, 1)
+    assert streams == [corpus_stream, continuations, continuations, continuations]
+    assert draft_batch_streams(corpus_stream, continuations, 2, 0) == [continuations] * 2
+    assert draft_batch_streams(corpus_stream, continuations, 2, 2) == [corpus_stream] * 2
+
+
 def test_corpus_is_deterministic_and_mixes_structured_and_prose() -> None:
     prose = corpus.stdlib_prose()
     assert len(prose) > 50
@@ -272,6 +285,11 @@ def test_corpus_is_deterministic_and_mixes_structured_and_prose() -> None:
         ({"generator.target.num_kv_heads": 3}, "multiple of num_kv_heads"),
         ({"generator.sequence_length": 1024}, "exceeds local.max_model_len"),
         ({"dtype": "float8"}, "local.dtype"),
+        ({"generator.distillation.corpus_rows": 17}, "corpus_rows 17 exceeds"),
+        (
+            {"generator.distillation.prompts": 0, "generator.distillation.corpus_rows": 0},
+            "nothing to train on",
+        ),
     ],
 )
 def test_bad_generator_settings_are_rejected_with_a_hint(
