@@ -14,10 +14,12 @@ from loadtest.stats import BootstrapSettings, paired_speedups, resample_counts
 from tune.predict import (
     PredictionError,
     break_even,
+    extend_rates,
     fit_step_cost,
     predict,
     rates_from_chunk_tokens,
     relative_error,
+    replay_tokens_per_step,
 )
 from tune.results import (
     Acceptance,
@@ -33,11 +35,11 @@ from tune.results import (
     LoadCost,
     MeasuredSpeedup,
     Recommendation,
-    RequestSample,
     Role,
     Run,
     Setting,
     StepCostFit,
+    TauSource,
 )
 
 OVERALL = "overall"
@@ -143,6 +145,28 @@ def acceptance_of(run: ClassRun, k: int) -> tuple[Acceptance, str | None]:
     )
 
 
+def replayed_taus(
+    run: ClassRun, measured_k: int, acceptance: Acceptance, k_max: int
+) -> tuple[dict[int, float], TauSource]:
+    """tau(k) for k = 1..k_max by replaying the measured_k run's chunks (predict.py); beyond
+    measured_k the replayed tau(measured_k) scaled as the per-position rates extrapolate.
+    Empty, "per_position_rates": the chunks cannot be replayed (then predict() sums the rates)."""
+    chunks = [s.chunk_tokens for s in run.ok_samples]
+    try:
+        taus = {
+            k: replay_tokens_per_step(chunks, measured_k, k)
+            for k in range(1, min(k_max, measured_k) + 1)
+        }
+    except PredictionError:
+        return {}, "per_position_rates"
+    rates = acceptance.per_position_rate
+    at_measured = 1.0 + sum(rates[:measured_k])
+    for k in range(measured_k + 1, k_max + 1):
+        extended = extend_rates(rates, k)
+        taus[k] = taus[measured_k] * (1.0 + float(extended.sum())) / at_measured
+    return taus, "trace_replay"
+
+
 def class_model(
     runs: Sequence[Run],
     draft: str,
@@ -171,6 +195,12 @@ def class_model(
     acceptance, note = acceptance_of(fit_runs[k_rates], k_rates)
     if note:
         notes.append(f"{draft}/{prompt_class}: {note}")
+    taus, tau_source = replayed_taus(fit_runs[k_rates], k_rates, acceptance, predict_k_max)
+    if tau_source == "per_position_rates":
+        notes.append(
+            f"{draft}/{prompt_class}: tokens per step from per-position rates (the k="
+            f"{k_rates} chunks cannot be replayed: merged chunks or too short)"
+        )
     cost = fit_step_cost(step_time_s(baseline), {k: step_time_s(r) for k, r in fit_runs.items()})
     output_tokens = _mean([s.output_tokens for s in baseline.ok_samples], "output tokens")
     ttft = _mean([s.ttft_s for r in fit_runs.values() for s in r.ok_samples], "SD TTFT")
@@ -184,6 +214,7 @@ def class_model(
             output_tokens=output_tokens,
             ttft_s=ttft,
             baseline_ttft_s=baseline_ttft,
+            tokens_per_step=taus.get(k),
         )
         predictions.append(
             KPrediction(
@@ -209,6 +240,7 @@ def class_model(
         prompt_class=prompt_class,
         acceptance=acceptance,
         acceptance_from_k=k_rates,
+        tokens_per_step_source=tau_source,
         step_cost=StepCostFit(
             baseline_step_ms=cost.baseline_s * 1e3,
             intercept_ms=cost.intercept_s * 1e3,
@@ -222,14 +254,6 @@ def class_model(
         measured=sorted(measured, key=lambda m: m.k),
     )
     return model, notes
-
-
-def _per_token_s(sample: RequestSample) -> float | None:
-    """Seconds per output token after the first chunk (what T(k) / tau(k) predicts)."""
-    tokens = sum(sample.chunk_tokens[1:])
-    if len(sample.chunk_times_s) < 2 or tokens < 1:
-        return None
-    return (sample.chunk_times_s[-1] - sample.chunk_times_s[0]) / tokens
 
 
 def _component(
@@ -246,21 +270,21 @@ def components(
 ) -> list[Component]:
     """Each factor of the prediction at held-out k next to the held-out run's own value."""
     p = model.prediction(k)
-    if held_out.acceptance is not None and held_out.acceptance.per_position_rate:
-        tau: float | None = 1.0 + sum(held_out.acceptance.per_position_rate[:k])
-        tau_source = f"spec-decode counters at k={k}"
-    else:
-        steps = [
-            (sum(s.chunk_tokens) - s.chunk_tokens[0]) / s.decode_steps
-            for s in held_out.ok_samples
-            if s.decode_steps >= 1
-        ]
-        tau = fmean(steps) if steps else None
-        tau_source = f"client tokens per chunk at k={k}"
-    per_token = [t for s in held_out.ok_samples if (t := _per_token_s(s)) is not None]
+    # What E2E depends on, pooled over the run's requests (the last, short step included).
+    samples = [s for s in held_out.ok_samples if s.decode_steps >= 1]
+    tokens = sum(sum(s.chunk_tokens) - s.chunk_tokens[0] for s in samples)
+    steps = sum(s.decode_steps for s in samples)
+    seconds = sum(s.chunk_times_s[-1] - s.chunk_times_s[0] for s in samples)
+    tau = tokens / steps if steps else None
+    per_token = seconds / tokens if tokens else None
     ttft = [s.ttft_s for s in held_out.ok_samples if s.ttft_s is not None]
     return [
-        _component("tokens_per_step", p.tokens_per_step, tau, tau_source),
+        _component(
+            "tokens_per_step",
+            p.tokens_per_step,
+            tau,
+            f"client tokens per step after the first chunk at k={k}",
+        ),
         _component(
             "step_ms",
             p.step_ms,
@@ -270,8 +294,8 @@ def components(
         _component(
             "per_token_ms",
             p.per_token_ms,
-            median(per_token) * 1e3 if per_token else None,
-            f"median per-request time per output token after the first at k={k}",
+            per_token * 1e3 if per_token else None,
+            f"time per output token after the first chunk at k={k} (all requests)",
         ),
         _component(
             "ttft_ms", model.ttft_ms, fmean(ttft) * 1e3 if ttft else None, f"mean TTFT at k={k}"

@@ -39,9 +39,11 @@ from tune.predict import PredictionError
 from tune.results import LocalPlan, Role, Run, Setting, TuneResult
 
 Log = Callable[[str], None]
-# Rough costs for the printed estimate (measured on a 2-core machine, docs/tuning.md).
-EST_SERVER_START_S = 35.0
-EST_TOKEN_S = 0.02
+# Rough costs for the printed estimate, from a default sweep on a quiet 2-core machine
+# (docs/tuning.md): ~27 s per server start and stop (cached models), ~9 ms per output token
+# (concurrency 1 dominates).
+EST_SERVER_START_S = 27.0
+EST_TOKEN_S = 0.009
 QUICK_K = (1, 3)
 TOLERANCE = 0.15  # the goal: held-out predictions within 15 % of measured
 

@@ -17,6 +17,9 @@ from loadtest.results import Interval, OptimalLoadCost, PriceBasis
 SCHEMA_VERSION = 2
 Role = Literal["baseline", "fit", "holdout", "break_even"]
 AcceptanceSource = Literal["counters", "client_chunks"]
+# How tau(k) was predicted: replaying the largest fit k's chunks (the default), or summing
+# per-position rates (when those chunks cannot be replayed).
+TauSource = Literal["trace_replay", "per_position_rates"]
 
 
 class _Result(BaseModel):
@@ -144,6 +147,7 @@ class ClassModel(_Result):
     prompt_class: str
     acceptance: Acceptance
     acceptance_from_k: int
+    tokens_per_step_source: TauSource = "per_position_rates"
     step_cost: StepCostFit
     output_tokens: float
     ttft_ms: float

@@ -1,5 +1,6 @@
 """Synthetic sweeps for the tune tests: servers whose step cost and acceptance are known
-exactly (T(k) = C0 + C1 k, accepted tokens per step cycling through ACCEPTED_AT_8)."""
+exactly (T(k) = C0 + C1 k; drafts accepted as a greedy server accepts them, from a text
+whose steps at window 8 cycle through ACCEPTED_AT_8)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,22 @@ BASE_STEP = 0.010
 TTFT = 0.030
 # SD step: 12 ms + 2 ms per draft token (so c0 - t_base = 2 ms of fixed overhead).
 C0, C1 = 0.012, 0.002
-# Accepted tokens per step at K=8, cycling; at smaller k a step accepts min(a, k): the
-# greedy property the method rests on. Not geometric: r = 7/8, 6/8, 5/8, 4/8, 3/8, 2/8, 2/8, 1/8.
-ACCEPTED_AT_8 = [0, 8, 3, 2, 7, 4, 1, 5]
+# The server's truth is greedy: for every output position p, the number L(p) of draft
+# tokens in a row it would accept starting there. A step at p with window k accepts
+# min(L(p), k) and the next one starts after the target's own token. The text is built so a
+# window of 8 accepts exactly ACCEPTED_AT_8 in turn (not geometric: r = 7/8, 6/8, ..., 1/8);
+# a smaller window lands elsewhere and does better than those per-position rates say.
+ACCEPTED_AT_8 = [0, 7, 3, 2, 6, 4, 1, 5]
 BOOT = Bootstrap(resamples=300)
+
+
+def draft_runs(total: int) -> list[int]:
+    runs: list[int] = []
+    for accepted in itertools.cycle(ACCEPTED_AT_8):
+        if len(runs) >= total:
+            return runs[:total]
+        runs += [accepted - j for j in range(accepted + 1)]
+    raise AssertionError
 
 
 def sample(prompt_id: str, repeat: int, tokens: list[int], step_s: float) -> RequestSample:
@@ -33,14 +46,14 @@ def sample(prompt_id: str, repeat: int, tokens: list[int], step_s: float) -> Req
 
 
 def sd_tokens(k: int, total: int) -> list[int]:
-    tokens, left = [1], total - 1
-    for accepted in itertools.cycle(ACCEPTED_AT_8):
-        if left <= 0:
-            return tokens
-        step = min(min(accepted, k) + 1, left)
+    """Tokens per chunk at window k: the prefill's token, then one chunk per target step."""
+    runs = draft_runs(total - 1)
+    tokens, position = [1], 0
+    while position < len(runs):
+        step = min(min(runs[position], k) + 1, len(runs) - position)
         tokens.append(step)
-        left -= step
-    raise AssertionError
+        position += step
+    return tokens
 
 
 def make_run(setting: Setting, role: Role, concurrency: int = 1, slow: float = 1.0) -> Run:

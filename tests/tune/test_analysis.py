@@ -27,13 +27,13 @@ def test_fit_recovers_step_cost_and_per_position_acceptance_from_client_chunks()
     assert model.acceptance.source == "client_chunks"
     assert any("no spec-decode counters" in n for n in notes)
     # Full steps only (first and last chunk dropped): close to the designed cycle.
-    expected = [7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 2 / 8, 1 / 8]
+    expected = [7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8, 0]
     assert model.acceptance.per_position_rate == pytest.approx(expected, abs=0.03)
     assert model.acceptance_from_k == 8
     assert [p.extrapolated for p in model.predictions] == [False] * 8 + [True] * 2
 
 
-def test_counters_win_over_client_chunks_when_exported() -> None:
+def test_counters_win_over_client_chunks_and_tau_comes_from_replaying_the_chunks() -> None:
     runs = sweep()
     rates = [0.9, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01]
     runs[2].classes["structured"].acceptance = Acceptance(
@@ -41,8 +41,23 @@ def test_counters_win_over_client_chunks_when_exported() -> None:
     )
     model, notes = class_model(runs, "d", "structured", [2, 8], 8, BOOT)
     assert model.acceptance.per_position_rate == rates
-    assert model.prediction(3).tokens_per_step == pytest.approx(2.8)
+    assert model.tokens_per_step_source == "trace_replay"
+    # the k=2 server's own tokens per step, replayed from the k=8 chunks
+    measured_2 = next(m for m in model.measured if m.k == 2)
+    assert model.prediction(2).tokens_per_step == pytest.approx(measured_2.tokens_per_step)
     assert not notes
+
+
+def test_tau_falls_back_to_per_position_rates_when_chunks_cannot_be_replayed() -> None:
+    runs = sweep()
+    rates = [0.9, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01]
+    block = runs[2].classes["structured"]
+    block.acceptance = Acceptance(source="counters", per_position_rate=rates, acceptance_rate=0.3)
+    block.samples[0].chunk_tokens[3] = 12  # two steps merged into one chunk
+    model, notes = class_model(runs, "d", "structured", [2, 8], 8, BOOT)
+    assert model.tokens_per_step_source == "per_position_rates"
+    assert model.prediction(3).tokens_per_step == pytest.approx(2.8)
+    assert any("cannot be replayed" in n for n in notes)
 
 
 def test_held_out_predictions_match_a_server_that_follows_the_model() -> None:
@@ -67,7 +82,8 @@ def test_a_server_that_breaks_the_model_fails_the_check() -> None:
     parts = {c.name: c for c in check.components}
     assert parts["step_ms"].relative_error == pytest.approx(1 / 1.5 - 1, abs=0.01)
     assert parts["per_token_ms"].relative_error == pytest.approx(1 / 1.5 - 1, abs=0.03)
-    assert abs(parts["tokens_per_step"].relative_error or 1) < 0.03
+    tau_error = parts["tokens_per_step"].relative_error
+    assert tau_error is not None and abs(tau_error) < 0.03
     assert parts["ttft_ms"].relative_error == pytest.approx(0.0)
     assert parts["baseline_step_ms"].relative_error == pytest.approx(0.0)
     assert parts["step_ms"].measured == pytest.approx((C0 + 4 * C1) * 1.5 * 1e3)
@@ -84,7 +100,11 @@ def test_recommendation_is_the_best_predicted_measured_range_k() -> None:
             (p for p in model.predictions if not p.extrapolated), key=lambda p: p.e2e_speedup
         )
         assert (rec.draft, rec.k) == ("d", best.k)
-        assert rec.within_one_step
+        measured = max(model.measured, key=lambda m: m.point)
+        assert rec.best_measured_k == measured.k
+        assert rec.within_one_step == within_one_step(
+            rec.k, measured.k, [m.k for m in model.measured]
+        )
     overall = recs[2]
     assert overall.k in range(1, 9)
     assert overall.best_measured_k in (2, 4, 6, 8)

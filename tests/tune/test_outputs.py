@@ -77,7 +77,7 @@ def test_outputs_are_written_and_tune_json_round_trips(tmp_path: Path) -> None:
     assert "load average (1/5/15 min) at the end: 1.00, 2.00, 3.00" in text
     assert "| baseline | 2 |" in text and "NOMINAL price" in text
     # held-out components: T(4) = 12 + 2*4 ms predicted and measured
-    assert "| d | structured | 4 | 3.73 / 3.74 (-0%) | 20.00 / 20.00 (+0%) |" in text
+    assert "| d | structured | 4 | 3.25 / 3.25 (+0%) | 20.00 / 20.00 (+0%) |" in text
     for block in result.break_even:
         assert block.prompt_class in text
 

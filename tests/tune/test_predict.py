@@ -10,13 +10,16 @@ from tune.predict import (
     PredictionError,
     StepCost,
     break_even,
+    continuation_rate,
     expected_accepted,
     extend_rates,
     fit_step_cost,
     predict,
     rates_from_chunk_tokens,
     relative_error,
+    replay_tokens_per_step,
     tokens_per_step,
+    trace_steps,
 )
 
 # Not geometric: a draft that nails the first two positions and then falls off a cliff
@@ -130,3 +133,44 @@ def test_break_even_interpolates_the_crossing() -> None:
     assert break_even([1, 2, 4], [1.5, 1.2, 1.1]) is None
     assert break_even([1, 2], [0.9, 0.8]) == 0.0
     assert math.isclose(break_even([1, 2], [1.0, 0.5]) or 0, 1.0)
+
+
+# One request at window 8: four stretches where the draft gets 5 tokens right, four where it
+# gets none, then a last chunk cut by max_tokens (30 tokens after the prefill's).
+TRACE = [1, 6, 6, 6, 6, 1, 1, 1, 1, 2]
+
+
+def test_replay_lands_small_windows_where_they_really_start() -> None:
+    # At k=2 each easy stretch (runs 5,4,3,2,1,0) takes 2 steps of 3 tokens: 8 steps, then
+    # 4 hard steps and 1 for the last 2 tokens: 30 tokens / 13 steps.
+    assert replay_tokens_per_step([TRACE], 8, 2) == pytest.approx(30 / 13)
+    # The per-position rates of the same trace (r1 = r2 = 0.5) say 2.0: they weigh the hard
+    # stretches as a window of 8 visits them (half its steps), not as a window of 2 does.
+    assert tokens_per_step(rates_from_chunk_tokens([TRACE], 8), 2) == pytest.approx(2.0)
+    # At the measured window the replay is the trace itself, last short step included.
+    assert replay_tokens_per_step([TRACE], 8, 8) == pytest.approx(30 / 9)
+
+
+def test_replay_resolves_full_accepts_with_the_continuation_rate() -> None:
+    # Full accept, then a step accepting 2: the draft continued, so the bonus position's run
+    # is 1 + 2 and the full window's positions run 11..4. At k=4: 11 -> +5 -> 6 -> +5 -> 1
+    # -> +2: 12 tokens in 3 steps.
+    continued = [1, 9, 3]
+    assert continuation_rate([trace_steps(continued, 8)]) == 1.0
+    assert replay_tokens_per_step([continued], 8, 4) == pytest.approx(4.0)
+    # Full accept, then a step accepting none: the bonus position's run is 0. At k=4:
+    # 8 -> +5 -> 3 -> +4 -> 0 -> +1 -> 1 -> +2: 12 tokens in 4 steps.
+    stopped = [1, 9, 1, 2]
+    assert continuation_rate([trace_steps(stopped, 8)]) == 0.0
+    assert replay_tokens_per_step([stopped], 8, 4) == pytest.approx(3.0)
+
+
+def test_replay_is_seeded_and_refuses_what_it_cannot_replay() -> None:
+    traces = [[1, 9, 1, 3, 9, 2, 1, 4], [1, 2, 9, 9, 1, 5]]
+    first = replay_tokens_per_step(traces, 8, 4, seed=3)
+    assert first == replay_tokens_per_step(traces, 8, 4, seed=3)
+    assert 1.0 < first <= 5.0
+    with pytest.raises(PredictionError, match="outside"):
+        replay_tokens_per_step(traces, 8, 9)
+    with pytest.raises(PredictionError, match="merged"):
+        replay_tokens_per_step([[1, 10, 2]], 8, 2)
