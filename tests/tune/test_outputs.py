@@ -73,6 +73,7 @@ def test_outputs_are_written_and_tune_json_round_trips(tmp_path: Path) -> None:
     assert "| d | structured | 4 |" in text
     assert "-c experiment.local.num_speculative_tokens=" in text
     assert "(extrapolated)" in text
+    assert "- tokens per step tau(k): replay of the k=8 run's chunks" in text
     assert "| d k=4 | holdout | 1 | 8 / 8 | 0 |" in text
     assert "load average (1/5/15 min) at the end: 1.00, 2.00, 3.00" in text
     assert "| baseline | 2 |" in text and "NOMINAL price" in text

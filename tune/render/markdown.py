@@ -105,6 +105,13 @@ def _models(result: TuneResult) -> list[str]:
             "",
             f"- acceptance per position (from k={m.acceptance_from_k}, {m.acceptance.source}): "
             f"{rates}",
+            "- tokens per step tau(k): "
+            + (
+                f"replay of the k={m.acceptance_from_k} run's chunks (k beyond it: scaled "
+                "by the extrapolated rates)"
+                if m.tokens_per_step_source == "trace_replay"
+                else "1 + r_1 + ... + r_k (the chunks could not be replayed)"
+            ),
             f"- step cost: baseline {cost.baseline_step_ms:.2f} ms; SD T(k) = "
             f"{cost.intercept_ms:.2f} + {cost.per_k_ms:.2f} k ms (fit on k = {cost.fit_k}; "
             f"fixed overhead {cost.fixed_overhead_ms:+.2f} ms)",
