@@ -11,7 +11,13 @@ as vLLM's CPU engine runs on one core:
 - target verify step of k+1 tokens (k = the local run's ``num_speculative_tokens``), as a
   ratio to the 1-token step (k+1 single steps would be k+1 times);
 - draft step, 1 token, as a fraction of the target's;
-- the trained, unpadded target's 1-token step, to show what the padding adds.
+- the trained, unpadded target's 1-token step, to show what the padding adds;
+- the acceptance rate per prompt class that draft-model speculation at temperature 0 would
+  have on the local run's own prompts (``speculative_acceptance``): the target's greedy
+  answers (``local.max_tokens``) replayed with the draft's teacher-forced greedy guesses.
+  Greedy verification accepts exactly the leading run of agreements, so this is the rate
+  vLLM counts, up to float differences between PyTorch and vLLM's kernels; it compares
+  drafts in seconds instead of a full run.
 
 Method: each measurement is the median of ``--repeats`` timed forward passes after warm-up,
 taken in interleaved rounds (every round times every case once) so a load spike from other
@@ -30,12 +36,15 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiment.config import ExperimentConfig
 from experiment.loading import build_config, cdk_json_context, context_from_pairs
-from local_run.models import TRAINED_TARGET, ModelPair, ensure_models
+from loadtest.prompts import load_prompts
+from local_run.arms import local_experiment
+from local_run.models import TRAINED_TARGET, ModelPair, ensure_models, greedy_continuations
 
 FLOAT32_BYTES = 4
 
@@ -129,6 +138,59 @@ def measure(pair: ModelPair, k: int, context: int, repeats: int, threads: int) -
     }
 
 
+def speculative_acceptance(agree: Sequence[bool], first: int, k: int) -> tuple[int, int]:
+    """(accepted, proposed) draft tokens of greedy draft-model speculation over one sequence.
+
+    ``agree[i]``: the draft's greedy next token after position ``i`` equals the target's.
+    Decoding starts after position ``first`` (the last prompt token) and ends at the last
+    position; each step proposes ``k`` tokens, the target accepts the leading run of
+    agreements and adds one token of its own (so a step advances accepted + 1 positions).
+    """
+    accepted = proposed = 0
+    position, end = first, len(agree)
+    while position < end:
+        run = 0
+        while run < k and position + run < end and agree[position + run]:
+            run += 1
+        accepted += run
+        proposed += k
+        position += run + 1
+    return accepted, proposed
+
+
+def acceptance_by_class(config: ExperimentConfig, pair: ModelPair, k: int) -> dict[str, float]:
+    """Replayed acceptance rate per prompt class on the local run's prompts (see above)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    local = config.local
+    tokenizer = AutoTokenizer.from_pretrained(pair.target_dir)
+    # The trained target computes the served (padded) target's function, at 1/12 the cost.
+    target, draft = _load(pair.root / TRAINED_TARGET), _load(pair.draft_dir)
+    by_class: dict[str, list[str]] = {}
+    for prompt in load_prompts(local_experiment(config).loadtest.prompts.files):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt.text}], add_generation_prompt=True, tokenize=False
+        )
+        by_class.setdefault(prompt.prompt_class, []).append(str(text))
+    rates = {}
+    with torch.no_grad():
+        for prompt_class, texts in sorted(by_class.items()):
+            sequences = greedy_continuations(target, tokenizer, texts, local.max_tokens)
+            accepted = proposed = 0
+            for text, sequence in zip(texts, sequences, strict=True):
+                ids = torch.tensor([sequence])
+                agree = target(input_ids=ids).logits[0].argmax(-1) == (
+                    draft(input_ids=ids).logits[0].argmax(-1)
+                )
+                prompt_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+                # The last position predicts past the answer: not part of the replay.
+                a, p = speculative_acceptance(agree[:-1].tolist(), prompt_tokens - 1, k)
+                accepted, proposed = accepted + a, proposed + p
+            rates[prompt_class] = round(accepted / proposed, 3)
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.miniature", description=__doc__)
     parser.add_argument("-c", "--context-override", action="append", default=[], metavar="K=V")
@@ -146,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--context {args.context} + k + 1 exceeds local.max_model_len")
     pair = ensure_models(local, log=lambda line: print(line, file=sys.stderr))
     result = measure(pair, k, args.context, args.repeats, args.threads)
+    result["replayed_acceptance_by_class"] = acceptance_by_class(config, pair, k)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

@@ -528,7 +528,7 @@ def distillation_prompts(seed: int, count: int) -> list[str]:
     return prompts
 
 
-def _greedy_continuations(
+def greedy_continuations(
     teacher: Any, tokenizer: Any, prompts: list[str], new_tokens: int
 ) -> list[list[int]]:
     """The teacher's greedy output for each prompt, ``new_tokens`` long past any end of
@@ -590,7 +590,7 @@ def _generate_draft(
     streams = [corpus_stream]
     if distillation.prompts:
         prompts = distillation_prompts(seed, distillation.prompts)
-        sequences = _greedy_continuations(teacher, tokenizer, prompts, distillation.new_tokens)
+        sequences = greedy_continuations(teacher, tokenizer, prompts, distillation.new_tokens)
         separator = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
         continuations = torch.tensor([t for seq in sequences for t in (*seq, separator)])
         streams = draft_batch_streams(
@@ -605,7 +605,7 @@ def _generate_draft(
     losses = _train(draft, streams, generator, steps, seed, log, f"draft {name!r}")
     held_out = list(corpus.documents(local.model_seed + 1_000_003, EVAL_DOCUMENTS, prose))
     # Also the target's own greedy answers to unseen structured prompts: what vLLM verifies.
-    answers = _greedy_continuations(
+    answers = greedy_continuations(
         teacher, tokenizer, distillation_prompts(seed + 1, EVAL_PROMPTS), distillation.new_tokens
     )
     held_out += [(GREEDY_KIND, str(tokenizer.decode(ids))) for ids in answers]
