@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         print(trn2_plan_text(trn2_plan(config), config))
         print(
             "deploy: python -m charts writes one arm per candidate (tuning.drafts x measured k); "
-            "run the load test against each, then fit with the same analysis (docs/tuning.md)"
+            "run the load test against each at concurrency 1, then: python -m tune fit "
+            "RUN_DIR... --draft NAME... (docs/tuning.md)"
         )
         return 0
     from local_run.run import runs_root
