@@ -14,6 +14,7 @@ from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
 from loadtest.render.decision import (
     cost_rows,
     interval_rows,
+    interval_text,
     price_text,
     verdict_rows,
     verdict_text,
@@ -206,7 +207,7 @@ def failure_rows(summary: RunSummary) -> Table:
 def acceptance_rows(summary: RunSummary) -> Table:
     header = ["arm", "acceptance rate", "mean acceptance length", "per position", "note"]
     rows = []
-    for arm in summary.arms.values():
+    for name, arm in summary.arms.items():
         acc = arm.acceptance
         if acc.available:
             rows.append(
@@ -219,8 +220,23 @@ def acceptance_rows(summary: RunSummary) -> Table:
                 ]
             )
         else:
-            rows.append([arm.label, "not available", "not available", "", acc.reason or ""])
+            note = acc.reason or ""
+            estimate = _client_acceptance_note(summary) if name == Arm.SPECULATIVE.value else ""
+            rows.append([arm.label, "not available", "not available", "", note + estimate])
     return header, rows
+
+
+def _client_acceptance_note(summary: RunSummary) -> str:
+    """Without server counters (the Neuron fork), point at the client-side estimate the
+    statistics carry, so the acceptance block does not read as "unknown" when it is estimated."""
+    stats = summary.statistics
+    if stats is None or stats.overall.acceptance_rate_estimate.estimate is None:
+        return ""
+    interval = stats.overall.acceptance_rate_estimate
+    return (
+        f"; client-side estimate {interval_text(interval, unit='')}, n={interval.n} pairs "
+        "(from tokens per chunk, see the statistics table)"
+    )
 
 
 def lossless_rows(summary: RunSummary) -> Table:

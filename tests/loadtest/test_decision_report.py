@@ -91,3 +91,33 @@ def test_an_old_run_directory_says_why_there_is_no_verdict(fake_run_dir) -> None
     markdown = write_report(summary, fake_run_dir)["markdown"].read_text()
     assert "No verdict: this run directory predates the statistics" in markdown
     assert "verdict" not in render_summary_table(summary)
+
+
+def test_acceptance_without_server_counters_points_at_the_client_estimate(
+    analysed_run_dir,
+) -> None:
+    """The Neuron fork exports no spec-decode counters: the acceptance table must then show
+    the client-side estimate with its interval and n, not just "not available"."""
+    from loadtest.render.tables import acceptance_rows
+    from loadtest.results import Acceptance
+
+    summary = summarize(analysed_run_dir)
+    assert summary.statistics is not None
+    no_counters = Acceptance(available=False, reason="no spec_decode counters in /metrics")
+    arms = {
+        name: arm.model_copy(update={"acceptance": no_counters})
+        for name, arm in summary.arms.items()
+    }
+    summary = summary.model_copy(update={"arms": arms})
+    _, rows = acceptance_rows(summary)
+    notes = {row[0]: row[4] for row in rows}
+    estimate = summary.statistics.overall.acceptance_rate_estimate
+    assert estimate.estimate is not None
+    sd_note = notes[summary.arms["speculative"].label]
+    assert sd_note.startswith("no spec_decode counters in /metrics; client-side estimate ")
+    assert f"{estimate.estimate:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]" in sd_note
+    assert f"n={estimate.n} pairs" in sd_note
+    assert "estimate" not in notes[summary.arms["baseline"].label]
+    # Counters present: the estimate is not repeated in the acceptance table.
+    _, rows = acceptance_rows(summarize(analysed_run_dir))
+    assert all("client-side estimate" not in row[4] for row in rows)
