@@ -23,6 +23,10 @@ from loadtest.records import FailureReason
 ACTUAL_TOL_S = 0.005
 SCRIPTED_TOL_S = 0.015
 TTFT_OVERHEAD_TOL_S = 0.008
+# Arrivals are kernel receive stamps (loadtest/transport.py): the kernel stamps a chunk during
+# the server's write, before the server reads its clock after the write returns, so the
+# overhead below may be a few microseconds negative on loopback, never a millisecond.
+KERNEL_STAMP_LEAD_TOL_S = 0.001
 SPECULATIVE_SCRIPT = Script(
     ttft_s=0.080, chunk_tokens=[1, 4, 2, 8, 1, 3], gaps_s=[0.030, 0.050, 0.020, 0.060, 0.040]
 )
@@ -67,7 +71,7 @@ def test_multi_token_chunks_match_the_scripted_truth(
     overheads = [
         r.ttft_s - (e.send_times[0] - e.received) for r, e in zip(records, sent, strict=True)
     ]
-    assert 0 <= median(overheads) < TTFT_OVERHEAD_TOL_S
+    assert -KERNEL_STAMP_LEAD_TOL_S <= median(overheads) < TTFT_OVERHEAD_TOL_S
     assert abs(median(r.ttft_s for r in records) - script.ttft_s) < SCRIPTED_TOL_S
 
     to_actual, to_scripted, itl_errors = [], [], []

@@ -148,9 +148,10 @@ def test_run_measures_truth_counts_every_fault_and_writes_the_report(tmp_path) -
         assert block["itl_ms"]["count"] == len(true_itl)
         assert block["itl_ms"]["p50"] == pytest.approx(float(np.median(true_itl)), abs=1.0)
         assert block["itl_ms"]["mean"] == pytest.approx(float(np.mean(true_itl)), abs=1.0)
-        # client TTFT = server TTFT + connect/send overhead (a few ms)
+        # client TTFT = server TTFT + connect/send overhead (a few ms), less the write's
+        # duration by which the kernel receive stamp leads the server's post-write clock (µs)
         overhead = block["ttft_ms"]["p50"] - float(np.median(true_ttft))
-        assert 0 <= overhead < 10, arm
+        assert -1 <= overhead < 10, arm
         gap = script.gap_list()[0] * 1000 / script.chunk_tokens[1]
         assert block["itl_ms"]["p50"] == pytest.approx(gap, abs=3.0)
     # Request by request, the Locust (gevent) client's chunk gaps follow the server's real
