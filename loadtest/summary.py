@@ -29,6 +29,9 @@ from loadtest.results import (
 RUN_JSON = "run.json"
 SUMMARY_JSON = "summary.json"
 LOAD_GENERATOR_CPU_WARNING = 0.8
+# Above this share of reads stamped by the client's clock (no kernel receive timestamp:
+# TLS, non-Linux), TTFT and ITL include the client's own scheduling delay (bench/README.md).
+USER_STAMP_WARNING_FRACTION = 0.1
 
 
 def _burst_cause(load_generator_cpu: float | None) -> str:
@@ -97,6 +100,15 @@ def _arm_warnings(
         warnings.append(
             f"{arm}: Locust worker(s) {block.lost_workers} of {block.workers} were lost "
             "mid-run; their unsent requests count as not started"
+        )
+    stamps = block.arrival_stamps
+    reads = stamps.kernel + stamps.user if stamps is not None else 0
+    if stamps is not None and reads and stamps.user / reads > USER_STAMP_WARNING_FRACTION:
+        warnings.append(
+            f"{arm}: {stamps.user / reads:.0%} of {reads} reads had no kernel receive timestamp "
+            "(TLS or not Linux): their arrival is when the client got to read them, so TTFT "
+            "and ITL include the client's scheduling delay (keep streams per worker within "
+            "the budget of bench/README.md)"
         )
     if block.clock_skew_ms is not None and block.clock_skew_ms > skew_warning_ms:
         warnings.append(

@@ -153,6 +153,24 @@ def test_summary_reports_workers_and_warns_on_skew_and_lost_workers(fake_run_dir
     assert not any("wall clocks" in w for w in summary.warnings)
     stamps = summary.arms["speculative"].arrival_stamps
     assert stamps is not None and (stamps.kernel, stamps.user) == (120, 3)
+    assert not any("kernel receive timestamp" in w for w in summary.warnings)  # 2.4%
+
+
+def test_summary_warns_when_reads_were_not_kernel_stamped(fake_run_dir) -> None:
+    import json
+
+    from loadtest.summary import summarize
+
+    window = {"arm": "speculative", "stopped_by": "schedule_done", "workers": 1}
+    window["arrival_stamps"] = {"kernel": 80, "user": 20}  # 20%: TLS or not Linux
+    (fake_run_dir / "window_speculative.json").write_text(json.dumps(window))
+    warnings = summarize(fake_run_dir).warnings
+    assert [w for w in warnings if "kernel receive timestamp" in w] == [
+        "speculative: 20% of 100 reads had no kernel receive timestamp (TLS or not Linux): "
+        "their arrival is when the client got to read them, so TTFT and ITL include the "
+        "client's scheduling delay (keep streams per worker within the budget of "
+        "bench/README.md)"
+    ]
 
 
 def test_config_refuses_more_workers_than_users() -> None:
