@@ -33,19 +33,15 @@ from loadtest.records import RequestRecord, read_records
 from loadtest.results import RunInfo
 from loadtest.summary import read_run_info
 from tune.analysis import (
+    TOLERANCE,
     Bootstrap,
     break_even_by_class,
-    class_model,
     cost_at_load,
-    holdout_checks,
-    recommend,
+    fit_and_recommend,
 )
 from tune.measure import sample_of
-from tune.overrides import overrides_line
 from tune.predict import PredictionError
 from tune.results import ClassRun, FitInput, Role, Run, Setting, TuneResult
-
-TOLERANCE = 0.15  # the same goal as the local sweep's held-out checks
 
 
 @dataclass(frozen=True)
@@ -168,24 +164,11 @@ def fit_from_run_dirs(
         "local" if analysis is not None and analysis.price.target == "local" else "trn2"
     )
     result = TuneResult(target=target, tolerance=TOLERANCE, plan=None, inputs=inputs, runs=runs)
-    for draft in sorted(set(names)):
-        fit_k = sorted({r.setting.k for r in runs if r.setting.draft == draft and r.role == "fit"})
-        for name in sorted(runs[0].classes):
-            try:
-                model, notes = class_model(
-                    runs, draft, name, fit_k, config.tuning.predict_k_max, boot
-                )
-            except PredictionError as err:
-                result.notes.append(f"{draft}/{name}: no model: {err}")
-                continue
-            result.models.append(model)
-            result.notes += notes
-    result.checks = holdout_checks(result.models, runs, TOLERANCE)
-    weights = {name: len(run.samples) for name, run in runs[0].classes.items()}
-    result.recommendations = recommend(result.models, runs, weights, boot)
-    overall = next((r for r in result.recommendations if r.scope == "overall"), None)
-    if overall is not None:
-        result.overrides = overrides_line(target, overall.draft, overall.k)
+    fit_k = {
+        draft: sorted({r.setting.k for r in runs if r.setting.draft == draft and r.role == "fit"})
+        for draft in sorted(set(names))
+    }
+    fit_and_recommend(result, fit_k, config.tuning.predict_k_max, boot)
     loaded: list[Setting] = []
     for run in runs:
         if run.role == "break_even" and run.setting not in loaded:

@@ -26,15 +26,15 @@ from local_run.servers import LocalServers, Server, ServerError
 from local_run.smoke import request_params
 from runtime.render import render
 from tune.analysis import (
+    OVERALL,
+    TOLERANCE,
     Bootstrap,
     break_even_by_class,
-    class_model,
     cost_at_load,
-    holdout_checks,
-    recommend,
+    find_run,
+    fit_and_recommend,
 )
 from tune.measure import measure_classes
-from tune.overrides import overrides_line
 from tune.predict import PredictionError
 from tune.results import LocalPlan, Role, Run, Setting, TuneResult
 
@@ -45,7 +45,6 @@ Log = Callable[[str], None]
 EST_SERVER_START_S = 27.0
 EST_TOKEN_S = 0.009
 QUICK_K = (1, 3)
-TOLERANCE = 0.15  # the issue's goal: held-out predictions within 15 % of measured
 
 
 def local_drafts(config: ExperimentConfig, log: Log) -> dict[str, ModelPair]:
@@ -233,13 +232,14 @@ def run_local_sweep(
         except ServerError as err:
             notes.append(f"{setting.label}: server failed: {str(err).splitlines()[0]}")
             log(f"server failed, continuing: {err}")
-    result = analyse(config, runs, list(drafts), fit, predict_k_max(config, quick), boot, plan)
+    result = TuneResult(target="local", tolerance=TOLERANCE, plan=plan, runs=runs)
+    fit_and_recommend(result, {name: fit for name in drafts}, predict_k_max(config, quick), boot)
     result.notes = notes + result.notes
-    overall = next((r for r in result.recommendations if r.scope == "overall"), None)
+    overall = next((r for r in result.recommendations if r.scope == OVERALL), None)
     high = [c for c in levels if c > 1]
     if overall is not None and high and time.monotonic() < deadline:
         setting = Setting(draft=overall.draft, k=overall.k)
-        if find_measured(runs, setting) is None:  # a predicted k: measure its c=1 point too
+        if find_run(runs, setting, 1) is None:  # a predicted k: measure its c=1 point too
             high = [1, *high]
         log(f"[{len(todo) + 1}/{len(todo) + 1}] break_even: {setting.label} at {high}")
         try:
@@ -254,41 +254,4 @@ def run_local_sweep(
     result.runs = runs
     result.elapsed_s = time.monotonic() - started
     result.load_average = list(os.getloadavg())
-    return result
-
-
-def find_measured(runs: Sequence[Run], setting: Setting) -> Run | None:
-    return next((r for r in runs if r.setting == setting and r.concurrency == 1), None)
-
-
-def analyse(
-    config: ExperimentConfig,
-    runs: list[Run],
-    drafts: Sequence[str],
-    fit: Sequence[int],
-    k_max: int,
-    boot: Bootstrap,
-    plan: LocalPlan,
-) -> TuneResult:
-    """Fit every (draft, class), check the held-out k, recommend; problems become notes."""
-    result = TuneResult(target="local", tolerance=TOLERANCE, plan=plan, runs=runs)
-    baseline = find_measured(runs, Setting())
-    if baseline is None:
-        result.notes.append("the baseline was not measured: nothing to compare with")
-        return result
-    for draft in drafts:
-        for name in sorted(baseline.classes):
-            try:
-                model, notes = class_model(runs, draft, name, fit, k_max, boot)
-            except PredictionError as err:
-                result.notes.append(f"{draft}/{name}: no model: {err}")
-                continue
-            result.models.append(model)
-            result.notes += notes
-    result.checks = holdout_checks(result.models, runs, TOLERANCE)
-    weights = {name: len(run.samples) for name, run in baseline.classes.items()}
-    result.recommendations = recommend(result.models, runs, weights, boot)
-    overall = next((r for r in result.recommendations if r.scope == "overall"), None)
-    if overall is not None:
-        result.overrides = overrides_line("local", overall.draft, overall.k)
     return result
