@@ -8,11 +8,9 @@ console, Markdown and HTML renderers like ``tables``. Missing values read ``n/a`
 
 from __future__ import annotations
 
+from loadtest.render.decision import NOT_AVAILABLE, Table
 from loadtest.results import ArmSummary, RunSummary
 from loadtest.summary import LOAD_GENERATOR_CPU_WARNING, skew_warning_ms
-
-Table = tuple[list[str], list[list[str]]]
-NOT_AVAILABLE = "n/a"
 
 
 def _workers(arm: ArmSummary) -> str:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from experiment.config import Arm
 from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
 from loadtest.render.decision import (
+    NOT_AVAILABLE,
+    Table,
     cost_rows,
     interval_rows,
     interval_text,
@@ -22,9 +24,7 @@ from loadtest.render.decision import (
 from loadtest.render.load_generator import load_generator_rows
 from loadtest.results import ArmSummary, Distribution, MetricBlock, RunSummary, Speedups
 
-Table = tuple[list[str], list[list[str]]]
 STATS = ("mean", *(f"p{p}" for p in PERCENTILES))
-NOT_AVAILABLE = "n/a"
 COUNT = "count"  # the "ok / sent" cell instead of a format
 
 
