@@ -159,4 +159,15 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
         fit_from_run_dirs(_config(), [busy, *dirs], ["d"])
     with pytest.raises(PredictionError, match="not a load-test run directory"):
         fit_from_run_dirs(_config(), [tmp_path, *dirs], ["d"])
+    # A run of an older load test (no analysis block in run.json) has no k to fit with.
+    old = write_run_dir(tmp_path, "old", 4)
+    run = json.loads((old / "run.json").read_text())
+    del run["analysis"]
+    (old / "run.json").write_text(json.dumps(run))
+    with pytest.raises(PredictionError, match=r"records no k .*measure it again"):
+        fit_from_run_dirs(_config(), [*dirs, old], ["d"])
+    # An arm that never ran wrote no records.
+    (dirs[1] / "records_speculative.jsonl").unlink()
+    with pytest.raises(PredictionError, match=r"no records_speculative\.jsonl; was the arm run"):
+        fit_from_run_dirs(_config(), dirs, ["d"])
     assert main(["fit", str(dirs[0])]) == 2
