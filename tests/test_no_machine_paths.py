@@ -22,21 +22,36 @@ def _repository_files() -> list[Path]:
     return [ROOT / name for name in listed if name and (ROOT / name).is_file()]
 
 
+# System directories every machine and container has: a clone directly under one of them
+# (e.g. /tmp/checkout) must not flag the container paths the product legitimately names
+# (an emptyDir at /tmp, MPLCONFIGDIR=/tmp/matplotlib); the checkout itself is still checked.
+SHARED_DIRECTORIES = {"/", "/tmp", "/var/tmp", "/home", "/root", "/opt", "/srv", "/mnt", "/var"}
+
+
 def _machine_path_pattern(top_level: Path) -> re.Pattern[str]:
     # The path as a path, not as part of a longer name or a URL: with the checkout at
-    # /srv/checkout, `/srv/checkout/x`, `"/srv"` and `/srv/other` match (anything under the
-    # parent is this machine's), `/srvx`, `srv/checkout` and `https://h/srv/...` do not.
-    alternatives = "|".join(re.escape(str(path)) for path in (top_level, top_level.parent))
+    # /data/checkout, `/data/checkout/x`, `"/data"` and `/data/other` match (anything under
+    # the parent is this machine's), `/datax`, `data/checkout` and `https://h/data/...` do not.
+    paths = [top_level]
+    if str(top_level.parent) not in SHARED_DIRECTORIES:
+        paths.append(top_level.parent)
+    alternatives = "|".join(re.escape(str(path)) for path in paths)
     return re.compile(rf"(?<![\w.\-/:])(?:{alternatives})(?![\w.\-])")
 
 
 def test_the_pattern_finds_the_paths_and_nothing_else() -> None:
-    pattern = _machine_path_pattern(Path("/srv/checkout"))
-    assert pattern.search("see /srv/checkout/docs")
-    assert pattern.search('cwd="/srv"')
-    assert pattern.search("the notes in /srv/shared/reference.md")
-    assert not pattern.search("/srvx and srv/checkout and /srv.d")
-    assert not pattern.search("https://example.com/srv/checkout")
+    pattern = _machine_path_pattern(Path("/data/checkout"))
+    assert pattern.search("see /data/checkout/docs")
+    assert pattern.search('cwd="/data"')
+    assert pattern.search("the notes in /data/shared/reference.md")
+    assert not pattern.search("/datax and data/checkout and /data.d")
+    assert not pattern.search("https://example.com/data/checkout")
+
+
+def test_a_clone_under_a_system_directory_still_checks_the_checkout_itself() -> None:
+    pattern = _machine_path_pattern(Path("/tmp/checkout"))
+    assert pattern.search("see /tmp/checkout/docs")
+    assert not pattern.search("MPLCONFIGDIR=/tmp/matplotlib and mountPath /tmp")
 
 
 def test_no_repository_file_contains_the_checkout_path_or_its_parent() -> None:
