@@ -6,13 +6,19 @@ Pure functions (no I/O), so the arithmetic is unit-tested. Definitions (all on t
 - TTFT error: the instrument's first-content-chunk timestamp minus the server's send time of
   that chunk. (The request path, client start -> server received, is reported separately:
   it is loopback + server accept time, not a timestamping error.)
-- E2E error: the instrument's end of stream minus the server's last content send.
+- E2E error: the instrument's end of stream minus the server's send of ``[DONE]`` (of the
+  last content chunk in logs without it).
 - Chunk-gap error: measured gap between consecutive content chunks minus the sent gap.
 - Per-token ITL error: the instrument's per-token inter-token latency for a chunk minus the
   true one (sent gap / tokens the chunk carried), one sample per generated token. An
   instrument without per-chunk token counts (vllm bench serve) reports the chunk gap as the
   ITL of the chunk; that is what is compared.
 - Token-count error: reported output tokens minus the tokens the server sent.
+
+The server's send time of a chunk is the kernel's transmit timestamp when the server logged
+one for every chunk of the request (``kernel_send_times``, bench/send_stamps.py), else the
+``perf_counter`` stamp it took after the write returned. How late those user-space stamps
+were is kept (``truth_user_late_ms``): it is the noise the kernel stamps remove.
 """
 
 from __future__ import annotations
@@ -52,15 +58,34 @@ class Truth:
     send_times: list[float]
     chunk_tokens: list[int]
     fault: str | None = None
+    # The server's after-write stamps when ``send_times`` are the kernel's (else None).
+    user_send_times: list[float] | None = None
+    done_time: float | None = None  # the ``[DONE]`` event's send, on the same clock
+
+    @property
+    def end(self) -> float | None:
+        if self.done_time is not None:
+            return self.done_time
+        return self.send_times[-1] if self.send_times else None
+
+    @property
+    def clock(self) -> str:
+        return "user" if self.user_send_times is None else "kernel"
 
     @classmethod
     def from_log(cls, entry: dict[str, Any]) -> Truth:
+        user = [float(t) for t in entry["send_times"]]
+        kernel = entry.get("kernel_send_times")
+        complete = kernel is not None and len(kernel) == len(user) and None not in kernel
+        done = entry.get("kernel_done_time") if complete else entry.get("done_time")
         return cls(
             index=int(entry["index"]),
             received=float(entry["received"]),
-            send_times=[float(t) for t in entry["send_times"]],
+            send_times=[float(t) for t in kernel] if complete and kernel else user,
             chunk_tokens=[int(n) for n in entry["chunk_tokens"]],
             fault=entry.get("fault"),
+            user_send_times=user if complete else None,
+            done_time=float(done) if done is not None else None,
         )
 
 
@@ -79,6 +104,8 @@ class Errors:
     untagged: int = 0  # no tag in the output: cannot be matched to the truth
     unaligned_chunks: int = 0  # chunk count differs from the truth: no chunk-level errors
     duplicate_tags: int = 0
+    truth_clock: dict[str, int] = field(default_factory=lambda: {"kernel": 0, "user": 0})
+    truth_user_late_ms: list[float] = field(default_factory=list)  # user - kernel stamp
 
 
 def match(
@@ -110,10 +137,14 @@ def request_errors(obs: Observation, truth: Truth, errors: Errors) -> None:
     ms = 1000.0
     sends = truth.send_times
     arrivals = obs.chunk_arrivals
+    errors.truth_clock[truth.clock] += 1
+    if truth.user_send_times is not None:
+        late = zip(truth.user_send_times, sends, strict=True)
+        errors.truth_user_late_ms.extend((user - kernel) * ms for user, kernel in late)
     errors.ttft_ms.append((arrivals[0] - sends[0]) * ms)
     errors.request_path_ms.append((truth.received - obs.start) * ms)
-    if obs.end is not None and sends:
-        errors.e2e_ms.append((obs.end - sends[-1]) * ms)
+    if obs.end is not None and truth.end is not None:
+        errors.e2e_ms.append((obs.end - truth.end) * ms)
     if obs.output_tokens is not None:
         errors.token_count.append(int(obs.output_tokens) - sum(truth.chunk_tokens))
     if len(arrivals) != len(sends):
@@ -194,4 +225,6 @@ def summarize_errors(errors: Errors) -> dict[str, Any]:
         "untagged": errors.untagged,
         "unaligned_chunks": errors.unaligned_chunks,
         "duplicate_tags": errors.duplicate_tags,
+        "truth_clock": dict(errors.truth_clock),
+        "truth_user_late_ms": percentiles(errors.truth_user_late_ms),
     }

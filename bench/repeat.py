@@ -10,7 +10,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-METRIC_BLOCKS = ("ttft_ms", "itl_token_ms", "chunk_gap_ms", "e2e_ms", "request_path_ms")
+METRIC_BLOCKS = (
+    "ttft_ms",
+    "itl_token_ms",
+    "chunk_gap_ms",
+    "e2e_ms",
+    "request_path_ms",
+    "truth_user_late_ms",
+)
 SUMMED = (
     "matched",
     "failed",
@@ -40,6 +47,8 @@ def combine(reps: list[dict[str, Any]]) -> dict[str, Any]:
     first = good[0]
     out: dict[str, Any] = {key: first[key] for key in ("level", "instrument", "label")}
     for block in METRIC_BLOCKS:
+        if block not in first:  # a results file from before the block existed
+            continue
         stats = {
             stat: _median([rep[block].get(stat) for rep in good])
             for stat in first[block]
@@ -51,6 +60,10 @@ def combine(reps: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = sum(rep.get(key, 0) for rep in good)
     for key in MEDIANS:
         out[key] = _median([rep.get(key) for rep in good])
+    clocks = [rep.get("truth_clock", {}) for rep in good]
+    out["truth_clock"] = {
+        clock: sum(c.get(clock, 0) for c in clocks) for clock in ("kernel", "user")
+    }
     counts = [rep["token_count"] for rep in good]
     errors = [c["mean_abs_error"] for c in counts if c["mean_abs_error"] is not None]
     out["token_count"] = {

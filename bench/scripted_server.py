@@ -44,6 +44,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench.send_stamps import CountingWriter, SendStamps
+
 
 class Fault(StrEnum):
     HTTP_ERROR = "http_error"  # respond with Script.http_status and a JSON error body
@@ -111,6 +113,11 @@ class SentLog:
     body: dict[str, Any]
     received: float  # perf_counter when the request body was read
     send_times: list[float] = field(default_factory=list)  # after each content chunk's write
+    # The kernel's transmit time of each content chunk (``kernel_send_stamps`` servers only;
+    # None for a chunk whose stamp did not come): see bench/send_stamps.py.
+    kernel_send_times: list[float | None] | None = None
+    done_time: float | None = None  # after the write of the ``[DONE]`` event
+    kernel_done_time: float | None = None
     chunk_tokens: list[int] = field(default_factory=list)
     fault: str | None = None
     status: int = 200
@@ -146,6 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.send_stamps: SendStamps | None = None
+        if self.server.owner.kernel_send_stamps:
+            self.send_stamps = SendStamps(self.connection)
+            self.wfile = CountingWriter(self.wfile, self.send_stamps)  # type: ignore[assignment]
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
@@ -244,6 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         gaps = script.gap_list()
         target = received + script.ttft_s
         emitted = 0
+        stamp_keys: list[int] = []
         try:
             for number, tokens in enumerate(script.chunk_tokens):
                 if number > 0:
@@ -268,11 +280,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write_chunk(data)
                 entry.send_times.append(time.perf_counter())
                 entry.chunk_tokens.append(tokens)
+                if self.send_stamps is not None:
+                    stamp_keys.append(self.send_stamps.last_key())
             tail = b""
             if options.get("include_usage"):
                 tail += event([], emitted)
             self._write_chunk(tail + b"data: [DONE]\n\n")
+            entry.done_time = time.perf_counter()
+            done_key = self.send_stamps.last_key() if self.send_stamps else 0
             self.wfile.write(b"0\r\n\r\n")
+            if self.send_stamps is not None:
+                kernel = self.send_stamps.collect([*stamp_keys, done_key])
+                entry.kernel_send_times = [kernel.get(key) for key in stamp_keys]
+                entry.kernel_done_time = kernel.get(done_key)
         except (BrokenPipeError, ConnectionResetError):
             entry.fault = entry.fault or "client_went_away"
             self.close_connection = True
@@ -329,7 +349,9 @@ class ScriptedServer:
     ``precise_pacing``: end each pause with a ~1 ms spin for exact send times; turn it off
     when many streams would spin at once and steal the CPU the client under test needs (the
     truth is the recorded send time either way). ``keep_alive``: False says
-    ``Connection: close`` on every response and closes after it.
+    ``Connection: close`` on every response and closes after it. ``kernel_send_stamps``:
+    also log the kernel's transmit time of every content chunk (``kernel_send_times``;
+    Linux, see bench/send_stamps.py), the truth a busy server's own clock cannot give.
     """
 
     def __init__(
@@ -342,6 +364,7 @@ class ScriptedServer:
         engines: int = 2,
         precise_pacing: bool = True,
         keep_alive: bool = True,
+        kernel_send_stamps: bool = False,
     ) -> None:
         if isinstance(scripts, Script):
             scripts = [scripts]
@@ -351,6 +374,7 @@ class ScriptedServer:
         self.engines = engines
         self.precise_pacing = precise_pacing
         self.keep_alive = keep_alive
+        self.kernel_send_stamps = kernel_send_stamps
         self.log: list[SentLog] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()

@@ -10,7 +10,10 @@ load-test suite's:
   the client needs;
 - ``keep_alive=False``: every response says ``Connection: close``, so both instruments
   open one connection per stream (vllm bench serve's aiohttp pool otherwise raced the
-  server's closes and failed ~15% of its requests with "Cannot write to closing transport").
+  server's closes and failed ~15% of its requests with "Cannot write to closing transport");
+- ``kernel_send_stamps=True``: the truth is the kernel's transmit time of each chunk
+  (bench/send_stamps.py); the stamp taken after ``sendall`` returns waits for the GIL
+  among 256 threads and is kept only to show how late it was.
 
 ``python -m bench.truth_server --workload JSON`` prints ``{"url", "port"}``;
 ``GET /_scripted/log`` returns what was sent.
@@ -37,7 +40,10 @@ def serve(workload: Workload) -> None:
     from bench import scripted_server
 
     server = scripted_server.ScriptedServer(
-        lambda index, _body: workload.script(index), precise_pacing=False, keep_alive=False
+        lambda index, _body: workload.script(index),
+        precise_pacing=False,
+        keep_alive=False,
+        kernel_send_stamps=True,
     )
     print(json.dumps({"url": server.url, "port": server.port}), flush=True)
     server.serve_forever()
