@@ -211,7 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-readme", action="store_true", help="do not write the table into bench/README.md"
     )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="measure nothing: print the table of the existing --results file and write it "
+        "into bench/README.md (unless --no-readme)",
+    )
     args = parser.parse_args(argv)
+    if args.render_only:
+        return _render(json.loads(args.results.read_text()), not args.no_readme)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         levels = tuple(int(x) for x in args.levels.split(","))
@@ -273,11 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(data, indent=1))
+    return _render(data, not args.no_readme)
+
+
+def _render(data: dict[str, Any], write_readme: bool) -> int:
     table = render_table(data)
     print(table)
-    if not args.no_readme:
+    if write_readme:
         update_readme(BENCH_DIR / "README.md", table)
-    return 0 if all("error" not in r for r in results) else 1
+    return 0 if all("error" not in r for r in data["results"]) else 1
 
 
 if __name__ == "__main__":

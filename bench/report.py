@@ -82,7 +82,8 @@ def render_table(data: dict[str, Any]) -> str:
             ]
             ratio_lines.append(f"| {level} | {result['label']} | " + " | ".join(cells) + " |")
     machine = data["machine"]
-    footer = [
+    footer = [*_truth_lines(data["results"])]
+    footer += [
         "",
         f"Run {data['started_at']} ({data['duration_s'] / 60:.1f} min, `{data['command']}`) on "
         f"{machine['cpus']} CPUs, load average (1 min) {data['loadavg_start'][0]:.2f} at start, "
@@ -90,6 +91,30 @@ def render_table(data: dict[str, Any]) -> str:
         f"vllm {machine['vllm']}.",
     ]
     return "\n".join(lines + ratio_lines + footer)
+
+
+def _truth_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Which clock the truth came from, and how late the server's own stamps would have been."""
+    kernel = sum(r.get("truth_clock", {}).get("kernel", 0) for r in results)
+    user = sum(r.get("truth_clock", {}).get("user", 0) for r in results)
+    if not kernel + user:
+        return []
+    late = [
+        (r["level"], r["truth_user_late_ms"]["p99"])
+        for r in results
+        if r.get("truth_user_late_ms", {}).get("p99") is not None
+    ]
+    worst = max(late, key=lambda item: item[1]) if late else None
+    line = (
+        f"Truth: the kernel's transmit timestamp for {kernel} of {kernel + user} matched "
+        "requests (the rest: the server's stamp after its write)."
+    )
+    if worst is not None:
+        line += (
+            f" The server's own after-write stamps were late by up to {worst[1]:.1f} ms p99 "
+            f"(at {worst[0]} streams): the error they would have put into the truth."
+        )
+    return ["", line]
 
 
 def update_readme(path: Path, table: str) -> None:

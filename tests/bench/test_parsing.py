@@ -131,9 +131,28 @@ def test_table_shows_both_instruments_and_ratios(tmp_path: Path) -> None:
     assert "| 64 | locust (1 proc) | 0.20 / 0.40 | 0.00 / 0.00 |" in table
     assert "| 64 | locust (1 proc) | 0.50 | 0.50 | 0.00 | 0.00 |" in table  # ratios, floored
     assert "run failed: vllm bench serve failed" in table
+    assert "Truth:" not in table  # results without truth clocks say nothing about them
     readme = tmp_path / "README.md"
     readme.write_text(f"# Bench\n\n{BEGIN}\nold\n{END}\n\nafter\n")
     update_readme(readme, table)
     text = readme.read_text()
     assert "old" not in text and text.count(BEGIN) == 1 and text.endswith("after\n")
     assert json.dumps(data)  # the JSON the table came from stays serializable
+
+
+def test_table_names_the_truth_clock_and_the_server_stamps_lateness() -> None:
+    result = _result("locust_p1", "locust (1 proc)", 0.2, 0.0)
+    result["truth_clock"] = {"kernel": 9, "user": 1}
+    result["truth_user_late_ms"] = {"p50": 0.1, "p99": 24.05}
+    data = {
+        "results": [result],
+        "machine": {"cpus": 2, "locust": "2.47", "vllm": "0.32"},
+        "started_at": "now",
+        "duration_s": 60.0,
+        "command": "python -m bench",
+        "loadavg_start": [1.0, 1.0, 1.0],
+        "loadavg_end": [2.0, 1.0, 1.0],
+    }
+    table = render_table(data)
+    assert "kernel's transmit timestamp for 9 of 10 matched requests" in table
+    assert "late by up to 24.1 ms p99 (at 64 streams)" in table
