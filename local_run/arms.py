@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
-from local_run.models import ModelPair
 from local_run.servers import Server
 from runtime.render import VllmCommand, render
 
@@ -31,18 +30,22 @@ def local_experiment(config: ExperimentConfig) -> ExperimentConfig:
     return config.model_copy(update={"loadtest": loadtest})
 
 
-def arm_commands(config: ExperimentConfig, pair: ModelPair) -> dict[Arm, VllmCommand]:
+def arm_commands(
+    config: ExperimentConfig, target_dir: Path, draft_dir: Path
+) -> dict[Arm, VllmCommand]:
     return {
-        arm: render(config.local_serving_spec(arm, str(pair.target_dir), str(pair.draft_dir)))
-        for arm in Arm
+        arm: render(config.local_serving_spec(arm, str(target_dir), str(draft_dir))) for arm in Arm
     }
 
 
-def arm_servers(config: ExperimentConfig, pair: ModelPair, log_dir: Path) -> list[Server]:
-    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``."""
+def arm_servers(
+    config: ExperimentConfig, target_dir: Path, draft_dir: Path, log_dir: Path
+) -> list[Server]:
+    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``. The model
+    directories need not exist yet (``local_run.models.served_paths``)."""
     local = config.local
     servers = []
-    for arm, command in arm_commands(config, pair).items():
+    for arm, command in arm_commands(config, target_dir, draft_dir).items():
         servers.append(
             Server(
                 name=arm.value,

@@ -183,27 +183,59 @@ def _threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def ensure_models(local: LocalConfig, log: Log = print, draft: str | None = None) -> ModelPair:
-    """Return the cached target and draft ``draft`` (default: the configured one),
-    generating whichever of them is missing first."""
+def served_paths(local: LocalConfig, draft: str | None = None) -> tuple[Path, Path]:
+    """Where ``ensure_models`` puts the served target and draft ``draft`` (default: the
+    configured one), known before either exists: servers can be set up from them while the
+    models are still being generated."""
+    name = _draft_name(local, draft)
+    final = models_root(local) / cache_key(local)
+    return final / TARGET, final / _draft_path(local, name)
+
+
+def _draft_name(local: LocalConfig, draft: str | None) -> str:
     name = draft or local.generator.draft
     if name not in local.generator.drafts:
         raise ValueError(
             f"draft {name!r} is not one of local.generator.drafts {sorted(local.generator.drafts)}"
         )
+    return name
+
+
+def _draft_path(local: LocalConfig, name: str) -> str:
+    return f"{DRAFTS}/{name}-{draft_key(local, name)}"
+
+
+def ensure_target(local: LocalConfig, log: Log = print) -> Path:
+    """The cached tokenizer and target (generated first if missing); returns their root."""
     root = models_root(local)
     key = cache_key(local)
     final = root / key
-    draft_path = f"{DRAFTS}/{name}-{draft_key(local, name)}"
     with _locked(root / f"{key}.lock"):
-        if (final / MANIFEST).is_file():
-            log(f"models: reusing the target in {final}")
-        else:
-            log(f"models: generating the tokenizer and target into {final} (cached)")
-            with _scratch(final) as scratch, _threads(GENERATION_THREADS):
-                manifest = _generate_target(local, scratch, log)
-                manifest["cache_key"] = key
-                (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        _ensure_target(local, final, key, log)
+    return final
+
+
+def _ensure_target(local: LocalConfig, final: Path, key: str, log: Log) -> None:
+    if (final / MANIFEST).is_file():
+        log(f"models: reusing the target in {final}")
+        return
+    log(f"models: generating the tokenizer and target into {final} (cached)")
+    with _scratch(final) as scratch, _threads(GENERATION_THREADS):
+        manifest = _generate_target(local, scratch, log)
+        manifest["cache_key"] = key
+        (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def ensure_models(local: LocalConfig, log: Log = print, draft: str | None = None) -> ModelPair:
+    """Return the cached target and draft ``draft`` (default: the configured one),
+    generating whichever of them is missing first."""
+    name = _draft_name(local, draft)
+    root = models_root(local)
+    key = cache_key(local)
+    final = root / key
+    draft_path = _draft_path(local, name)
+    with _locked(root / f"{key}.lock"):
+        _ensure_target(local, final, key, log)
         if (final / draft_path / MANIFEST).is_file():
             log(f"models: reusing draft {name!r} in {final / draft_path}")
         else:

@@ -20,7 +20,7 @@ from experiment.loading import PROJECT_ROOT
 from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
-from local_run.models import ModelPair, ensure_models
+from local_run.models import ModelPair, ensure_models, ensure_target, served_paths
 from local_run.servers import LocalServers, sigterm_raises
 from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
 
@@ -125,13 +125,30 @@ def run_local(
 
     started = time.monotonic()
     timings: dict[str, float] = {}
-    pair = ensure_models(config.local, log=log)
-    timings["models"] = time.monotonic() - started
+    ensure_target(config.local, log=log)
+    target_seconds = time.monotonic() - started
     run_dir = new_run_dir(config)
     log(f"local run: writing to {run_dir}")
-    servers = arm_servers(config, pair, run_dir / SERVER_LOGS)
+    servers = arm_servers(config, *served_paths(config.local), run_dir / SERVER_LOGS)
     write_commands(servers, run_dir / "commands.json")
-    with sigterm_raises(), LocalServers(servers, config.local.startup_timeout_s, log) as running:
+    pairs: list[ModelPair] = []
+
+    def make_draft() -> None:  # the speculative server's model; the baseline needs none
+        pairs.append(ensure_models(config.local, log=log))
+
+    # The baseline server starts while the draft is generated (when it is not cached): it
+    # serves the target alone, and the draft trains on one thread of the two cores.
+    with (
+        sigterm_raises(),
+        LocalServers(
+            servers,
+            config.local.startup_timeout_s,
+            log,
+            prepare={Arm.SPECULATIVE.value: make_draft},
+        ) as running,
+    ):
+        pair = pairs[0]
+        timings["models"] = target_seconds + running.prepare_seconds
         timings["server_startup"] = running.startup_seconds or 0.0
         urls = {Arm(s.name): s.url for s in running.servers}
         if smoke_only:
@@ -157,7 +174,9 @@ def run_local(
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         # Outside the measured window: the overall counters cannot tell classes apart.
+        probe_started = time.monotonic()
         per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
+        timings["acceptance_by_class"] = time.monotonic() - probe_started
     timings["total"] = time.monotonic() - started
     table = render_summary_table(summary)
     numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})

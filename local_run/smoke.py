@@ -107,7 +107,12 @@ def acceptance_by_class(
     config: ExperimentConfig, speculative_url: str, max_tokens: int | None = None
 ) -> dict[str, ClassAcceptance]:
     """Acceptance per prompt class of the configured suite on the speculative server, with
-    the local checks' request (loadtest.probe: one request at a time)."""
+    the local checks' request (loadtest.probe: one class at a time). Up to the server's batch
+    size (``local.max_num_seqs``) of a class's requests run at once: the same per-class
+    counts in a fraction of the wall time of one request at a time."""
     return probe_acceptance(
-        config.loadtest.prompts.files, speculative_url, request_params(config, max_tokens)
+        config.loadtest.prompts.files,
+        speculative_url,
+        request_params(config, max_tokens),
+        concurrency=config.local.max_num_seqs,
     )

@@ -98,7 +98,7 @@ def headline_text(numbers: Headline) -> str:
         "tokens per target step)",
     ]
     for name, rate in sorted(numbers.acceptance_by_class.items()):
-        lines.append(f"  {name} prompts, one at a time: {_fmt(rate, '{:.1%}')}")
+        lines.append(f"  {name} prompts, one class at a time: {_fmt(rate, '{:.1%}')}")
     lines += [
         f"speedup SD vs baseline (>1 = SD faster): E2E mean "
         f"{_fmt(numbers.speedup_e2e_mean, '{:.2f}x')}, TPOT mean "

@@ -58,3 +58,49 @@ def test_a_server_without_counters_reads_not_available(tmp_path: Path) -> None:
         result = acceptance_by_class([_prompts(tmp_path)], server.url, params)
     assert {block.available for block in result.values()} == {False}
     assert all(block.acceptance_rate is None and block.reason for block in result.values())
+
+
+def test_requests_overlap_within_a_class_never_across_classes(tmp_path: Path) -> None:
+    """Concurrent requests of one class, then the next class: each class's counter window
+    holds only its own requests, and the per-class rates are those of the sequential probe."""
+    slow = {
+        "structured": Script(chunk_tokens=[1, 5, 5, 5], gaps_s=0.05, ttft_s=0.05),
+        "open_ended": Script(chunk_tokens=[1, 2, 1, 2], gaps_s=0.05, ttft_s=0.05),
+    }
+
+    def choose(_: int, body: dict[str, Any]) -> Script:
+        return slow["structured" if "count" in json.dumps(body["messages"]) else "open_ended"]
+
+    lines = [{"id": f"s{i}", "class": "structured", "prompt": f"count to {i}"} for i in range(4)]
+    lines += [{"id": f"o{i}", "class": "open_ended", "prompt": f"story {i}"} for i in range(3)]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    params = RequestParams(model="m", max_tokens=16, timeout_s=5.0)
+    with ScriptedServer(choose, spec_decode_k=K) as server:
+        result = acceptance_by_class([str(path)], server.url, params, concurrency=2)
+        log = list(server.log)
+    spans = {
+        name: [
+            (e.received, e.done_time or 0.0)
+            for e in log
+            if (name == "open_ended") == ("story" in json.dumps(e.body))
+        ]
+        for name in ("open_ended", "structured")
+    }
+
+    def most_in_flight(intervals: list[tuple[float, float]]) -> int:
+        return max(sum(s <= start < e for s, e in intervals) for start, _ in intervals)
+
+    assert most_in_flight(spans["structured"]) == 2
+    assert most_in_flight(spans["open_ended"]) == 2
+    # Classes in sorted order, one after the other: open-ended all done before structured.
+    assert max(e for _, e in spans["open_ended"]) <= min(s for s, _ in spans["structured"])
+    assert result["structured"].acceptance_rate == pytest.approx(12 / 16)
+    assert result["open_ended"].acceptance_rate == pytest.approx(2 / 16)
+    assert (result["structured"].failed, result["open_ended"].failed) == (0, 0)
+
+
+def test_concurrency_below_one_is_refused(tmp_path: Path) -> None:
+    params = RequestParams(model="m", max_tokens=16, timeout_s=5.0)
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
+        acceptance_by_class([_prompts(tmp_path)], "http://127.0.0.1:1", params, concurrency=0)

@@ -52,7 +52,7 @@ def server_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def running_servers(
     local_config: ExperimentConfig, model_pair: ModelPair, server_logs: Path
 ) -> Iterator[dict[Arm, str]]:
-    servers = arm_servers(local_config, model_pair, server_logs)
+    servers = arm_servers(local_config, model_pair.target_dir, model_pair.draft_dir, server_logs)
     with (
         sigterm_raises(),
         LocalServers(servers, local_config.local.startup_timeout_s, print) as running,

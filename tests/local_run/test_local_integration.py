@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from experiment.config import Arm, ExperimentConfig
 from loadtest import Overrides, RunSummary, run_comparison
+from loadtest.probe import acceptance_by_class as probe_acceptance
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
 from loadtest.render.headline import headline
@@ -216,3 +217,16 @@ def test_acceptance_by_prompt_class(
         assert block.drafts and block.drafts > 0
         assert block.accepted_tokens is not None and block.draft_tokens is not None
         assert 0 <= block.accepted_tokens <= block.draft_tokens
+    # The probe overlaps a class's requests (up to local.max_num_seqs): the per-class rates
+    # are those of one request at a time, up to batched float32 arithmetic flipping a near
+    # tie; requests of the other class in the window would move them by tens of points.
+    one_at_a_time = probe_acceptance(
+        local_config.loadtest.prompts.files,
+        running_servers[Arm.SPECULATIVE],
+        request_params(local_config),
+        concurrency=1,
+    )
+    for name, block in per_class.items():
+        assert block.acceptance_rate == pytest.approx(
+            one_at_a_time[name].acceptance_rate, abs=0.03
+        ), name

@@ -26,15 +26,14 @@ from loadtest.results import (
 )
 from local_run.__main__ import main
 from local_run.arms import arm_commands, arm_servers
-from local_run.models import ModelPair
 from local_run.run import _problems, new_run_dir
 
-PAIR = ModelPair(Path("/models/abc"), {})
+TARGET_DIR, DRAFT_DIR = Path("/models/abc/target"), Path("/models/abc/draft")
 
 
 def test_arms_differ_only_in_port_and_speculative_flags() -> None:
     config = build_config({})
-    commands = arm_commands(config, PAIR)
+    commands = arm_commands(config, TARGET_DIR, DRAFT_DIR)
     base, sd = commands[Arm.BASELINE].flags(), commands[Arm.SPECULATIVE].flags()
     assert set(sd) - set(base) == {"--speculative-config"}
     assert {k for k in base if base[k] != sd[k]} == {"--port"}
@@ -50,7 +49,7 @@ def test_servers_listen_on_the_configured_ports_and_log_per_arm(tmp_path: Path) 
     config = build_config(
         {"experiment.local.baseline_port": 18001, "experiment.local.speculative_port": 18002}
     )
-    servers = arm_servers(config, PAIR, tmp_path)
+    servers = arm_servers(config, TARGET_DIR, DRAFT_DIR, tmp_path)
     assert [(s.name, s.port) for s in servers] == [("baseline", 18001), ("speculative", 18002)]
     assert [s.log_path for s in servers] == [
         tmp_path / "baseline.log",
@@ -135,8 +134,8 @@ def test_headline_pulls_the_numbers_the_report_must_state() -> None:
     assert numbers.lossless_exact_match_rate == 1.0
     text = headline_text(numbers)
     assert "acceptance rate: 40.0%" in text
-    assert "structured prompts, one at a time: 50.0%" in text
-    assert "open_ended prompts, one at a time: n/a" in text
+    assert "structured prompts, one class at a time: 50.0%" in text
+    assert "open_ended prompts, one class at a time: n/a" in text
     assert "E2E mean 0.50x" in text and "structured prompts: E2E mean 0.60x" in text
     assert "100% of 16 prompts" in text
 
@@ -149,7 +148,7 @@ def test_missing_numbers_read_not_available() -> None:
     assert numbers.acceptance_note == "none"
     text = headline_text(numbers)
     assert "acceptance rate: n/a" in text and "E2E mean n/a" in text
-    assert "one at a time" not in text  # no per-class probe: no per-class lines
+    assert "one class at a time" not in text  # no per-class probe: no per-class lines
 
 
 def test_failed_requests_are_problems() -> None:

@@ -118,6 +118,55 @@ def test_parallel_start_waits_for_all(tmp_path: Path) -> None:
     assert all(wait_gone(s.process.pid) for s in servers)  # type: ignore[union-attr]
 
 
+def test_preparation_runs_while_the_servers_before_it_start(tmp_path: Path) -> None:
+    """The speculative server's preparation (its draft) overlaps the baseline's start-up:
+    the baseline is started first and waited for only after the preparation, and the
+    speculative server starts only once its preparation is done."""
+    baseline = fake_server(tmp_path, "baseline", "--delay", "1")
+    speculative = fake_server(tmp_path, "speculative")
+    seen: dict[str, object] = {}
+
+    def make_draft() -> None:
+        seen["baseline_started"] = baseline.process is not None
+        seen["baseline_waited_for"] = baseline.ready_after_s is not None
+        seen["speculative_started"] = speculative.process is not None
+        time.sleep(0.5)
+
+    prepare = {"speculative": make_draft}
+    with LocalServers([baseline, speculative], 30, lambda _: None, prepare=prepare) as running:
+        assert all(s.probe() for s in running.servers)
+    assert seen == {
+        "baseline_started": True,
+        "baseline_waited_for": False,
+        "speculative_started": False,
+    }
+    assert running.prepare_seconds >= 0.5
+    # Measured from each server's own start: the baseline's delay, not the time waited.
+    assert baseline.ready_after_s is not None and baseline.ready_after_s >= 1
+    assert all(wait_gone(s.process.pid) for s in running.servers)  # type: ignore[union-attr]
+
+
+def test_a_failing_preparation_stops_the_servers_already_started(tmp_path: Path) -> None:
+    baseline = fake_server(tmp_path, "baseline")
+    speculative = fake_server(tmp_path, "speculative")
+
+    def make_draft() -> None:
+        raise RuntimeError("draft generation failed")
+
+    servers = LocalServers(
+        [baseline, speculative], 30, lambda _: None, prepare={"speculative": make_draft}
+    )
+    with pytest.raises(RuntimeError, match="draft generation failed"), servers:
+        pytest.fail("must not get here")
+    assert wait_gone(baseline.process.pid)  # type: ignore[union-attr]
+    assert speculative.process is None
+
+
+def test_preparation_for_an_unknown_server_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"prepare names no server: \['draft'\]"):
+        LocalServers([fake_server(tmp_path)], 30, prepare={"draft": lambda: None})
+
+
 def test_an_exception_in_the_body_stops_the_servers(tmp_path: Path) -> None:
     server = fake_server(tmp_path)
     with pytest.raises(RuntimeError, match="boom"), LocalServers([server], 30, lambda _: None):
@@ -200,3 +249,41 @@ def test_signals_to_the_launcher_stop_the_servers(tmp_path: Path, signum: int) -
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def test_run_local_makes_the_draft_while_the_baseline_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_local's wiring: target first, then the baseline server started, then the draft
+    (the baseline's start-up overlaps it), then the speculative server; all stopped after."""
+    from experiment import build_config
+    from local_run import run as run_module
+    from local_run.models import ModelPair
+
+    baseline = fake_server(tmp_path, "baseline", "--delay", "1")
+    speculative = fake_server(tmp_path, "speculative")
+    events: list[str] = []
+
+    def ensure_target(local: object, log: object) -> Path:
+        events.append(f"target (baseline started: {baseline.process is not None})")
+        return tmp_path
+
+    def ensure_models(local: object, log: object) -> ModelPair:
+        events.append(
+            f"draft (baseline started: {baseline.process is not None}, "
+            f"speculative started: {speculative.process is not None})"
+        )
+        return ModelPair(tmp_path, {}, "draft")
+
+    monkeypatch.setattr(run_module, "ensure_target", ensure_target)
+    monkeypatch.setattr(run_module, "ensure_models", ensure_models)
+    monkeypatch.setattr(run_module, "arm_servers", lambda *_: [baseline, speculative])
+    monkeypatch.setattr(run_module, "smoke_check", lambda *_: {})
+    config = build_config({"experiment.local.runs_dir": str(tmp_path / "runs")})
+    result = run_module.run_local(config, smoke_only=True, log=lambda _: None)
+    assert result.ok
+    assert events == [
+        "target (baseline started: False)",
+        "draft (baseline started: True, speculative started: False)",
+    ]
+    assert all(wait_gone(s.process.pid) for s in (baseline, speculative))  # type: ignore[union-attr]
