@@ -44,8 +44,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.send_stamps import CountingWriter, SendStamps
-
 
 class Fault(StrEnum):
     HTTP_ERROR = "http_error"  # respond with Script.http_status and a JSON error body
@@ -113,17 +111,48 @@ class SentLog:
     body: dict[str, Any]
     received: float  # perf_counter when the request body was read
     send_times: list[float] = field(default_factory=list)  # after each content chunk's write
-    # The kernel's transmit time of each content chunk (``kernel_send_stamps`` servers only;
-    # None for a chunk whose stamp did not come): see bench/send_stamps.py.
-    kernel_send_times: list[float | None] | None = None
     done_time: float | None = None  # after the write of the ``[DONE]`` event
-    kernel_done_time: float | None = None
     chunk_tokens: list[int] = field(default_factory=list)
     fault: str | None = None
     status: int = 200
 
 
 ScriptChooser = Callable[[int, dict[str, Any]], Script]
+
+
+def sse_event(
+    index: int,
+    chat: bool,
+    model: str,
+    choices: list[dict[str, Any]],
+    prompt_tokens: int,
+    completion: int | None,
+) -> bytes:
+    """One ``data:`` event as vLLM's OpenAI server streams it (usage when ``completion``)."""
+    payload: dict[str, Any] = {
+        "id": f"cmpl-{index}",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "model": model,
+        "choices": choices,
+    }
+    if completion is not None:
+        payload["usage"] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def sse_choice(chat: bool, text: str, finish: str | None) -> dict[str, Any]:
+    if chat:
+        return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+    return {"index": 0, "text": text, "finish_reason": finish}
+
+
+def role_choice() -> dict[str, Any]:
+    """vLLM's first chat chunk: the role, no tokens yet."""
+    return {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
 
 
 def unused_loopback_url() -> str:
@@ -153,10 +182,6 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.send_stamps: SendStamps | None = None
-        if self.server.owner.kernel_send_stamps:
-            self.send_stamps = SendStamps(self.connection)
-            self.wfile = CountingWriter(self.wfile, self.send_stamps)  # type: ignore[assignment]
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
@@ -230,32 +255,16 @@ class _Handler(BaseHTTPRequestHandler):
         continuous = bool(options.get("continuous_usage_stats")) and script.continuous_usage
         prompt_tokens = len(str(body.get("messages") or body.get("prompt") or "").split())
         model = body.get("model", self.server.owner.model_name)
-        obj = "chat.completion.chunk" if chat else "text_completion"
 
         def event(choices: list[dict[str, Any]], completion: int | None) -> bytes:
-            payload: dict[str, Any] = {
-                "id": f"cmpl-{entry.index}",
-                "object": obj,
-                "model": model,
-                "choices": choices,
-            }
-            if completion is not None:
-                payload["usage"] = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt_tokens + completion,
-                }
-            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+            return sse_event(entry.index, chat, model, choices, prompt_tokens, completion)
 
         def choice(text: str, finish: str | None) -> dict[str, Any]:
-            if chat:
-                return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
-            return {"index": 0, "text": text, "finish_reason": finish}
+            return sse_choice(chat, text, finish)
 
         gaps = script.gap_list()
         target = received + script.ttft_s
         emitted = 0
-        stamp_keys: list[int] = []
         try:
             for number, tokens in enumerate(script.chunk_tokens):
                 if number > 0:
@@ -269,30 +278,18 @@ class _Handler(BaseHTTPRequestHandler):
                 data = event(
                     [choice(text, "length" if last else None)], emitted if continuous else None
                 )
-                if number == 0 and chat:  # vLLM's first chunk: the role, no tokens yet
-                    role = {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "finish_reason": None,
-                    }
-                    data = event([role], 0 if continuous else None) + data
+                if number == 0 and chat:
+                    data = event([role_choice()], 0 if continuous else None) + data
                 _sleep_until(target, spin=self.server.owner.precise_pacing)
                 self._write_chunk(data)
                 entry.send_times.append(time.perf_counter())
                 entry.chunk_tokens.append(tokens)
-                if self.send_stamps is not None:
-                    stamp_keys.append(self.send_stamps.last_key())
             tail = b""
             if options.get("include_usage"):
                 tail += event([], emitted)
             self._write_chunk(tail + b"data: [DONE]\n\n")
             entry.done_time = time.perf_counter()
-            done_key = self.send_stamps.last_key() if self.send_stamps else 0
             self.wfile.write(b"0\r\n\r\n")
-            if self.send_stamps is not None:
-                kernel = self.send_stamps.collect([*stamp_keys, done_key])
-                entry.kernel_send_times = [kernel.get(key) for key in stamp_keys]
-                entry.kernel_done_time = kernel.get(done_key)
         except (BrokenPipeError, ConnectionResetError):
             entry.fault = entry.fault or "client_went_away"
             self.close_connection = True
@@ -349,9 +346,7 @@ class ScriptedServer:
     ``precise_pacing``: end each pause with a ~1 ms spin for exact send times; turn it off
     when many streams would spin at once and steal the CPU the client under test needs (the
     truth is the recorded send time either way). ``keep_alive``: False says
-    ``Connection: close`` on every response and closes after it. ``kernel_send_stamps``:
-    also log the kernel's transmit time of every content chunk (``kernel_send_times``;
-    Linux, see bench/send_stamps.py), the truth a busy server's own clock cannot give.
+    ``Connection: close`` on every response and closes after it.
     """
 
     def __init__(
@@ -364,7 +359,6 @@ class ScriptedServer:
         engines: int = 2,
         precise_pacing: bool = True,
         keep_alive: bool = True,
-        kernel_send_stamps: bool = False,
     ) -> None:
         if isinstance(scripts, Script):
             scripts = [scripts]
@@ -374,7 +368,6 @@ class ScriptedServer:
         self.engines = engines
         self.precise_pacing = precise_pacing
         self.keep_alive = keep_alive
-        self.kernel_send_stamps = kernel_send_stamps
         self.log: list[SentLog] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()

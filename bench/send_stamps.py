@@ -22,7 +22,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import Any
 
 from loadtest.transport import KERNEL_STAMPS
 
@@ -93,27 +92,18 @@ class SendStamps:
         """The key the kernel will report for the send that wrote the last byte so far."""
         return (self._written - 1) & _KEY_MASK
 
-    def collect(self, keys: list[int], wait_s: float = 0.05) -> dict[int, float]:
-        """The kernel's send time (on ``perf_counter``) of each key found on the error queue
-        within ``wait_s``; drains every stamp queued so far (other keys are dropped)."""
-        found: dict[int, float] = {}
+    def drain(self, found: dict[int, float]) -> None:
+        """Move every stamp queued so far into ``found`` (key -> the kernel's send time on
+        ``perf_counter``); never blocks. A stamp can lag its send (the caller may retry)."""
         if not self.enabled:
-            return found
-        wanted = set(keys)
-        deadline = time.perf_counter() + wait_s
-        while True:
-            message = self._next()
-            if message is not None:
-                key, wall_ns = message
-                if key in wanted:
-                    # CLOCK_REALTIME -> perf_counter at this moment (as the client maps its
-                    # receive stamps), so both sides share one mapping method.
-                    now, now_wall = time.perf_counter(), time.time_ns()
-                    found[key] = now - (now_wall - wall_ns) / 1e9
-                continue
-            if wanted <= found.keys() or time.perf_counter() > deadline:
-                return found
-            time.sleep(0.001)
+            return
+        while (message := self._next()) is not None:
+            key, wall_ns = message
+            if key >= 0:
+                # CLOCK_REALTIME -> perf_counter at this moment (as the client maps its
+                # receive stamps), so both sides share one mapping method.
+                now, now_wall = time.perf_counter(), time.time_ns()
+                found[key] = now - (now_wall - wall_ns) / 1e9
 
     def _next(self) -> tuple[int, int] | None:
         """One parsed stamp, (-1, 0) for an unrelated message, None when the queue is empty."""
@@ -126,19 +116,3 @@ class SendStamps:
         except OSError:
             return None
         return parse_stamp(ancillary) or (-1, 0)
-
-
-class CountingWriter:
-    """The handler's ``wfile`` that tells ``SendStamps`` how many bytes each write sent."""
-
-    def __init__(self, inner: Any, stamps: SendStamps) -> None:
-        self._inner = inner
-        self._stamps = stamps
-
-    def write(self, data: bytes) -> int:
-        written = self._inner.write(data)
-        self._stamps.wrote(memoryview(data).nbytes)
-        return int(written) if written is not None else memoryview(data).nbytes
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)

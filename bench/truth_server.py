@@ -1,19 +1,21 @@
-"""The ground-truth server process: ``bench.scripted_server`` serving a bench Workload.
+"""The ground-truth server process: a bench Workload streamed from one asyncio event loop.
 
 Runs in its own process so the instrument under test never shares a GIL with it; send times
-are ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process on Linux), so they
-compare directly with the instruments' timestamps. Two server options differ from the
-load-test suite's:
+are on ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process on Linux), so they
+compare directly with the instruments' timestamps.
 
-- ``precise_pacing=False``: pauses sleep without the ~1 ms busy-spin: the truth is the
-  *recorded* send time, not the scripted one, and 256 spinning threads would steal the CPU
-  the client needs;
-- ``keep_alive=False``: every response says ``Connection: close``, so both instruments
-  open one connection per stream (vllm bench serve's aiohttp pool otherwise raced the
-  server's closes and failed ~15% of its requests with "Cannot write to closing transport");
-- ``kernel_send_stamps=True``: the truth is the kernel's transmit time of each chunk
-  (bench/send_stamps.py); the stamp taken after ``sendall`` returns waits for the GIL
-  among 256 threads and is kept only to show how late it was.
+Why its own server and not ``bench.scripted_server`` (the load-test suite's, one thread per
+connection): at 256 streams that server's 256 threads used 0.88 of a core, nearly all one
+Python process can, so it fell behind its own script (first chunks 75-120 ms after the
+request instead of 50, two chunks sent 0.0 ms apart) exactly when the client was busiest,
+and a stamp taken after ``sendall`` waited for the GIL (up to 24-35 ms p99). Here one
+thread runs every stream: a write is one non-blocking ``send`` and nothing waits for a lock.
+
+What it sends is the scripted server's stream (``sse_event``: cumulative usage on every
+chunk when asked, the chat role chunk), with ``Connection: close`` on every response (both
+instruments open one connection per stream; vllm bench serve's aiohttp pool otherwise
+raced the server's closes). The truth of each chunk is the kernel's transmit timestamp
+(``bench/send_stamps.py``); the ``perf_counter`` stamp after the write is logged beside it.
 
 ``python -m bench.truth_server --workload JSON`` prints ``{"url", "port"}``;
 ``GET /_scripted/log`` returns what was sent.
@@ -22,31 +24,199 @@ load-test suite's:
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.scripted_server import role_choice, sse_choice, sse_event
+from bench.send_stamps import SendStamps
 from bench.workload import Workload
 
 START_TIMEOUT_S = 30.0
+MODEL_NAME = "scripted-model"
+MAX_HEADER_BYTES = 65536
+CHAT_PATH = "/v1/chat/completions"
+STREAM_PATHS = (CHAT_PATH, "/v1/completions")
 
 
-def serve(workload: Workload) -> None:
-    from bench import scripted_server
+@dataclass
+class SentLog:
+    """What was sent for one request (``bench.accuracy.Truth.from_log`` reads it)."""
 
-    server = scripted_server.ScriptedServer(
-        lambda index, _body: workload.script(index),
-        precise_pacing=False,
-        keep_alive=False,
-        kernel_send_stamps=True,
+    index: int
+    path: str
+    received: float  # perf_counter when the request body was read
+    send_times: list[float] = field(default_factory=list)  # after each content chunk's write
+    chunk_tokens: list[int] = field(default_factory=list)
+    kernel_send_times: list[float | None] | None = None  # None: no stamp for that chunk
+    done_time: float | None = None  # after the write of the [DONE] event
+    kernel_done_time: float | None = None
+    fault: str | None = None
+
+
+STAMP_RETRIES = 10  # drains of the error queue, 1 ms apart, before a chunk keeps no stamp
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+)
+
+
+class _Connection:
+    """One accepted socket on the loop: sends whole buffers and counts the bytes, which is
+    how each chunk's kernel stamp is found (its key is the offset of its last byte)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.stamps = SendStamps(sock)
+
+    async def send(self, data: bytes) -> None:
+        await self.loop.sock_sendall(self.sock, data)
+        self.stamps.wrote(len(data))
+
+    async def read_request(self) -> tuple[str, str, bytes]:
+        """(method, path, body) of one HTTP/1.1 request."""
+        buffer = b""
+        while b"\r\n\r\n" not in buffer:
+            data = await self.loop.sock_recv(self.sock, 65536)
+            if not data or len(buffer) > MAX_HEADER_BYTES:
+                raise ConnectionError("no complete request")
+            buffer += data
+        head, body = buffer.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        while len(body) < length:
+            data = await self.loop.sock_recv(self.sock, 65536)
+            if not data:
+                raise ConnectionError("request body cut short")
+            body += data
+        return method, path, body[:length]
+
+    async def kernel_times(self, keys: list[int]) -> dict[int, float]:
+        found: dict[int, float] = {}
+        for _ in range(STAMP_RETRIES):
+            self.stamps.drain(found)
+            if not self.stamps.enabled or all(key in found for key in keys):
+                break
+            await asyncio.sleep(0.001)
+        return found
+
+
+def _frame(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _json_response(status: str, payload: Any) -> bytes:
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
-    print(json.dumps({"url": server.url, "port": server.port}), flush=True)
-    server.serve_forever()
+    return head.encode() + body
+
+
+class Streamer:
+    """Serves the workload's stream to every POST and keeps the send log."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.log: list[SentLog] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        listener.setblocking(False)
+        while True:
+            sock, _ = await loop.sock_accept(listener)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = loop.create_task(self._handle(_Connection(loop, sock)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, conn: _Connection) -> None:
+        try:
+            method, path, body = await conn.read_request()
+            if method == "POST" and path in STREAM_PATHS:
+                await self._stream(conn, path, json.loads(body or b"{}"))
+            elif method == "GET" and path == "/_scripted/log":
+                await conn.send(_json_response("200 OK", [asdict(e) for e in self.log]))
+            elif method == "GET" and path in ("/health", "/v1/models"):
+                await conn.send(_json_response("200 OK", {"data": [{"id": MODEL_NAME}]}))
+            else:
+                await conn.send(_json_response("404 Not Found", {"error": {"message": path}}))
+        except (ConnectionError, TimeoutError, ValueError):
+            pass  # a client that went away, or a request that is not HTTP/JSON
+        finally:
+            conn.sock.close()
+
+    async def _stream(self, conn: _Connection, path: str, body: dict[str, Any]) -> None:
+        entry = SentLog(index=len(self.log), path=path, received=time.perf_counter())
+        self.log.append(entry)
+        script = self.workload.script(entry.index)
+        chat = path == CHAT_PATH
+        options = body.get("stream_options") or {}
+        continuous = bool(options.get("continuous_usage_stats"))
+        prompt_tokens = len(str(body.get("messages") or body.get("prompt") or "").split())
+        model = str(body.get("model", MODEL_NAME))
+
+        def event(choices: list[dict[str, Any]], completion: int | None) -> bytes:
+            return sse_event(entry.index, chat, model, choices, prompt_tokens, completion)
+
+        keys: list[int] = []
+        try:
+            await conn.send(_HEAD)
+            gaps = script.gap_list()
+            target = entry.received + script.ttft_s
+            emitted = 0
+            for number, tokens in enumerate(script.chunk_tokens):
+                if number > 0:
+                    target += gaps[number - 1]
+                text = "".join(script.token_text(emitted + i) for i in range(tokens))
+                emitted += tokens
+                finish = "length" if number == len(script.chunk_tokens) - 1 else None
+                data = event([sse_choice(chat, text, finish)], emitted if continuous else None)
+                if number == 0 and chat:
+                    data = event([role_choice()], 0 if continuous else None) + data
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await conn.send(_frame(data))
+                entry.send_times.append(time.perf_counter())
+                entry.chunk_tokens.append(tokens)
+                keys.append(conn.stamps.last_key())
+            tail = event([], emitted) if options.get("include_usage") else b""
+            await conn.send(_frame(tail + b"data: [DONE]\n\n"))
+            entry.done_time = time.perf_counter()
+            done_key = conn.stamps.last_key()
+            await conn.send(b"0\r\n\r\n")
+        except (ConnectionError, TimeoutError):
+            entry.fault = "client_went_away"
+            return
+        kernel = await conn.kernel_times([*keys, done_key])
+        entry.kernel_send_times = [kernel.get(key) for key in keys]
+        entry.kernel_done_time = kernel.get(done_key)
+
+
+async def _serve(workload: Workload) -> None:
+    listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+    port = listener.getsockname()[1]
+    print(json.dumps({"url": f"http://127.0.0.1:{port}", "port": port}), flush=True)
+    await Streamer(workload).serve(listener)
 
 
 class TruthServer:
@@ -106,14 +276,15 @@ class TruthServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="bench ground-truth scripted server")
+    parser = argparse.ArgumentParser(description="bench ground-truth streaming server")
     parser.add_argument(
         "--workload", required=True, help='JSON: {"ttft_s": .., "gap_s": .., "chunk_tokens": [..]}'
     )
     args = parser.parse_args(argv)
     fields = json.loads(args.workload)
     fields["chunk_tokens"] = tuple(fields["chunk_tokens"])
-    serve(Workload(**fields))
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(Workload(**fields)))
     return 0
 
 
