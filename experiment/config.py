@@ -550,9 +550,10 @@ class MetricNames(_Model):
 
 
 class LoadTestPodConfig(_Model):
-    """Size of the in-cluster load-test pod. Locust drives each arm from one gevent process
-    (one core at most; bench/README.md: ~0.25 core for 64 streams), the arms run one after
-    the other, and the report's plotting needs the headroom of the limit."""
+    """Size of each in-cluster load-test pod (the master, and every worker). A Locust process
+    is one gevent loop (one core at most; bench/README.md: ~0.15 core for 64 streams, ~0.4
+    for 256), the arms run one after the other, and the report's plotting needs the headroom
+    of the limit."""
 
     cpu: Annotated[int, Field(ge=1)] = 1
     cpu_limit: Annotated[int, Field(ge=1)] = 2
