@@ -108,9 +108,22 @@ def _result(instrument: str, label: str, ttft: float, itl: float) -> dict:
     }
 
 
+def _bench_run(results: list[dict]) -> dict:
+    """A results.json with these results and a fixed run header."""
+    return {
+        "results": results,
+        "machine": {"cpus": 2, "locust": "2.47", "vllm": "0.32"},
+        "started_at": "now",
+        "duration_s": 60.0,
+        "command": "python -m bench",
+        "loadavg_start": [1.0, 1.0, 1.0],
+        "loadavg_end": [2.0, 1.0, 1.0],
+    }
+
+
 def test_table_shows_both_instruments_and_ratios(tmp_path: Path) -> None:
-    data = {
-        "results": [
+    data = _bench_run(
+        [
             _result("locust_p1", "locust (1 proc)", 0.2, 0.0),
             _result("vllm", "vllm bench serve", 0.4, 13.0),
             {
@@ -119,14 +132,8 @@ def test_table_shows_both_instruments_and_ratios(tmp_path: Path) -> None:
                 "label": "vllm bench serve",
                 "error": "vllm bench serve failed",
             },
-        ],
-        "machine": {"cpus": 2, "locust": "2.47", "vllm": "0.32"},
-        "started_at": "now",
-        "duration_s": 60.0,
-        "command": "python -m bench",
-        "loadavg_start": [1.0, 1.0, 1.0],
-        "loadavg_end": [2.0, 1.0, 1.0],
-    }
+        ]
+    )
     table = render_table(data)
     assert "| 64 | locust (1 proc) | 0.20 / 0.40 | 0.00 / 0.00 |" in table
     assert "| 64 | locust (1 proc) | 0.50 | 0.50 | 0.00 | 0.00 |" in table  # ratios, floored
@@ -144,15 +151,6 @@ def test_table_names_the_truth_clock_and_the_server_stamps_lateness() -> None:
     result = _result("locust_p1", "locust (1 proc)", 0.2, 0.0)
     result["truth_clock"] = {"kernel": 9, "user": 1}
     result["truth_user_late_ms"] = {"p50": 0.1, "p99": 24.05}
-    data = {
-        "results": [result],
-        "machine": {"cpus": 2, "locust": "2.47", "vllm": "0.32"},
-        "started_at": "now",
-        "duration_s": 60.0,
-        "command": "python -m bench",
-        "loadavg_start": [1.0, 1.0, 1.0],
-        "loadavg_end": [2.0, 1.0, 1.0],
-    }
-    table = render_table(data)
+    table = render_table(_bench_run([result]))
     assert "kernel's transmit timestamp for 9 of 10 matched requests" in table
     assert "late by up to 24.1 ms p99 (at 64 streams)" in table
