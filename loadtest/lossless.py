@@ -56,15 +56,14 @@ def first_difference(baseline: RequestRecord, speculative: RequestRecord) -> Los
 
 
 def _self_consistency(records: list[RequestRecord]) -> float | None:
+    """Share of the prompts run more than once whose outputs were all identical."""
     texts: dict[str, set[str]] = {}
+    runs: dict[str, int] = {}
     for record in records:
         if record.ok and not record.warmup:
             texts.setdefault(record.prompt_id, set()).add(record.text)
-    repeated = [
-        variants
-        for pid, variants in texts.items()
-        if sum(1 for r in records if r.prompt_id == pid and r.ok and not r.warmup) > 1
-    ]
+            runs[record.prompt_id] = runs.get(record.prompt_id, 0) + 1
+    repeated = [variants for pid, variants in texts.items() if runs[pid] > 1]
     if not repeated:
         return None
     return sum(1 for variants in repeated if len(variants) == 1) / len(repeated)

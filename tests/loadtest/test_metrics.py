@@ -139,3 +139,23 @@ def test_burst_arrivals_are_measured() -> None:
     burst = make(1, ttft=0.05, gaps=[0.00001] * 9, tokens=[1] * 10)
     assert metric_block([smooth], 1.0, SLO).burst_gap_fraction == 0.0
     assert metric_block([smooth, burst], 1.0, SLO).burst_gap_fraction == 0.5
+
+
+def test_baseline_self_consistency_counts_only_prompts_that_ran_more_than_once() -> None:
+    def run(index: int, prompt: str, text: str, error: str | None = None) -> RequestRecord:
+        record = make(index, ttft=0.1, gaps=[], tokens=[1], texts=[text], error=error)
+        record.prompt_id = prompt
+        return record
+
+    records = [
+        run(0, "same", "a"),
+        run(1, "same", "a"),  # repeated, identical: consistent
+        run(2, "differs", "a"),
+        run(3, "differs", "b"),  # repeated, different: not
+        run(4, "once", "a"),  # run once: says nothing
+        run(5, "failed-repeat", "a"),
+        run(6, "failed-repeat", "b", error="timeout"),  # the failure is not a second run
+    ]
+    result = lossless_check(records, records, temperature=0.0)
+    assert result.baseline_self_consistency == 0.5
+    assert lossless_check(records[4:6], records[4:6], 0.0).baseline_self_consistency is None
