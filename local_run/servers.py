@@ -105,6 +105,8 @@ class Server:
     log_path: Path
     python: str = sys.executable
     process: subprocess.Popen[bytes] | None = None
+    # Seconds from start() until it was seen ready: an upper bound for a server waited for
+    # only after a later server's prepare step (LocalServers), its real start-up was shorter.
     ready_after_s: float | None = None
     started_at: float | None = None  # time.monotonic() at start()
     _log_file: IO[bytes] | None = field(default=None, repr=False)
