@@ -20,7 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "stacks": {"charts", "experiment", "runtime"},
     "loadtest": {"experiment"},
     "local_run": {"loadtest", "experiment", "runtime"},
-    "bench": {"loadtest", "experiment"},
+    "bench": {"loadtest", "local_run", "experiment"},  # local_run: bench/miniature.py
     "tune": {"loadtest", "local_run", "experiment", "runtime"},
 }
 
