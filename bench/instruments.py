@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.accuracy import Observation
+from bench.scripted_server import DEFAULT_MODEL_NAME
 from bench.workload import Workload, tag_of
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-MODEL_NAME = "scripted-model"
+MODEL_NAME = DEFAULT_MODEL_NAME  # what the truth server answers to
 
 
 BENCH_DIR = Path(__file__).resolve().parent

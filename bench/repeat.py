@@ -47,7 +47,7 @@ def combine(reps: list[dict[str, Any]]) -> dict[str, Any]:
     first = good[0]
     out: dict[str, Any] = {key: first[key] for key in ("level", "instrument", "label")}
     for block in METRIC_BLOCKS:
-        if block not in first:  # a results file from before the block existed
+        if block not in first:  # repetitions summarized before the block existed (older results)
             continue
         stats = {
             stat: _median([rep[block].get(stat) for rep in good])

@@ -37,7 +37,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -120,39 +120,87 @@ class SentLog:
 ScriptChooser = Callable[[int, dict[str, Any]], Script]
 
 
-def sse_event(
-    index: int,
-    chat: bool,
-    model: str,
-    choices: list[dict[str, Any]],
-    prompt_tokens: int,
-    completion: int | None,
-) -> bytes:
-    """One ``data:`` event as vLLM's OpenAI server streams it (usage when ``completion``)."""
-    payload: dict[str, Any] = {
-        "id": f"cmpl-{index}",
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "model": model,
-        "choices": choices,
-    }
-    if completion is not None:
-        payload["usage"] = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
+DEFAULT_MODEL_NAME = "scripted-model"
+
+
+def chunk_frame(data: bytes) -> bytes:
+    """``data`` as one HTTP/1.1 chunked-encoding chunk."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """How one request's events are written, as vLLM's OpenAI server writes them."""
+
+    index: int  # the server's request index: the events' id
+    chat: bool
+    model: str
+    prompt_tokens: int
+    continuous: bool  # usage on every chunk (continuous_usage_stats)
+    include_usage: bool  # a usage-only event before [DONE]
+
+    @classmethod
+    def of(
+        cls, index: int, chat: bool, body: dict[str, Any], model: str, continuous: bool = True
+    ) -> StreamFormat:
+        """The format a request ``body`` asks for (``continuous=False``: never per chunk)."""
+        options = body.get("stream_options") or {}
+        return cls(
+            index=index,
+            chat=chat,
+            model=body.get("model", model),
+            prompt_tokens=len(str(body.get("messages") or body.get("prompt") or "").split()),
+            continuous=bool(options.get("continuous_usage_stats")) and continuous,
+            include_usage=bool(options.get("include_usage")),
+        )
+
+    def event(self, choices: list[dict[str, Any]], completion: int | None) -> bytes:
+        """One ``data:`` event (usage when ``completion`` is given)."""
+        payload: dict[str, Any] = {
+            "id": f"cmpl-{self.index}",
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "model": self.model,
+            "choices": choices,
         }
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+        if completion is not None:
+            payload["usage"] = {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": completion,
+                "total_tokens": self.prompt_tokens + completion,
+            }
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
+    def choice(self, text: str, finish: str | None) -> dict[str, Any]:
+        if self.chat:
+            return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+        return {"index": 0, "text": text, "finish_reason": finish}
 
-def sse_choice(chat: bool, text: str, finish: str | None) -> dict[str, Any]:
-    if chat:
-        return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
-    return {"index": 0, "text": text, "finish_reason": finish}
+    def chunks(self, script: Script) -> Iterator[tuple[float, int, bytes]]:
+        """Each content chunk of ``script``: (when to send it, in seconds after the request
+        was received; the tokens it carries; its event bytes, the chat role chunk first)."""
+        gaps = script.gap_list()
+        offset = script.ttft_s
+        emitted = 0
+        for number, tokens in enumerate(script.chunk_tokens):
+            if number > 0:
+                offset += gaps[number - 1]
+            text = "".join(script.token_text(emitted + i) for i in range(tokens))
+            emitted += tokens
+            finish = "length" if number == len(script.chunk_tokens) - 1 else None
+            data = self.event([self.choice(text, finish)], emitted if self.continuous else None)
+            if number == 0 and self.chat:  # vLLM's first chunk: the role, no tokens yet
+                role = {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": None,
+                }
+                data = self.event([role], 0 if self.continuous else None) + data
+            yield offset, tokens, data
 
-
-def role_choice() -> dict[str, Any]:
-    """vLLM's first chat chunk: the role, no tokens yet."""
-    return {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+    def done(self, script: Script) -> bytes:
+        """The end of the stream: the usage-only event when asked, then ``[DONE]``."""
+        tail = self.event([], script.output_tokens) if self.include_usage else b""
+        return tail + b"data: [DONE]\n\n"
 
 
 def unused_loopback_url() -> str:
@@ -236,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._stream(script, body, entry, received, chat=self.path.endswith("chat/completions"))
 
     def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.write(chunk_frame(data))
 
     def _stream(
         self, script: Script, body: dict[str, Any], entry: SentLog, received: float, chat: bool
@@ -251,43 +299,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.flush()
-        options = body.get("stream_options") or {}
-        continuous = bool(options.get("continuous_usage_stats")) and script.continuous_usage
-        prompt_tokens = len(str(body.get("messages") or body.get("prompt") or "").split())
-        model = body.get("model", self.server.owner.model_name)
-
-        def event(choices: list[dict[str, Any]], completion: int | None) -> bytes:
-            return sse_event(entry.index, chat, model, choices, prompt_tokens, completion)
-
-        def choice(text: str, finish: str | None) -> dict[str, Any]:
-            return sse_choice(chat, text, finish)
-
-        gaps = script.gap_list()
-        target = received + script.ttft_s
-        emitted = 0
+        owner = self.server.owner
+        stream = StreamFormat.of(entry.index, chat, body, owner.model_name, script.continuous_usage)
         try:
-            for number, tokens in enumerate(script.chunk_tokens):
-                if number > 0:
-                    target += gaps[number - 1]
+            for number, (offset, tokens, data) in enumerate(stream.chunks(script)):
                 if script.fault is not None and number == script.fault_after_chunks:
                     self._fault(script, entry)
                     return
-                text = "".join(script.token_text(emitted + i) for i in range(tokens))
-                emitted += tokens
-                last = number == len(script.chunk_tokens) - 1
-                data = event(
-                    [choice(text, "length" if last else None)], emitted if continuous else None
-                )
-                if number == 0 and chat:
-                    data = event([role_choice()], 0 if continuous else None) + data
-                _sleep_until(target, spin=self.server.owner.precise_pacing)
+                _sleep_until(received + offset, spin=owner.precise_pacing)
                 self._write_chunk(data)
                 entry.send_times.append(time.perf_counter())
                 entry.chunk_tokens.append(tokens)
-            tail = b""
-            if options.get("include_usage"):
-                tail += event([], emitted)
-            self._write_chunk(tail + b"data: [DONE]\n\n")
+            self._write_chunk(stream.done(script))
             entry.done_time = time.perf_counter()
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -354,7 +377,7 @@ class ScriptedServer:
         scripts: Script | Sequence[Script] | ScriptChooser,
         *,
         spec_decode_k: int | None = None,
-        model_name: str = "scripted-model",
+        model_name: str = DEFAULT_MODEL_NAME,
         port: int = 0,
         engines: int = 2,
         precise_pacing: bool = True,
@@ -511,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="export spec_decode counters on /metrics with this k",
     )
-    parser.add_argument("--model-name", default="scripted-model")
+    parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
     args = parser.parse_args(argv)
     scripts = load_scripts(args.script) if args.script else [Script()]
     server = ScriptedServer(

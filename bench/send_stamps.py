@@ -111,8 +111,6 @@ class SendStamps:
             _, ancillary, _, _ = self._sock.recvmsg(
                 0, _ANCILLARY_SIZE, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT
             )
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError:
+        except OSError:  # BlockingIOError: the queue is empty; anything else: nothing to read
             return None
         return parse_stamp(ancillary) or (-1, 0)

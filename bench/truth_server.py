@@ -11,7 +11,7 @@ request instead of 50, two chunks sent 0.0 ms apart) exactly when the client was
 and a stamp taken after ``sendall`` waited for the GIL (up to 24-35 ms p99). Here one
 thread runs every stream: a write is one non-blocking ``send`` and nothing waits for a lock.
 
-What it sends is the scripted server's stream (``sse_event``: cumulative usage on every
+What it sends is the scripted server's stream (``StreamFormat``: cumulative usage on every
 chunk when asked, the chat role chunk), with ``Connection: close`` on every response (both
 instruments open one connection per stream; vllm bench serve's aiohttp pool otherwise
 raced the server's closes). The truth of each chunk is the kernel's transmit timestamp
@@ -37,12 +37,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.scripted_server import role_choice, sse_choice, sse_event
+from bench.scripted_server import DEFAULT_MODEL_NAME, StreamFormat, chunk_frame
 from bench.send_stamps import SendStamps
 from bench.workload import Workload
 
 START_TIMEOUT_S = 30.0
-MODEL_NAME = "scripted-model"
 MAX_HEADER_BYTES = 65536
 CHAT_PATH = "/v1/chat/completions"
 STREAM_PATHS = (CHAT_PATH, "/v1/completions")
@@ -116,10 +115,6 @@ class _Connection:
         return found
 
 
-def _frame(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
 def _json_response(status: str, payload: Any) -> bytes:
     body = json.dumps(payload).encode()
     head = (
@@ -156,7 +151,7 @@ class Streamer:
             elif method == "GET" and path == "/_scripted/log":
                 await conn.send(_json_response("200 OK", [asdict(e) for e in self.log]))
             elif method == "GET" and path in ("/health", "/v1/models"):
-                await conn.send(_json_response("200 OK", {"data": [{"id": MODEL_NAME}]}))
+                await conn.send(_json_response("200 OK", {"data": [{"id": DEFAULT_MODEL_NAME}]}))
             else:
                 await conn.send(_json_response("404 Not Found", {"error": {"message": path}}))
         except (ConnectionError, TimeoutError, ValueError):
@@ -168,39 +163,19 @@ class Streamer:
         entry = SentLog(index=len(self.log), path=path, received=time.perf_counter())
         self.log.append(entry)
         script = self.workload.script(entry.index)
-        chat = path == CHAT_PATH
-        options = body.get("stream_options") or {}
-        continuous = bool(options.get("continuous_usage_stats"))
-        prompt_tokens = len(str(body.get("messages") or body.get("prompt") or "").split())
-        model = str(body.get("model", MODEL_NAME))
-
-        def event(choices: list[dict[str, Any]], completion: int | None) -> bytes:
-            return sse_event(entry.index, chat, model, choices, prompt_tokens, completion)
-
+        stream = StreamFormat.of(entry.index, path == CHAT_PATH, body, DEFAULT_MODEL_NAME)
         keys: list[int] = []
         try:
             await conn.send(_HEAD)
-            gaps = script.gap_list()
-            target = entry.received + script.ttft_s
-            emitted = 0
-            for number, tokens in enumerate(script.chunk_tokens):
-                if number > 0:
-                    target += gaps[number - 1]
-                text = "".join(script.token_text(emitted + i) for i in range(tokens))
-                emitted += tokens
-                finish = "length" if number == len(script.chunk_tokens) - 1 else None
-                data = event([sse_choice(chat, text, finish)], emitted if continuous else None)
-                if number == 0 and chat:
-                    data = event([role_choice()], 0 if continuous else None) + data
-                delay = target - time.perf_counter()
+            for offset, tokens, data in stream.chunks(script):
+                delay = entry.received + offset - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                await conn.send(_frame(data))
+                await conn.send(chunk_frame(data))
                 entry.send_times.append(time.perf_counter())
                 entry.chunk_tokens.append(tokens)
                 keys.append(conn.stamps.last_key())
-            tail = event([], emitted) if options.get("include_usage") else b""
-            await conn.send(_frame(tail + b"data: [DONE]\n\n"))
+            await conn.send(chunk_frame(stream.done(script)))
             entry.done_time = time.perf_counter()
             done_key = conn.stamps.last_key()
             await conn.send(b"0\r\n\r\n")
