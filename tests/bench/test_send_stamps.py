@@ -131,3 +131,18 @@ def test_errors_report_the_truth_clock_and_how_late_user_stamps_were() -> None:
     )
     # Against the kernel truth the instrument is exact; against the late user stamps it is not.
     assert summary["ttft_ms"]["max_abs"] == pytest.approx(2.0)
+
+
+def test_a_socket_that_refuses_timestamping_gives_no_stamps_and_no_error() -> None:
+    class Refusing:
+        def setsockopt(self, *args: object) -> None:
+            raise OSError("not supported")
+
+        def recvmsg(self, *args: object) -> None:
+            raise AssertionError("nothing is read from a socket without timestamping")
+
+    stamps = SendStamps(Refusing())  # type: ignore[arg-type]
+    assert not stamps.enabled
+    found: dict[int, float] = {}
+    stamps.drain(found)
+    assert found == {}
