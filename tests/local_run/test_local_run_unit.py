@@ -45,6 +45,15 @@ def test_arms_differ_only_in_port_and_speculative_flags() -> None:
     assert commands[Arm.BASELINE].env["VLLM_CPU_KVCACHE_SPACE"] == str(config.local.cpu_kvcache_gib)
 
 
+def test_both_local_arms_prefill_every_request_as_the_trn2_arms_do() -> None:
+    # vLLM V1 caches prefixes by default; the published trn2 arms (the fork's V0 engine) did
+    # not, and with a cache a repeated prompt's TTFT would skip its prefill in both arms.
+    commands = arm_commands(build_config({}), TARGET_DIR, DRAFT_DIR)
+    for command in commands.values():
+        assert "--no-enable-prefix-caching" in command.flags()
+        assert "--enable-prefix-caching" not in command.flags()
+
+
 def test_servers_listen_on_the_configured_ports_and_log_per_arm(tmp_path: Path) -> None:
     config = build_config(
         {"experiment.local.baseline_port": 18001, "experiment.local.speculative_port": 18002}
