@@ -14,6 +14,7 @@ class ClassSpeedup(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     e2e_mean: float | None = None
+    ttft_mean: float | None = None
     tpot_mean: float | None = None
 
 
@@ -76,6 +77,7 @@ def headline(
         speedup_by_class={
             name: ClassSpeedup(
                 e2e_mean=block.e2e_ms.mean,
+                ttft_mean=block.ttft_ms.mean if timing_trusted else None,
                 tpot_mean=block.tpot_ms.mean if timing_trusted else None,
             )
             for name, block in summary.speedup.by_class.items()
@@ -101,13 +103,15 @@ def headline_text(numbers: Headline) -> str:
         lines.append(f"  {name} prompts, one class at a time: {_fmt(rate, '{:.1%}')}")
     lines += [
         f"speedup SD vs baseline (>1 = SD faster): E2E mean "
-        f"{_fmt(numbers.speedup_e2e_mean, '{:.2f}x')}, TPOT mean "
+        f"{_fmt(numbers.speedup_e2e_mean, '{:.2f}x')}, TTFT mean "
+        f"{_fmt(numbers.speedup_ttft_mean, '{:.2f}x')}, TPOT mean "
         f"{_fmt(numbers.speedup_tpot_mean, '{:.2f}x')}, output throughput "
         f"{_fmt(numbers.speedup_output_throughput, '{:.2f}x')}",
     ]
     for name, block in sorted(numbers.speedup_by_class.items()):
         lines.append(
             f"  {name} prompts: E2E mean {_fmt(block.e2e_mean, '{:.2f}x')}, "
+            f"TTFT mean {_fmt(block.ttft_mean, '{:.2f}x')}, "
             f"TPOT mean {_fmt(block.tpot_mean, '{:.2f}x')}"
         )
     if numbers.speedup_note:

@@ -23,6 +23,7 @@ def test_smooth_arrivals_keep_every_speedup(fake_run_dir: Path) -> None:
     assert numbers.speedup_note is None
     assert numbers.speedup_ttft_mean is not None and numbers.speedup_tpot_mean is not None
     assert all(block.tpot_mean is not None for block in numbers.speedup_by_class.values())
+    assert all(block.ttft_mean is not None for block in numbers.speedup_by_class.values())
 
 
 def test_bursts_on_one_side_keep_ttft_and_tpot_out_and_name_that_side(
@@ -37,6 +38,7 @@ def test_bursts_on_one_side_keep_ttft_and_tpot_out_and_name_that_side(
     assert numbers.speedup_ttft_mean is None and numbers.speedup_tpot_mean is None
     assert numbers.speedup_by_class
     assert all(block.tpot_mean is None for block in numbers.speedup_by_class.values())
+    assert all(block.ttft_mean is None for block in numbers.speedup_by_class.values())
     assert all(block.e2e_mean is not None for block in numbers.speedup_by_class.values())
     assert numbers.speedup_e2e_mean is not None  # E2E ends with the stream: still stated
     note = numbers.speedup_note or ""
