@@ -21,9 +21,11 @@ from experiment.config import Arm
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
+# 4: RunInfo.served_models, what the servers really serve when the model name is an alias
+#    (the local run's generated miniatures; None for older runs).
 
 
 class _Result(BaseModel):
@@ -265,6 +267,9 @@ class RunInfo(_Result):
     started_at: str
     """UTC, ISO 8601."""
     model: str
+    served_models: str | None = None
+    """What the servers really serve when ``model`` is only the name requests carry (the
+    local run serves generated miniatures under the target's name); None: ``model`` itself."""
     urls: dict[str, str]
     variant_labels: dict[str, str]
     request: RequestInfo

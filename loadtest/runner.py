@@ -184,6 +184,7 @@ def run_comparison(
     local_workers: bool = True,
     wait_ready_s: float | None = None,
     handle_signals: bool = False,
+    served_models: str | None = None,
 ) -> RunSummary:
     """Run both arms with identical load, write the run directory and its report.
 
@@ -191,7 +192,9 @@ def run_comparison(
     start them here, else wait for them to connect (cluster). ``wait_ready_s``: first wait
     at most this long for both services' /health (NotReady when one never answers).
     ``handle_signals``: SIGINT/SIGTERM cancel the run (summary.cancelled_by), for a CLI;
-    a caller with its own handlers (the local run) leaves it off."""
+    a caller with its own handlers (the local run) leaves it off. ``served_models``: what
+    the servers really serve when the model name requests carry is only an alias (the
+    report's run header says it)."""
     out_dir = Path(out_dir)
     overrides = overrides or Overrides()
     workers = workers or config.loadtest.workers
@@ -216,6 +219,7 @@ def run_comparison(
     run_info = RunInfo(
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         model=reference.params.model,
+        served_models=served_models,
         urls={arm.value: plan.base_url for arm, plan in plans.items()},
         variant_labels={arm.value: label for arm, label in config.loadtest.variant_labels.items()},
         request=RequestInfo.model_validate(asdict(reference.params)),

@@ -41,8 +41,7 @@ def arm_commands(
 def arm_servers(
     config: ExperimentConfig, target_dir: Path, draft_dir: Path, log_dir: Path
 ) -> list[Server]:
-    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``. The model
-    directories need not exist yet (``local_run.models.served_paths``)."""
+    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``."""
     local = config.local
     servers = []
     for arm, command in arm_commands(config, target_dir, draft_dir).items():

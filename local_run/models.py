@@ -41,14 +41,10 @@ from typing import Any
 from experiment.config import DraftShape, LocalConfig, ModelGeneratorConfig, TinyModelShape
 from experiment.loading import PROJECT_ROOT
 from local_run import corpus
+from local_run.machine import usable_cores
 
 # Bump when the generator's code changes what it produces: a new version is a new cache key.
 GENERATOR_VERSION = 4
-# Generation runs on one thread: on a busy machine PyTorch's OpenMP threads wait on each
-# other (measured at load average 5 on 2 cores: a training step 1.5-2.2 s on one thread,
-# 6.6-8.3 s on two; greedy continuations 2.7 s vs 33.5 s), and one thread gives the same
-# bytes on every machine with the same libraries.
-GENERATION_THREADS = 1
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 # Qwen's ChatML layout, the one the chat-form training documents use.
@@ -98,7 +94,9 @@ def target_parameters(local: LocalConfig) -> dict[str, Any]:
         "generator_version": GENERATOR_VERSION,
         "seed": local.model_seed,
         "max_position_embeddings": local.max_model_len,
-        "generator": generator.model_dump(mode="json", exclude={"drafts", "draft", "distillation"}),
+        "generator": generator.model_dump(
+            mode="json", exclude={"drafts", "draft", "distillation", "threads"}
+        ),
         "python": platform.python_version(),  # the prose comes from this Python's stdlib
     }
 
@@ -172,24 +170,22 @@ def _scratch(final: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _threads(count: int) -> Iterator[None]:
+def _threads(local: LocalConfig) -> Iterator[None]:
+    """PyTorch on ``local.generator.threads`` threads (default: every core this process may
+    use) while a model is generated. Nothing else of the local run runs meanwhile: the servers
+    start once both models exist, since OpenMP threads that share a core with another busy
+    process wait on each other (measured at load average 5 on 2 cores: a training step
+    1.5-2.2 s on one thread, 6.6-8.3 s on two). On an idle 2-core machine two threads train
+    1.6x faster, with byte-identical weights (test_local_models.py)."""
     import torch
 
+    count = local.generator.threads or usable_cores()
     previous = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def served_paths(local: LocalConfig, draft: str | None = None) -> tuple[Path, Path]:
-    """Where ``ensure_models`` puts the served target and draft ``draft`` (default: the
-    configured one), known before either exists: servers can be set up from them while the
-    models are still being generated."""
-    name = _draft_name(local, draft)
-    final = models_root(local) / cache_key(local)
-    return final / TARGET, final / _draft_path(local, name)
 
 
 def _draft_name(local: LocalConfig, draft: str | None) -> str:
@@ -205,22 +201,12 @@ def _draft_path(local: LocalConfig, name: str) -> str:
     return f"{DRAFTS}/{name}-{draft_key(local, name)}"
 
 
-def ensure_target(local: LocalConfig, log: Log = print) -> Path:
-    """The cached tokenizer and target (generated first if missing); returns their root."""
-    root = models_root(local)
-    key = cache_key(local)
-    final = root / key
-    with _locked(root / f"{key}.lock"):
-        _ensure_target(local, final, key, log)
-    return final
-
-
 def _ensure_target(local: LocalConfig, final: Path, key: str, log: Log) -> None:
     if (final / MANIFEST).is_file():
         log(f"models: reusing the target in {final}")
         return
     log(f"models: generating the tokenizer and target into {final} (cached)")
-    with _scratch(final) as scratch, _threads(GENERATION_THREADS):
+    with _scratch(final) as scratch, _threads(local):
         manifest = _generate_target(local, scratch, log)
         manifest["cache_key"] = key
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -240,7 +226,7 @@ def ensure_models(local: LocalConfig, log: Log = print, draft: str | None = None
             log(f"models: reusing draft {name!r} in {final / draft_path}")
         else:
             log(f"models: distilling draft {name!r} into {final / draft_path} (cached)")
-            with _scratch(final / draft_path) as scratch, _threads(GENERATION_THREADS):
+            with _scratch(final / draft_path) as scratch, _threads(local):
                 draft_manifest = _generate_draft(local, name, final, scratch, log)
                 (scratch / MANIFEST).write_text(
                     json.dumps(draft_manifest, indent=2, sort_keys=True)
@@ -276,6 +262,20 @@ def heavy_weights_note(target: dict[str, Any]) -> dict[str, Any]:
             "unpadded: its steps are dominated by vLLM's fixed overhead, not weight reads."
         ),
     }
+
+
+def describe_pair(pair: ModelPair) -> str:
+    """The served pair in one sentence, for report headers: generated miniatures, and how
+    the target was made heavy."""
+    draft = pair.manifest["draft"]
+    name = draft["settings"]["name"]
+    share = draft["weight_share_of_target"]
+    return (
+        f"generated miniature models, not the configured checkpoints. "
+        f"{pair.manifest['weights_made_heavy']['note']} Draft {name!r}: "
+        f"{draft['parameters'] / 1e6:.2f}M trained parameters, served at {share:.1%} of the "
+        "target's weight reads per step."
+    )
 
 
 def _train_tokenizer(texts: list[str], vocab_size: int) -> Any:
@@ -669,4 +669,5 @@ def _generate_draft(
         "final_train_loss": losses[-1] if losses else None,
         "evaluation": evaluation,
         "generation_seconds": round(elapsed, 1),
+        "torch_threads": torch.get_num_threads(),
     }

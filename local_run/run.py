@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
@@ -20,7 +20,8 @@ from experiment.loading import PROJECT_ROOT
 from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
-from local_run.models import ModelPair, ensure_models, ensure_target, served_paths
+from local_run.machine import Machine
+from local_run.models import ModelPair, describe_pair, ensure_models
 from local_run.servers import LocalServers, sigterm_raises
 from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
 
@@ -72,6 +73,7 @@ def _write_local_report(
     pair: ModelPair,
     servers: LocalServers,
     timings: dict[str, float],
+    host: Machine,
     numbers: Headline,
     table: str,
     problems: list[str],
@@ -81,6 +83,7 @@ def _write_local_report(
         "problems": problems,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "server_ready_after_s": {s.name: s.ready_after_s for s in servers.servers},
+        "machine": asdict(host),
         "models": {"path": str(pair.root), **pair.manifest},
     }
     (run_dir / LOCAL_RUN_JSON).write_text(json.dumps(data, indent=1))
@@ -91,8 +94,11 @@ def _write_local_report(
     text = [
         "# Local run: baseline vs speculative decoding on vLLM (CPU)",
         "",
-        "Tiny generated Qwen3-architecture models (not Qwen3-32B): the numbers show the",
-        "pipeline works end to end; they say nothing about trn2 performance.",
+        f"Served: {describe_pair(pair)} The numbers show the shape of the effect (where "
+        "speculation wins and where it does not); they say nothing about trn2 latencies.",
+        "",
+        f"Machine: {host.text()} (the miniature's figures move with the machine: "
+        "docs/local-run.md).",
         "",
         "## Headline",
         "",
@@ -125,30 +131,19 @@ def run_local(
 
     started = time.monotonic()
     timings: dict[str, float] = {}
-    ensure_target(config.local, log=log)
-    target_seconds = time.monotonic() - started
+    host = Machine.at_start()
+    # Both models first, on every core, then both servers at once: generation on two
+    # threads beside a starting server would make the threads wait on each other.
+    pair = ensure_models(config.local, log=log)
+    timings["models"] = time.monotonic() - started
     run_dir = new_run_dir(config)
     log(f"local run: writing to {run_dir}")
-    servers = arm_servers(config, *served_paths(config.local), run_dir / SERVER_LOGS)
+    servers = arm_servers(config, pair.target_dir, pair.draft_dir, run_dir / SERVER_LOGS)
     write_commands(servers, run_dir / "commands.json")
-    pairs: list[ModelPair] = []
-
-    def make_draft() -> None:  # the speculative server's model; the baseline needs none
-        pairs.append(ensure_models(config.local, log=log))
-
-    # The baseline server starts while the draft is generated (when it is not cached): it
-    # serves the target alone, and the draft trains on one thread of the two cores.
     with (
         sigterm_raises(),
-        LocalServers(
-            servers,
-            config.local.startup_timeout_s,
-            log,
-            prepare={Arm.SPECULATIVE.value: make_draft},
-        ) as running,
+        LocalServers(servers, config.local.startup_timeout_s, log) as running,
     ):
-        pair = pairs[0]
-        timings["models"] = target_seconds + running.prepare_seconds
         timings["server_startup"] = running.startup_seconds or 0.0
         urls = {Arm(s.name): s.url for s in running.servers}
         if smoke_only:
@@ -171,6 +166,7 @@ def run_local(
             urls[Arm.SPECULATIVE],
             run_dir,
             overrides=Overrides.local_scale(config),
+            served_models=describe_pair(pair),
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         # Outside the measured window: the overall counters cannot tell classes apart.
@@ -178,10 +174,11 @@ def run_local(
         per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
         timings["acceptance_by_class"] = time.monotonic() - probe_started
     timings["total"] = time.monotonic() - started
+    host.finish()
     table = render_summary_table(summary)
     numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
     problems = _problems(summary)
-    _write_local_report(run_dir, pair, running, timings, numbers, table, problems)
+    _write_local_report(run_dir, pair, running, timings, host, numbers, table, problems)
     log("")
     log(table)
     log("")

@@ -271,8 +271,9 @@ def run_text(summary: RunSummary) -> str:
         if shape.request_rate
         else f"closed loop at concurrency {shape.concurrency}"
     )
+    served = f" (served: {run.served_models})" if run.served_models else ""
     return (
-        f"Model `{run.model}`, {run.measured_requests} measured requests per arm "
+        f"Model `{run.model}`{served}, {run.measured_requests} measured requests per arm "
         f"(+{run.warmup_requests} warm-up, excluded), {load}, max_tokens "
         f"{run.request.max_tokens}, temperature {run.request.temperature}, "
         f"ignore_eos {run.request.ignore_eos}, seed {run.seed}, API "

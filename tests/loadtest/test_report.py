@@ -123,3 +123,18 @@ def test_bursty_arrivals_and_a_busy_load_generator_are_warned_about(fake_run_dir
     warnings = " ".join(summarize(fake_run_dir).warnings)
     assert "used only 12% of a core, so the server sent them together" in warnings
     assert "load generator may be the bottleneck" not in warnings
+
+
+def test_run_header_says_what_the_servers_really_serve(fake_run_dir) -> None:
+    """The local run serves generated miniatures under the target's name: the report's run
+    header says so (issue 10 item 1); a run without the note names the model alone."""
+    plain = write_report(summarize(fake_run_dir), fake_run_dir)
+    assert "(served:" not in plain["markdown"].read_text()
+    run_json = fake_run_dir / "run.json"
+    run = json.loads(run_json.read_text())
+    run["served_models"] = "generated miniature models, the target made heavy"
+    run_json.write_text(json.dumps(run))
+    paths = write_report(summarize(fake_run_dir), fake_run_dir)
+    expected = "(served: generated miniature models, the target made heavy)"
+    assert f"Model `{run['model']}` {expected}" in paths["markdown"].read_text()
+    assert expected in paths["html"].read_text()

@@ -190,6 +190,28 @@ def test_same_seed_same_weights_and_a_new_parameter_a_new_pair(
     assert draft_key(mixed, "small") != draft_key(local, "small")
 
 
+def test_generation_threads_change_neither_the_weights_nor_the_cache_key(
+    tmp_path: Path,
+) -> None:
+    """make local generates on every core (local.generator.threads None); the thread count
+    is left out of the cache key, which holds only while it changes no byte. Batches large
+    enough that PyTorch splits the matrix products across both threads."""
+    shapes = {"batch_size": 8, "sequence_length": 64, "train_steps": 3}
+    pairs = {}
+    for threads in (1, 2):
+        local = tiny_local(tmp_path / f"threads-{threads}", threads=threads, **shapes)
+        pairs[threads] = ensure_models(local, log=lambda _: None)
+        assert pairs[threads].manifest["torch_threads"] == threads
+        assert pairs[threads].manifest["draft"]["torch_threads"] == threads
+    one, two = pairs[1], pairs[2]
+    assert one.root.name == two.root.name and one.draft_path == two.draft_path
+    for name in (TRAINED_TARGET, "target", one.draft_path):
+        assert digest(one.root / name / "model.safetensors") == digest(
+            two.root / name / "model.safetensors"
+        ), name
+    assert one.manifest["draft"]["evaluation"] == two.manifest["draft"]["evaluation"]
+
+
 def test_a_second_draft_is_a_config_entry_and_reuses_the_target(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:
@@ -298,3 +320,15 @@ def test_bad_generator_settings_are_rejected_with_a_hint(
     context = {f"experiment.local.{k}": v for k, v in override.items()}
     with pytest.raises(ConfigError, match=message):
         build_config(context)
+
+
+def test_report_description_says_the_pair_is_generated_and_the_target_made_heavy(
+    generated: tuple[LocalConfig, ModelPair],
+) -> None:
+    from local_run.models import describe_pair
+
+    _, pair = generated
+    text = describe_pair(pair)
+    assert text.startswith("generated miniature models, not the configured checkpoints.")
+    assert "made heavy without changing its function" in text
+    assert "Draft 'small'" in text and "of the target's weight reads per step" in text

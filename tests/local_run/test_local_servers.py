@@ -111,60 +111,18 @@ def test_a_server_that_dies_is_reported_with_its_log_and_the_others_are_stopped(
     assert wait_gone(first.process.pid)  # type: ignore[union-attr]
 
 
-def test_parallel_start_waits_for_all(tmp_path: Path) -> None:
-    servers = [fake_server(tmp_path, "baseline", "--delay", "1"), fake_server(tmp_path, "sd")]
-    with LocalServers(servers, startup_timeout_s=30, log=lambda _: None, sequential=False):
-        assert all(s.probe() for s in servers)
-    assert all(wait_gone(s.process.pid) for s in servers)  # type: ignore[union-attr]
-
-
-def test_preparation_runs_while_the_servers_before_it_start(tmp_path: Path) -> None:
-    """The speculative server's preparation (its draft) overlaps the baseline's start-up:
-    the baseline is started first and waited for only after the preparation, and the
-    speculative server starts only once its preparation is done."""
-    baseline = fake_server(tmp_path, "baseline", "--delay", "1")
-    speculative = fake_server(tmp_path, "speculative")
-    seen: dict[str, object] = {}
-
-    def make_draft() -> None:
-        seen["baseline_started"] = baseline.process is not None
-        seen["baseline_waited_for"] = baseline.ready_after_s is not None
-        seen["speculative_started"] = speculative.process is not None
-        time.sleep(0.5)
-
-    prepare = {"speculative": make_draft}
-    with LocalServers([baseline, speculative], 30, lambda _: None, prepare=prepare) as running:
+def test_all_servers_start_at_once_and_are_all_waited_for(tmp_path: Path) -> None:
+    """The second server starts without waiting for the first to be ready (their start-ups
+    overlap), and entering returns only once both are ready."""
+    slow = fake_server(tmp_path, "baseline", "--delay", "1")
+    fast = fake_server(tmp_path, "speculative")
+    with LocalServers([slow, fast], startup_timeout_s=30, log=lambda _: None) as running:
         assert all(s.probe() for s in running.servers)
-    assert seen == {
-        "baseline_started": True,
-        "baseline_waited_for": False,
-        "speculative_started": False,
-    }
-    assert running.prepare_seconds >= 0.5
-    # Measured from each server's own start: the baseline's delay, not the time waited.
-    assert baseline.ready_after_s is not None and baseline.ready_after_s >= 1
+        assert slow.started_at is not None and fast.started_at is not None
+        assert fast.started_at - slow.started_at < 0.5  # not after the first's 1 s delay
+        assert slow.ready_after_s is not None and slow.ready_after_s >= 1
+        assert running.startup_seconds is not None and running.startup_seconds >= 1
     assert all(wait_gone(s.process.pid) for s in running.servers)  # type: ignore[union-attr]
-
-
-def test_a_failing_preparation_stops_the_servers_already_started(tmp_path: Path) -> None:
-    baseline = fake_server(tmp_path, "baseline")
-    speculative = fake_server(tmp_path, "speculative")
-
-    def make_draft() -> None:
-        raise RuntimeError("draft generation failed")
-
-    servers = LocalServers(
-        [baseline, speculative], 30, lambda _: None, prepare={"speculative": make_draft}
-    )
-    with pytest.raises(RuntimeError, match="draft generation failed"), servers:
-        pytest.fail("must not get here")
-    assert wait_gone(baseline.process.pid)  # type: ignore[union-attr]
-    assert speculative.process is None
-
-
-def test_preparation_for_an_unknown_server_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"prepare names no server: \['draft'\]"):
-        LocalServers([fake_server(tmp_path)], 30, prepare={"draft": lambda: None})
 
 
 def test_an_exception_in_the_body_stops_the_servers(tmp_path: Path) -> None:
@@ -251,39 +209,37 @@ def test_signals_to_the_launcher_stop_the_servers(tmp_path: Path, signum: int) -
             launcher.kill()
 
 
-def test_run_local_makes_the_draft_while_the_baseline_starts(
+def test_run_local_makes_both_models_before_any_server_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """run_local's wiring: target first, then the baseline server started, then the draft
-    (the baseline's start-up overlaps it), then the speculative server; all stopped after."""
+    """run_local's wiring: the model pair first (generation has every core to itself), then
+    both servers, serving that pair's directories; all stopped after."""
     from experiment import build_config
     from local_run import run as run_module
     from local_run.models import ModelPair
 
-    baseline = fake_server(tmp_path, "baseline", "--delay", "1")
+    baseline = fake_server(tmp_path, "baseline")
     speculative = fake_server(tmp_path, "speculative")
     events: list[str] = []
-
-    def ensure_target(local: object, log: object) -> Path:
-        events.append(f"target (baseline started: {baseline.process is not None})")
-        return tmp_path
+    pair = ModelPair(tmp_path / "models", {}, "drafts/small-key")
 
     def ensure_models(local: object, log: object) -> ModelPair:
-        events.append(
-            f"draft (baseline started: {baseline.process is not None}, "
-            f"speculative started: {speculative.process is not None})"
-        )
-        return ModelPair(tmp_path, {}, "draft")
+        started = [s.name for s in (baseline, speculative) if s.process is not None]
+        events.append(f"models (servers started: {started})")
+        return pair
 
-    monkeypatch.setattr(run_module, "ensure_target", ensure_target)
+    def arm_servers(config: object, target: Path, draft: Path, log_dir: Path) -> list[Server]:
+        events.append(f"servers for {target.relative_to(tmp_path)}, {draft.relative_to(tmp_path)}")
+        return [baseline, speculative]
+
     monkeypatch.setattr(run_module, "ensure_models", ensure_models)
-    monkeypatch.setattr(run_module, "arm_servers", lambda *_: [baseline, speculative])
+    monkeypatch.setattr(run_module, "arm_servers", arm_servers)
     monkeypatch.setattr(run_module, "smoke_check", lambda *_: {})
     config = build_config({"experiment.local.runs_dir": str(tmp_path / "runs")})
     result = run_module.run_local(config, smoke_only=True, log=lambda _: None)
     assert result.ok
     assert events == [
-        "target (baseline started: False)",
-        "draft (baseline started: True, speculative started: False)",
+        "models (servers started: [])",
+        "servers for models/target, models/drafts/small-key",
     ]
     assert all(wait_gone(s.process.pid) for s in (baseline, speculative))  # type: ignore[union-attr]
