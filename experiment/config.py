@@ -709,14 +709,15 @@ class DraftShape(TinyModelShape):
     num_heads: Annotated[int, Field(ge=1)] = 2
     num_kv_heads: Annotated[int, Field(ge=1)] = 1
     # Weights read per draft step as a share of the served target's, reached by zero-output
-    # MLP padding like the target's; 0 = unpadded. The default draft is unpadded: its step is
-    # already vLLM's per-pass overhead, more than its weights cost, and every padded byte
-    # is read k times before the first token (docs/local-run.md, "Choosing the draft").
+    # MLP padding like the target's; 0 = unpadded. Kept small: every padded byte is read k
+    # times before the first token. The default draft reads 2%, so part of its step cost is
+    # weight reads like the target's and the SD/baseline step ratio moves less with the
+    # machine's memory bandwidth (docs/local-run.md, "Choosing the draft").
     weight_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
 
 
 DEFAULT_DRAFTS = {
-    "small": DraftShape(),
+    "small": DraftShape(weight_share=0.02),
     "large": DraftShape(
         hidden_size=128, intermediate_size=384, num_heads=4, num_kv_heads=2, weight_share=0.2
     ),
@@ -729,7 +730,10 @@ class TargetPadding(_Model):
     overhead): MLP columns whose down-projection is zero and extra layers whose attention
     o_proj and MLP down_proj are zero. Same logits, more bytes read per step."""
 
-    intermediate_size: Annotated[int, Field(ge=0)] = 16384  # served MLP width; 0 = unpadded
+    # Served MLP width; 0 = unpadded. 12288: 147 MiB read per step, a step still bound by
+    # weight reads on every machine measured, and a cached `make local` under 4 minutes on
+    # the slower one (16384: 195 MiB, 4 min 14 s there; docs/local-run.md).
+    intermediate_size: Annotated[int, Field(ge=0)] = 12288
     extra_layers: Annotated[int, Field(ge=0)] = 4
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import signal
 import socket
@@ -163,7 +164,10 @@ class Server:
         have started a while before: ``LocalServers`` starts all, then waits for each)."""
         assert self.process is not None and self.started_at is not None, "start() first"
         started = self.started_at
-        next_progress = started + PROGRESS_EVERY_S
+        # The next multiple of PROGRESS_EVERY_S since its start that is still ahead: a server
+        # waited for late (after another) reports once, not once per missed interval.
+        due = math.floor((time.monotonic() - started) / PROGRESS_EVERY_S) + 1
+        next_progress = started + due * PROGRESS_EVERY_S
         while True:
             elapsed = time.monotonic() - started
             code = self.process.poll()

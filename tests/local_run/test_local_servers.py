@@ -87,6 +87,19 @@ def test_starts_waits_logs_and_stops_every_process(tmp_path: Path) -> None:
     assert any("baseline ready" in m for m in messages)
 
 
+def test_a_server_waited_for_late_reports_progress_once_per_interval(tmp_path: Path) -> None:
+    """The second server is waited for only once the first is ready: its progress lines
+    continue from its own start, one per interval, not one per interval already missed."""
+    slow = fake_server(tmp_path, "baseline", "--delay", "1.6")
+    later = fake_server(tmp_path, "speculative", "--delay", "2.4")
+    messages: list[str] = []
+    with LocalServers([slow, later], startup_timeout_s=30, log=messages.append):
+        pass
+    waits = [m for m in messages if m.startswith("servers: waiting for speculative")]
+    # Ready after ~2.4 s, waited for from ~1.6 s: the 2.0 s mark only (0.5 s intervals).
+    assert 1 <= len(waits) <= 2, waits
+
+
 def test_not_ready_until_the_served_model_is_listed(tmp_path: Path) -> None:
     server = fake_server(tmp_path, "baseline", model="some-other-model")
     with pytest.raises(ServerError, match=r"not ready after 2s .*startup_timeout_s"):
