@@ -709,15 +709,16 @@ class DraftShape(TinyModelShape):
     num_heads: Annotated[int, Field(ge=1)] = 2
     num_kv_heads: Annotated[int, Field(ge=1)] = 1
     # Weights read per draft step as a share of the served target's, reached by zero-output
-    # MLP padding like the target's; 0 = unpadded. Kept small: every padded byte is read k
-    # times before the first token. The default draft reads 2%, so part of its step cost is
-    # weight reads like the target's and the SD/baseline step ratio moves less with the
-    # machine's memory bandwidth (docs/local-run.md, "Choosing the draft").
+    # MLP padding like the target's; 0 = unpadded. The default draft reads 1.5%: its passes
+    # then cost some memory bandwidth like the target's step, which keeps the open-ended
+    # speedup near 1 on a machine with less bandwidth per core; every padded byte is also
+    # paid k times before the first token, so more costs TTFT (measured: 1% gave open-ended
+    # 1.19x / TTFT 0.89x, 2% 1.09x / 0.79x; docs/local-run.md, "Choosing the draft").
     weight_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
 
 
 DEFAULT_DRAFTS = {
-    "small": DraftShape(weight_share=0.02),
+    "small": DraftShape(weight_share=0.015),
     "large": DraftShape(
         hidden_size=128, intermediate_size=384, num_heads=4, num_kv_heads=2, weight_share=0.2
     ),
