@@ -1,6 +1,6 @@
 """What machine a local measurement ran on: the figures of the miniature move with it.
 
-The same tree measured a baseline decode step of 9.3 ms on one 2-core machine and 19.9 ms
+The same tree measured a baseline decode step of 9.3 ms on one 2-core machine and 19.9-23.6 ms
 on another (docs/local-run.md), so every record of a local run or benchmark names the CPU,
 the cores it could use and the load average around it.
 """
