@@ -43,7 +43,7 @@ from experiment.config import ExperimentConfig
 from experiment.loading import build_config, cdk_json_context, context_from_pairs
 from loadtest.prompts import load_prompts
 from local_run.arms import local_experiment
-from local_run.machine import cpu_model, load_average, usable_cores
+from local_run.machine import Machine
 from local_run.models import TRAINED_TARGET, ModelPair, ensure_models, greedy_continuations
 
 FLOAT32_BYTES = 4
@@ -96,13 +96,13 @@ def measure(pair: ModelPair, k: int, context: int, repeats: int, threads: int) -
         for _ in range(3):
             run()
     samples: dict[str, list[float]] = {name: [] for name in cases}
-    load_before = load_average()
+    host = Machine.at_start()
     for _ in range(repeats):
         for name, run in cases.items():
             started = time.perf_counter()
             run()
             samples[name].append((time.perf_counter() - started) * 1e3)
-    load_after = load_average()
+    host.finish()
     median = {name: statistics.median(values) for name, values in samples.items()}
     step = median["target_step_1"]
     target_bytes = _weight_bytes(target)
@@ -132,10 +132,10 @@ def measure(pair: ModelPair, k: int, context: int, repeats: int, threads: int) -
             ),
         },
         "implied_read_gb_per_s": round(target_bytes / (step / 1e3) / 1e9, 1),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "cpu": cpu_model(),
-        "cpus": usable_cores(),
+        "load_average_before": host.load_average_start,
+        "load_average_after": host.load_average_end,
+        "cpu": host.cpu,
+        "cpus": host.cores,
     }
 
 

@@ -71,6 +71,7 @@ def _problems(summary: RunSummary) -> list[str]:
 def _write_local_report(
     run_dir: Path,
     pair: ModelPair,
+    served: str,
     servers: LocalServers,
     timings: dict[str, float],
     host: Machine,
@@ -94,7 +95,7 @@ def _write_local_report(
     text = [
         "# Local run: baseline vs speculative decoding on vLLM (CPU)",
         "",
-        f"Served: {describe_pair(pair)} The numbers show the shape of the effect (where "
+        f"Served: {served} The numbers show the shape of the effect (where "
         "speculation wins and where it does not); they say nothing about trn2 latencies.",
         "",
         f"Machine: {host.text()} (the miniature's figures move with the machine: "
@@ -159,6 +160,7 @@ def run_local(
             for problem in problems:
                 log(f"smoke problem: {problem}")
             return LocalRunResult(run_dir, not problems, problems=problems)
+        served = describe_pair(pair)  # the headers of report.md and local_run.md
         loadtest_started = time.monotonic()
         summary = run_comparison(
             config,
@@ -166,7 +168,7 @@ def run_local(
             urls[Arm.SPECULATIVE],
             run_dir,
             overrides=Overrides.local_scale(config),
-            served_models=describe_pair(pair),
+            served_models=served,
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         # Outside the measured window: the overall counters cannot tell classes apart.
@@ -178,7 +180,7 @@ def run_local(
     table = render_summary_table(summary)
     numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
     problems = _problems(summary)
-    _write_local_report(run_dir, pair, running, timings, host, numbers, table, problems)
+    _write_local_report(run_dir, pair, served, running, timings, host, numbers, table, problems)
     log("")
     log(table)
     log("")
