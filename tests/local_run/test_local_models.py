@@ -307,6 +307,7 @@ def test_corpus_is_deterministic_and_mixes_structured_and_prose() -> None:
         ({"generator.target.num_kv_heads": 3}, "multiple of num_kv_heads"),
         ({"generator.sequence_length": 1024}, "exceeds local.max_model_len"),
         ({"dtype": "float8"}, "local.dtype"),
+        ({"generator.threads": 0}, r"local\.generator\.threads: Input should be greater than"),
         ({"generator.distillation.corpus_rows": 17}, "corpus_rows 17 exceeds"),
         (
             {"generator.distillation.prompts": 0, "generator.distillation.corpus_rows": 0},
