@@ -1,0 +1,218 @@
+"""``cluster``: the EKS cluster, its node groups and the Neuron DRA driver."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from experiment.config.base import NamespaceName, Section
+
+# Neuron instance shapes the experiment knows: devices (chips) and physical
+# NeuronCores per device. DRA's connected-device groups come in these sizes.
+NEURON_INSTANCE_TYPES: dict[str, dict[str, int]] = {
+    "trn2.48xlarge": {"devices": 16, "physical_cores_per_device": 8, "efa_interfaces": 16},
+    "trn2u.48xlarge": {"devices": 16, "physical_cores_per_device": 8, "efa_interfaces": 16},
+    "trn2.3xlarge": {"devices": 1, "physical_cores_per_device": 8, "efa_interfaces": 1},
+}
+CONNECTED_DEVICE_GROUP_SIZES = (1, 4, 8, 16)
+MIN_KUBERNETES_VERSION = (1, 34)  # Neuron DRA needs 1.34+
+
+
+class NodeGroupConfig(Section):
+    instance_type: str
+    min_size: Annotated[int, Field(ge=0)]
+    max_size: Annotated[int, Field(ge=1)]
+    desired_size: Annotated[int, Field(ge=0)]
+    root_volume_gib: Annotated[int, Field(ge=20)]
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NodeGroupConfig:
+        if self.min_size > self.max_size:
+            raise ValueError(
+                f"node group min_size {self.min_size} is greater than max_size {self.max_size}; "
+                "raise max_size or lower min_size"
+            )
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise ValueError(
+                f"node group desired_size {self.desired_size} must lie between min_size "
+                f"{self.min_size} and max_size {self.max_size}"
+            )
+        return self
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "on-demand"
+    CAPACITY_BLOCK = "capacity-block"  # EC2 Capacity Blocks for ML
+    RESERVATION = "reservation"  # an on-demand capacity reservation (ODCR)
+
+
+class NeuronNodeGroupConfig(NodeGroupConfig):
+    instance_type: str = "trn2.48xlarge"
+    min_size: Annotated[int, Field(ge=0)] = 0  # scalable to zero
+    max_size: Annotated[int, Field(ge=1)] = 1
+    desired_size: Annotated[int, Field(ge=0)] = 1
+    root_volume_gib: Annotated[int, Field(ge=20)] = 512  # the Neuron DLC image is large
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    capacity_reservation_id: str | None = None
+    # The AZ of the Capacity Block / reservation: the node group's subnets are restricted to it.
+    availability_zone: str | None = None
+    efa: bool = False
+    placement_group: bool = False
+
+    @field_validator("instance_type")
+    @classmethod
+    def _neuron_type(cls, value: str) -> str:
+        if value not in NEURON_INSTANCE_TYPES:
+            raise ValueError(
+                f"cluster.neuron_nodes.instance_type {value!r} is not a known Neuron type; "
+                f"use one of {sorted(NEURON_INSTANCE_TYPES)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _capacity(self) -> NeuronNodeGroupConfig:
+        needs_id = self.capacity_type in (CapacityType.CAPACITY_BLOCK, CapacityType.RESERVATION)
+        if needs_id and not self.capacity_reservation_id:
+            raise ValueError(
+                f"cluster.neuron_nodes.capacity_type {self.capacity_type.value!r} needs "
+                "capacity_reservation_id (the 'cr-...' id of your Capacity Block or reservation)"
+            )
+        if self.capacity_reservation_id and not re.fullmatch(
+            r"cr-[0-9a-f]{8,17}", self.capacity_reservation_id
+        ):
+            raise ValueError(
+                f"cluster.neuron_nodes.capacity_reservation_id {self.capacity_reservation_id!r} "
+                "does not look like 'cr-0123456789abcdef0'"
+            )
+        if self.capacity_reservation_id and self.capacity_type == CapacityType.ON_DEMAND:
+            raise ValueError(
+                "cluster.neuron_nodes.capacity_reservation_id is set but capacity_type is "
+                "'on-demand'; set capacity_type to 'capacity-block' or 'reservation'"
+            )
+        if needs_id and not self.availability_zone:
+            raise ValueError(
+                f"cluster.neuron_nodes.capacity_type {self.capacity_type.value!r} needs "
+                "availability_zone (the AZ your Capacity Block or reservation is in, e.g. "
+                "'us-east-2b'; one of network.availability_zones)"
+            )
+        return self
+
+    @property
+    def devices(self) -> int:
+        return NEURON_INSTANCE_TYPES[self.instance_type]["devices"]
+
+    @property
+    def physical_cores_per_device(self) -> int:
+        return NEURON_INSTANCE_TYPES[self.instance_type]["physical_cores_per_device"]
+
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA-capable network cards of the instance type (one interface per card)."""
+        return NEURON_INSTANCE_TYPES[self.instance_type]["efa_interfaces"]
+
+
+class SystemNodeGroupConfig(NodeGroupConfig):
+    """Add-ons and the load test. Defaults per field, so one override (e.g. only
+    ``max_size``) keeps the others."""
+
+    instance_type: str = "m7i.2xlarge"
+    min_size: Annotated[int, Field(ge=0)] = 1
+    max_size: Annotated[int, Field(ge=1)] = 3
+    desired_size: Annotated[int, Field(ge=0)] = 2
+    root_volume_gib: Annotated[int, Field(ge=20)] = 100
+
+
+class EndpointAccess(StrEnum):
+    PRIVATE = "private"
+    PUBLIC_AND_PRIVATE = "public-and-private"
+
+
+class ClusterConfig(Section):
+    name: str = "qwen-sd"
+    kubernetes_version: str = "1.34"
+    # IAM principals (role/user ARNs) given cluster-admin through an EKS access entry.
+    admin_principal_arns: list[str] = Field(default_factory=list)
+    endpoint_access: EndpointAccess = EndpointAccess.PRIVATE
+    public_access_cidrs: list[str] = Field(default_factory=list)
+    control_plane_log_types: list[str] = Field(
+        default_factory=lambda: ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    )
+    system_nodes: SystemNodeGroupConfig = Field(default_factory=SystemNodeGroupConfig)
+    neuron_nodes: NeuronNodeGroupConfig = Field(default_factory=NeuronNodeGroupConfig)
+    neuron_helm_chart: str = "oci://public.ecr.aws/neuron/neuron-helm-chart"
+    # A documented DRA-capable release (aws-neuron/neuron-helm-charts releases 1.9.0, 1.10.0).
+    neuron_helm_chart_version: str = "1.10.0"
+    # The chart's draDriver.namespaceOverride default: where the driver's DaemonSet lands.
+    neuron_namespace: NamespaceName = "neuron-dra-driver"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,38}", value):
+            raise ValueError(
+                f"cluster.name {value!r}: use lowercase letters, digits and '-' (max 39 chars)"
+            )
+        return value
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _k8s(cls, value: str) -> str:
+        match = re.fullmatch(r"1\.(\d+)", value)
+        if not match or (1, int(match.group(1))) < MIN_KUBERNETES_VERSION:
+            raise ValueError(
+                f"cluster.kubernetes_version {value!r}: the Neuron DRA driver needs Kubernetes "
+                "1.34 or newer; set e.g. '1.34'"
+            )
+        return value
+
+    @field_validator("admin_principal_arns")
+    @classmethod
+    def _arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/.+", arn):
+                raise ValueError(
+                    f"cluster.admin_principal_arns: {arn!r} is not an IAM role or user ARN "
+                    "like 'arn:aws:iam::123456789012:role/Admin'"
+                )
+        return value
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                network = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as err:
+                raise ValueError(
+                    f"cluster.public_access_cidrs: {cidr!r} is not a CIDR such as "
+                    f"'203.0.113.0/24' ({err})"
+                ) from None
+            if network.prefixlen == 0:
+                raise ValueError(
+                    f"cluster.public_access_cidrs: {cidr!r} opens the API endpoint to the whole "
+                    "internet; list your own egress CIDRs instead"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ClusterConfig:
+        public = self.endpoint_access == EndpointAccess.PUBLIC_AND_PRIVATE
+        if public and not self.public_access_cidrs:
+            raise ValueError(
+                "cluster.endpoint_access is 'public-and-private' but public_access_cidrs is "
+                "empty; list the CIDRs allowed to reach the API (e.g. ['203.0.113.0/24'])"
+            )
+        if not public and self.public_access_cidrs:
+            raise ValueError(
+                "cluster.public_access_cidrs is set but endpoint_access is 'private'; set "
+                "endpoint_access to 'public-and-private' or remove the CIDRs"
+            )
+        return self
+
+    @property
+    def kubernetes_minor(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])

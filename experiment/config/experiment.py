@@ -1,0 +1,188 @@
+"""The whole configuration (every section) and the serving specs built from it."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from experiment.config.base import Arm, Section, apply_rule, error_at
+from experiment.config.cluster import ClusterConfig
+from experiment.config.guardrails import GuardrailConfig
+from experiment.config.loadtest import LoadTestConfig
+from experiment.config.local import LocalConfig
+from experiment.config.model_store import ModelStoreConfig
+from experiment.config.network import NetworkConfig
+from experiment.config.pricing import PricingConfig
+from experiment.config.serving import ServingConfig
+from experiment.config.stats import StatisticsConfig
+from experiment.config.tuning import TuningConfig
+from experiment.instance_regions import regions_offering
+from runtime import validate as rules
+from runtime.spec import Generation, ServingSpec
+
+
+class ExperimentConfig(Section):
+    project: str = "qwen-sd"
+    region: str = "us-east-2"
+    account: str | None = None  # None: environment-agnostic synth
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    model_store: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    loadtest: LoadTestConfig = Field(default_factory=LoadTestConfig)
+    local: LocalConfig = Field(default_factory=LocalConfig)
+    pricing: PricingConfig = Field(default_factory=PricingConfig)
+    guardrails: GuardrailConfig = Field(default_factory=GuardrailConfig)
+    statistics: StatisticsConfig = Field(default_factory=StatisticsConfig)
+    tuning: TuningConfig = Field(default_factory=TuningConfig)
+
+    @field_validator("account", mode="before")
+    @classmethod
+    def _account(cls, value: object) -> object:
+        # `-c experiment.account=012345678901` arrives parsed as a number: keep it a string.
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:012d}"
+        if isinstance(value, str) and not re.fullmatch(r"\d{12}", value):
+            raise ValueError(f"account {value!r} is not a 12-digit AWS account id")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", value):
+            raise ValueError(f"region {value!r} is not an AWS region name such as 'us-east-2'")
+        return value
+
+    @model_validator(mode="after")
+    def _region_offers_the_neuron_type(self) -> ExperimentConfig:
+        instance_type = self.cluster.neuron_nodes.instance_type
+        regions = regions_offering(instance_type)
+        if regions is not None and self.region not in regions:
+            raise error_at(
+                ("region",),
+                f"region {self.region!r} does not offer {instance_type} (cfn-lint's "
+                f"instance-type data, experiment/instance_regions.py); use one of "
+                f"{list(regions)} and AZs there, or another Neuron instance type",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ExperimentConfig:
+        for az in self.network.availability_zones:
+            if not az.startswith(self.region):
+                raise ValueError(
+                    f"network.availability_zones: {az!r} is not in region {self.region!r}"
+                )
+        nodes = self.cluster.neuron_nodes
+        if nodes.availability_zone and (
+            nodes.availability_zone not in self.network.availability_zones
+        ):
+            raise ValueError(
+                f"cluster.neuron_nodes.availability_zone {nodes.availability_zone!r} is not one "
+                f"of network.availability_zones {self.network.availability_zones}; add it there "
+                "or set the AZ your Capacity Block or reservation is in"
+            )
+        serving = self.serving
+        if serving.neuron_devices > nodes.devices:
+            raise ValueError(
+                f"serving.neuron_devices {serving.neuron_devices} exceeds the "
+                f"{nodes.devices} devices of a {nodes.instance_type}"
+            )
+        claim = (
+            f"of the claim ({serving.neuron_devices} devices x "
+            f"{nodes.physical_cores_per_device} physical cores / LNC "
+            f"{serving.logical_neuron_cores}; serving.neuron_devices)"
+        )
+        apply_rule(
+            lambda name: rules.check_parallelism(
+                serving.tensor_parallel_size,
+                serving.logical_neuron_cores,
+                self.claimed_logical_cores,
+                name,
+                claim,
+            ),
+            "serving",
+            "serving",
+        )
+        return self
+
+    @property
+    def claimed_logical_cores(self) -> int:
+        physical = self.serving.neuron_devices * self.cluster.neuron_nodes.physical_cores_per_device
+        return physical // self.serving.logical_neuron_cores
+
+    def model_path(self, model_id: str) -> str:
+        """Where a checkpoint sits inside the serving container (S3 mount)."""
+        return f"{self.model_store.mount_path}/{self.model_store.checkpoints_prefix}/{model_id}"
+
+    def with_speculative(self, draft: str, k: int, service_name: str) -> ExperimentConfig:
+        """This configuration with another (draft, k) as the speculative arm, named
+        ``service_name``: one tuning candidate (everything else unchanged)."""
+        serving = self.serving.model_copy(
+            update={
+                "draft_model": draft,
+                "num_speculative_tokens": k,
+                "speculative_service": service_name,
+            }
+        )
+        return self.model_copy(update={"serving": serving})
+
+    def compiled_artifacts_path(self, arm: Arm) -> str:
+        return (
+            f"{self.model_store.mount_path}/{self.model_store.compiled_prefix}/"
+            f"{self.serving.service_name(arm)}"
+        )
+
+    def serving_spec(self, arm: Arm) -> ServingSpec:
+        """The trn2 serving spec of one arm; the arms differ only in the draft settings."""
+        serving = self.serving
+        speculative = arm == Arm.SPECULATIVE
+        return ServingSpec(
+            service_name=serving.service_name(arm),
+            generation=serving.generation,
+            served_model_name=serving.target_model,
+            target_model=self.model_path(serving.target_model),
+            port=serving.port,
+            max_num_seqs=serving.max_num_seqs,
+            max_model_len=serving.max_model_len,
+            block_size=serving.block_size,
+            seed=serving.seed,
+            draft_model=self.model_path(serving.draft_model) if speculative else None,
+            num_speculative_tokens=serving.num_speculative_tokens if speculative else None,
+            speculative_method=serving.speculative_method if speculative else None,
+            tensor_parallel_size=serving.tensor_parallel_size,
+            logical_neuron_cores=serving.logical_neuron_cores,
+            claimed_logical_cores=self.claimed_logical_cores,
+            compiled_artifacts_path=self.compiled_artifacts_path(arm),
+            compiled_max_model_len=serving.compiled_max_model_len or serving.max_model_len,
+        )
+
+    def local_serving_spec(self, arm: Arm, target_dir: str, draft_dir: str) -> ServingSpec:
+        """The local (vLLM on CPU) spec of one arm, with the same k as the trn2 deployment."""
+        local = self.local
+        speculative = arm == Arm.SPECULATIVE
+        port = local.baseline_port if arm == Arm.BASELINE else local.speculative_port
+        k = (
+            self.serving.num_speculative_tokens
+            if local.num_speculative_tokens is None
+            else local.num_speculative_tokens
+        )
+        return ServingSpec(
+            service_name=self.serving.service_name(arm),
+            generation=Generation.LOCAL_CPU,
+            served_model_name=self.serving.target_model,
+            target_model=target_dir,
+            port=port,
+            max_num_seqs=local.max_num_seqs,
+            max_model_len=local.max_model_len,
+            block_size=self.serving.block_size,
+            seed=self.serving.seed,
+            draft_model=draft_dir if speculative else None,
+            num_speculative_tokens=k if speculative else None,
+            speculative_method="draft_model" if speculative else None,
+            host=local.host,
+            cpu_kvcache_gib=local.cpu_kvcache_gib,
+            dtype=local.dtype,
+            extra_args=tuple(local.server_args),
+        )
