@@ -23,11 +23,17 @@ MIN_KUBERNETES_VERSION = (1, 34)  # Neuron DRA needs 1.34+
 
 
 class NodeGroupConfig(Section):
-    instance_type: str
-    min_size: Annotated[int, Field(ge=0)]
-    max_size: Annotated[int, Field(ge=1)]
-    desired_size: Annotated[int, Field(ge=0)]
-    root_volume_gib: Annotated[int, Field(ge=20)]
+    instance_type: str = Field(description="EC2 instance type of the node group.")
+    min_size: Annotated[int, Field(ge=0)] = Field(
+        description="Fewest nodes of the group; 0 or more, at most max_size."
+    )
+    max_size: Annotated[int, Field(ge=1)] = Field(description="Most nodes of the group; 1 or more.")
+    desired_size: Annotated[int, Field(ge=0)] = Field(
+        description="Nodes the group starts with; between min_size and max_size."
+    )
+    root_volume_gib: Annotated[int, Field(ge=20)] = Field(
+        description="Root EBS volume per node, GiB; 20 or more."
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> NodeGroupConfig:
@@ -51,17 +57,55 @@ class CapacityType(StrEnum):
 
 
 class NeuronNodeGroupConfig(NodeGroupConfig):
-    instance_type: str = "trn2.48xlarge"
-    min_size: Annotated[int, Field(ge=0)] = 0  # scalable to zero
-    max_size: Annotated[int, Field(ge=1)] = 1
-    desired_size: Annotated[int, Field(ge=0)] = 1
-    root_volume_gib: Annotated[int, Field(ge=20)] = 512  # the Neuron DLC image is large
-    capacity_type: CapacityType = CapacityType.ON_DEMAND
-    capacity_reservation_id: str | None = None
-    # The AZ of the Capacity Block / reservation: the node group's subnets are restricted to it.
-    availability_zone: str | None = None
-    efa: bool = False
-    placement_group: bool = False
+    instance_type: str = Field(
+        default="trn2.48xlarge",
+        description="Neuron instance type: trn2.48xlarge, trn2u.48xlarge or trn2.3xlarge.",
+    )
+    min_size: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Fewest Neuron nodes; 0 lets the group scale to zero. At most max_size.",
+    )
+    max_size: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Most Neuron nodes; 1 or more."
+    )
+    desired_size: Annotated[int, Field(ge=0)] = Field(
+        default=1, description="Neuron nodes the group starts with; between min_size and max_size."
+    )
+    root_volume_gib: Annotated[int, Field(ge=20)] = Field(
+        default=512,
+        description=(
+            "Root EBS volume per Neuron node, GiB (the Neuron DLC image is large); 20 or more."
+        ),
+    )
+    capacity_type: CapacityType = Field(
+        default=CapacityType.ON_DEMAND,
+        description=(
+            "How the Neuron nodes are bought: on-demand, capacity-block (EC2 Capacity"
+            " Blocks for ML) or reservation (an On-Demand Capacity Reservation)."
+        ),
+    )
+    capacity_reservation_id: str | None = Field(
+        default=None,
+        description=(
+            "The 'cr-...' id of your Capacity Block or reservation; required by "
+            "capacity-block and reservation, not allowed with on-demand."
+        ),
+    )
+    availability_zone: str | None = Field(
+        default=None,
+        description=(
+            "The AZ of the Capacity Block or reservation (one of "
+            "network.availability_zones); the node group's subnets are restricted to "
+            "it. Required by capacity-block and reservation."
+        ),
+    )
+    efa: bool = Field(
+        default=False,
+        description="Attach one EFA interface per EFA-capable network card of the instance type.",
+    )
+    placement_group: bool = Field(
+        default=False, description="Launch the Neuron nodes into a cluster placement group."
+    )
 
     @field_validator("instance_type")
     @classmethod
@@ -119,11 +163,22 @@ class SystemNodeGroupConfig(NodeGroupConfig):
     """Add-ons and the load test. Defaults per field, so one override (e.g. only
     ``max_size``) keeps the others."""
 
-    instance_type: str = "m7i.2xlarge"
-    min_size: Annotated[int, Field(ge=0)] = 1
-    max_size: Annotated[int, Field(ge=1)] = 3
-    desired_size: Annotated[int, Field(ge=0)] = 2
-    root_volume_gib: Annotated[int, Field(ge=20)] = 100
+    instance_type: str = Field(
+        default="m7i.2xlarge",
+        description="EC2 instance type of the system nodes (add-ons and the load test).",
+    )
+    min_size: Annotated[int, Field(ge=0)] = Field(
+        default=1, description="Fewest system nodes; at most max_size."
+    )
+    max_size: Annotated[int, Field(ge=1)] = Field(
+        default=3, description="Most system nodes; 1 or more."
+    )
+    desired_size: Annotated[int, Field(ge=0)] = Field(
+        default=2, description="System nodes the group starts with; between min_size and max_size."
+    )
+    root_volume_gib: Annotated[int, Field(ge=20)] = Field(
+        default=100, description="Root EBS volume per system node, GiB; 20 or more."
+    )
 
 
 class EndpointAccess(StrEnum):
@@ -132,22 +187,68 @@ class EndpointAccess(StrEnum):
 
 
 class ClusterConfig(Section):
-    name: str = "qwen-sd"
-    kubernetes_version: str = "1.34"
-    # IAM principals (role/user ARNs) given cluster-admin through an EKS access entry.
-    admin_principal_arns: list[str] = Field(default_factory=list)
-    endpoint_access: EndpointAccess = EndpointAccess.PRIVATE
-    public_access_cidrs: list[str] = Field(default_factory=list)
-    control_plane_log_types: list[str] = Field(
-        default_factory=lambda: ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    name: str = Field(
+        default="qwen-sd",
+        description=(
+            "EKS cluster name: lowercase letters, digits and '-', starting with a "
+            "letter, at most 39 characters."
+        ),
     )
-    system_nodes: SystemNodeGroupConfig = Field(default_factory=SystemNodeGroupConfig)
-    neuron_nodes: NeuronNodeGroupConfig = Field(default_factory=NeuronNodeGroupConfig)
-    neuron_helm_chart: str = "oci://public.ecr.aws/neuron/neuron-helm-chart"
-    # A documented DRA-capable release (aws-neuron/neuron-helm-charts releases 1.9.0, 1.10.0).
-    neuron_helm_chart_version: str = "1.10.0"
-    # The chart's draDriver.namespaceOverride default: where the driver's DaemonSet lands.
-    neuron_namespace: NamespaceName = "neuron-dra-driver"
+    kubernetes_version: str = Field(
+        default="1.34",
+        description=(
+            "Kubernetes version of the cluster, '1.<minor>'; 1.34 or newer (the "
+            "Neuron DRA driver needs it)."
+        ),
+    )
+    admin_principal_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM role or user ARNs given cluster-admin through an EKS access entry.",
+    )
+    endpoint_access: EndpointAccess = Field(
+        default=EndpointAccess.PRIVATE,
+        description=(
+            "Kubernetes API endpoint: private, or public-and-private (then list "
+            "public_access_cidrs)."
+        ),
+    )
+    public_access_cidrs: list[str] = Field(
+        default_factory=list,
+        description=(
+            "CIDRs allowed to reach a public API endpoint; only with endpoint_access "
+            "public-and-private, never /0."
+        ),
+    )
+    control_plane_log_types: list[str] = Field(
+        default_factory=lambda: ["api", "audit", "authenticator", "controllerManager", "scheduler"],
+        description="EKS control plane log types sent to CloudWatch Logs.",
+    )
+    system_nodes: SystemNodeGroupConfig = Field(
+        default_factory=SystemNodeGroupConfig,
+        description="The node group for add-ons and the load test.",
+    )
+    neuron_nodes: NeuronNodeGroupConfig = Field(
+        default_factory=NeuronNodeGroupConfig,
+        description="The Neuron (Trainium) node group that serves both arms.",
+    )
+    neuron_helm_chart: str = Field(
+        default="oci://public.ecr.aws/neuron/neuron-helm-chart",
+        description="OCI address of the Neuron Helm chart (DRA driver and device plugin).",
+    )
+    neuron_helm_chart_version: str = Field(
+        default="1.10.0",
+        description=(
+            "Neuron Helm chart version; a DRA-capable release (aws-neuron/neuron-"
+            "helm-charts 1.9.0, 1.10.0)."
+        ),
+    )
+    neuron_namespace: NamespaceName = Field(
+        default="neuron-dra-driver",
+        description=(
+            "Namespace the Neuron DRA driver's DaemonSet lands in (the chart's "
+            "draDriver.namespaceOverride default)."
+        ),
+    )
 
     @field_validator("name")
     @classmethod

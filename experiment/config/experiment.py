@@ -23,19 +23,45 @@ from runtime.spec import Generation, ServingSpec
 
 
 class ExperimentConfig(Section):
-    project: str = "qwen-sd"
-    region: str = "us-east-2"
-    account: str | None = None  # None: environment-agnostic synth
-    network: NetworkConfig = Field(default_factory=NetworkConfig)
-    model_store: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    serving: ServingConfig = Field(default_factory=ServingConfig)
-    loadtest: LoadTestConfig = Field(default_factory=LoadTestConfig)
-    local: LocalConfig = Field(default_factory=LocalConfig)
-    pricing: PricingConfig = Field(default_factory=PricingConfig)
-    guardrails: GuardrailConfig = Field(default_factory=GuardrailConfig)
-    statistics: StatisticsConfig = Field(default_factory=StatisticsConfig)
-    tuning: TuningConfig = Field(default_factory=TuningConfig)
+    project: str = Field(
+        default="qwen-sd", description="Project name: prefix of stack names and tags."
+    )
+    region: str = Field(
+        default="us-east-2",
+        description="AWS region, such as 'us-east-2'; it must offer the Neuron instance type.",
+    )
+    account: str | None = Field(
+        default=None, description="12-digit AWS account id; null: environment-agnostic synth."
+    )
+    network: NetworkConfig = Field(default_factory=NetworkConfig, description="The VPC.")
+    model_store: ModelStoreConfig = Field(
+        default_factory=ModelStoreConfig,
+        description="The S3 bucket of checkpoints and compiled artifacts.",
+    )
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig, description="The EKS cluster and its node groups."
+    )
+    serving: ServingConfig = Field(
+        default_factory=ServingConfig,
+        description="Both vLLM services and the speculative settings.",
+    )
+    loadtest: LoadTestConfig = Field(
+        default_factory=LoadTestConfig, description="The comparative load test."
+    )
+    local: LocalConfig = Field(
+        default_factory=LocalConfig,
+        description="The local run on vLLM CPU with tiny generated models.",
+    )
+    pricing: PricingConfig = Field(
+        default_factory=PricingConfig, description="Prices for the cost per 1M output tokens."
+    )
+    guardrails: GuardrailConfig = Field(
+        default_factory=GuardrailConfig, description="Alarm thresholds."
+    )
+    statistics: StatisticsConfig = Field(
+        default_factory=StatisticsConfig, description="The paired bootstrap of every ratio."
+    )
+    tuning: TuningConfig = Field(default_factory=TuningConfig, description="The (draft, k) sweeps.")
 
     @field_validator("account", mode="before")
     @classmethod

@@ -15,12 +15,21 @@ CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 class TinyModelShape(Section):
     """Shape of one generated Qwen3-architecture model of the local run."""
 
-    hidden_size: Annotated[int, Field(ge=32)]
-    intermediate_size: Annotated[int, Field(ge=32)]
-    num_layers: Annotated[int, Field(ge=1)]
-    num_heads: Annotated[int, Field(ge=1)]
-    num_kv_heads: Annotated[int, Field(ge=1)]
-    head_dim: int = 32
+    hidden_size: Annotated[int, Field(ge=32)] = Field(description="Hidden size; 32 or more.")
+    intermediate_size: Annotated[int, Field(ge=32)] = Field(description="MLP width; 32 or more.")
+    num_layers: Annotated[int, Field(ge=1)] = Field(description="Transformer layers; 1 or more.")
+    num_heads: Annotated[int, Field(ge=1)] = Field(
+        description="Attention heads; a multiple of num_kv_heads."
+    )
+    num_kv_heads: Annotated[int, Field(ge=1)] = Field(
+        description="Key/value heads (grouped-query attention)."
+    )
+    head_dim: int = Field(
+        default=32,
+        description=(
+            "Size of one attention head; one vLLM's CPU attention serves (32, 64, 80, ..., 512)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _heads(self) -> TinyModelShape:
@@ -44,26 +53,51 @@ class TinyModelShape(Section):
 
 # Defaults per role, so `-c experiment.local.generator.draft.num_layers=3` changes one field.
 class TargetShape(TinyModelShape):
-    hidden_size: Annotated[int, Field(ge=32)] = 128
-    intermediate_size: Annotated[int, Field(ge=32)] = 384
-    num_layers: Annotated[int, Field(ge=1)] = 4
-    num_heads: Annotated[int, Field(ge=1)] = 4
-    num_kv_heads: Annotated[int, Field(ge=1)] = 2
+    hidden_size: Annotated[int, Field(ge=32)] = Field(
+        default=128, description="Hidden size of the target; 32 or more."
+    )
+    intermediate_size: Annotated[int, Field(ge=32)] = Field(
+        default=384, description="MLP width of the target as trained (see padding); 32 or more."
+    )
+    num_layers: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="Transformer layers of the target; 1 or more."
+    )
+    num_heads: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="Attention heads of the target; a multiple of num_kv_heads."
+    )
+    num_kv_heads: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="Key/value heads of the target."
+    )
 
 
 class DraftShape(TinyModelShape):
-    hidden_size: Annotated[int, Field(ge=32)] = 64
-    intermediate_size: Annotated[int, Field(ge=32)] = 192
-    num_layers: Annotated[int, Field(ge=1)] = 2
-    num_heads: Annotated[int, Field(ge=1)] = 2
-    num_kv_heads: Annotated[int, Field(ge=1)] = 1
-    # Weights read per draft step as a share of the served target's, reached by zero-output
-    # MLP padding like the target's; 0 = unpadded. The default draft reads 1.5%: its passes
-    # then cost some memory bandwidth like the target's step, which keeps the open-ended
-    # speedup near 1 on a machine with less bandwidth per core; every padded byte is also
-    # paid k times before the first token, so more costs TTFT (measured: 1% gave open-ended
-    # 1.19x / TTFT 0.89x, 2% 1.09x / 0.79x; docs/local-run.md, "Choosing the draft").
-    weight_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
+    hidden_size: Annotated[int, Field(ge=32)] = Field(
+        default=64, description="Hidden size of the draft; 32 or more."
+    )
+    intermediate_size: Annotated[int, Field(ge=32)] = Field(
+        default=192, description="MLP width of the draft; 32 or more."
+    )
+    num_layers: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="Transformer layers of the draft; 1 or more."
+    )
+    num_heads: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="Attention heads of the draft; a multiple of num_kv_heads."
+    )
+    num_kv_heads: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Key/value heads of the draft."
+    )
+    # The default draft reads 1.5% (padded like the target's MLP): its passes then cost some
+    # memory bandwidth like the target's step, which keeps the open-ended speedup near 1 on a
+    # machine with less bandwidth per core; every padded byte is also paid k times before the
+    # first token, so more costs TTFT (measured: 1% gave open-ended 1.19x / TTFT 0.89x, 2%
+    # 1.09x / 0.79x; docs/local-run.md, "Choosing the draft").
+    weight_share: Annotated[float, Field(ge=0, lt=0.5)] = Field(
+        default=0.0,
+        description=(
+            "Weights read per draft step as a share of the served target's, reached "
+            "by zero-output MLP padding; 0 (unpadded) to <0.5."
+        ),
+    )
 
 
 DEFAULT_DRAFTS = {
@@ -80,47 +114,100 @@ class TargetPadding(Section):
     overhead): MLP columns whose down-projection is zero and extra layers whose attention
     o_proj and MLP down_proj are zero. Same logits, more bytes read per step."""
 
-    # Served MLP width; 0 = unpadded. 12288: 147 MiB read per step, a step still bound by
+    # 12288: 147 MiB read per step, a step still bound by
     # weight reads on every machine measured, and a cached `make local` under 4 minutes on
     # the slower one (16384: 195 MiB, 4 min 14 s there; docs/local-run.md).
-    intermediate_size: Annotated[int, Field(ge=0)] = 12288
-    extra_layers: Annotated[int, Field(ge=0)] = 4
+    intermediate_size: Annotated[int, Field(ge=0)] = Field(
+        default=12288,
+        description=(
+            "Served MLP width of the target; 0: unpadded, else at least target.intermediate_size."
+        ),
+    )
+    extra_layers: Annotated[int, Field(ge=0)] = Field(
+        default=4,
+        description=(
+            "Function-free layers added to the served target (zero attention o_proj "
+            "and MLP down_proj)."
+        ),
+    )
 
 
 class DistillationConfig(Section):
     """The drafts also learn the target's own greedy continuations of structured chat prompts
     (never the load test's prompts), as a same-family draft agrees with its target there."""
 
-    prompts: Annotated[int, Field(ge=0)] = 512  # 0 = train the drafts on the corpus only
-    new_tokens: Annotated[int, Field(ge=1)] = 192
+    prompts: Annotated[int, Field(ge=0)] = Field(
+        default=512,
+        description=(
+            "Structured chat prompts whose target continuations the drafts learn; 0: "
+            "train the drafts on the corpus only."
+        ),
+    )
+    new_tokens: Annotated[int, Field(ge=1)] = Field(
+        default=192, description="Tokens of each target continuation; 1 or more."
+    )
     # 400: 2 points of structured agreement below 600 steps, 45 s less of `make local`.
-    train_steps: Annotated[int, Field(ge=0)] = 400
-    # Rows of each draft batch cut from the corpus (the rest from the continuations). 0:
-    # the draft learns the target's structured answers only, so it agrees with the target
+    train_steps: Annotated[int, Field(ge=0)] = Field(
+        default=400, description="Draft training steps on the continuations; 0 or more."
+    )
+    # 0: the draft learns the target's structured answers only, so it agrees with the target
     # where the text is predictable and seldom on open-ended prose (docs/local-run.md).
-    corpus_rows: Annotated[int, Field(ge=0)] = 0
+    corpus_rows: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description=(
+            "Rows of each draft batch cut from the corpus (the rest from the "
+            "continuations); at most batch_size."
+        ),
+    )
 
 
 class ModelGeneratorConfig(Section):
     """The tiny target/draft pair of the local run: one locally trained tokenizer, a short
     CPU training pass on structured text. Changing any value generates a new pair."""
 
-    vocab_size: Annotated[int, Field(ge=512, le=65536)] = 2048
-    target: TargetShape = Field(default_factory=TargetShape)
-    padding: TargetPadding = Field(default_factory=TargetPadding)
-    # Drafts by name (the experiment's 0.6B vs 1.7B trade-off); `draft` is the one served.
-    drafts: dict[str, DraftShape] = Field(default_factory=lambda: dict(DEFAULT_DRAFTS))
-    draft: str = "small"
-    distillation: DistillationConfig = Field(default_factory=DistillationConfig)
-    documents: Annotated[int, Field(ge=100)] = 4000
-    train_steps: Annotated[int, Field(ge=0)] = 300
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    sequence_length: Annotated[int, Field(ge=16)] = 256
-    learning_rate: Annotated[float, Field(gt=0, le=0.1)] = 3e-3
-    # PyTorch threads for generating the models; None = every core this process may use.
+    vocab_size: Annotated[int, Field(ge=512, le=65536)] = Field(
+        default=2048, description="Size of the locally trained tokenizer's vocabulary; 512-65536."
+    )
+    target: TargetShape = Field(
+        default_factory=TargetShape, description="Shape of the target model."
+    )
+    padding: TargetPadding = Field(
+        default_factory=TargetPadding, description="Weight reads added to the served target."
+    )
+    drafts: dict[str, DraftShape] = Field(
+        default_factory=lambda: dict(DEFAULT_DRAFTS),
+        description=(
+            "Draft shapes by name (the experiment's 0.6B vs 1.7B trade-off); each "
+            "smaller than the target."
+        ),
+    )
+    draft: str = Field(default="small", description="Name of the draft in drafts that is served.")
+    distillation: DistillationConfig = Field(
+        default_factory=DistillationConfig, description="What the drafts learn from the target."
+    )
+    documents: Annotated[int, Field(ge=100)] = Field(
+        default=4000, description="Synthetic training documents; 100 or more."
+    )
+    train_steps: Annotated[int, Field(ge=0)] = Field(
+        default=300, description="Training steps of the target on the corpus; 0 or more."
+    )
+    batch_size: Annotated[int, Field(ge=1)] = Field(
+        default=16, description="Rows per training batch."
+    )
+    sequence_length: Annotated[int, Field(ge=16)] = Field(
+        default=256, description="Tokens per training row; at most local.max_model_len."
+    )
+    learning_rate: Annotated[float, Field(gt=0, le=0.1)] = Field(
+        default=3e-3, description="Learning rate of the training passes; above 0, at most 0.1."
+    )
     # Not part of the cache key: the weights are byte-identical on 1 and 2 threads
     # (test_local_models.py), and nothing else runs while they are generated.
-    threads: Annotated[int, Field(ge=1)] | None = None
+    threads: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description=(
+            "PyTorch threads for generating the models; null: every core this process may use."
+        ),
+    )
 
     @field_validator("drafts", mode="before")
     @classmethod

@@ -15,15 +15,30 @@ _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 class GuardrailConfig(Section):
     """Alarm thresholds of the Observability stack (stacks/alarms.py), checked per run."""
 
-    # SD arm, per prompt class: acceptance (draft tokens accepted / proposed) below this
-    # means speculation stopped paying for that class.
-    min_acceptance_rate: Annotated[float, Field(gt=0, le=1)] = 0.3
-    max_failed_request_share: Annotated[float, Field(ge=0, lt=1)] = 0.01
-    # Lossless mismatches (SD output differing from the baseline at temperature 0) tolerated.
-    max_lossless_mismatches: Annotated[int, Field(ge=0)] = 0
-    period_minutes: Annotated[int, Field(ge=1, le=1440)] = 5
-    evaluation_periods: Annotated[int, Field(ge=1)] = 1
-    alarm_email: str | None = None  # None: alarms without notification
+    min_acceptance_rate: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.3,
+        description=(
+            "Alarm when the SD arm's acceptance (accepted / proposed draft tokens) of"
+            " a prompt class falls below this; above 0, at most 1."
+        ),
+    )
+    max_failed_request_share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.01, description="Alarm when an arm's failed / sent requests exceed this; 0 to <1."
+    )
+    max_lossless_mismatches: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="SD outputs differing from the baseline at temperature 0 tolerated per run.",
+    )
+    period_minutes: Annotated[int, Field(ge=1, le=1440)] = Field(
+        default=5, description="Alarm period, minutes; 1-1440."
+    )
+    evaluation_periods: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Periods an alarm evaluates."
+    )
+    alarm_email: str | None = Field(
+        default=None,
+        description="E-mail address subscribed to the alarms; null: alarms without notification.",
+    )
 
     @field_validator("alarm_email")
     @classmethod

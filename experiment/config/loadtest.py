@@ -16,36 +16,76 @@ class PromptSuiteConfig(Section):
         default_factory=lambda: [
             "loadtest/prompts/structured.jsonl",
             "loadtest/prompts/open_ended.jsonl",
-        ]
+        ],
+        description=(
+            "JSONL prompt files, one prompt class per file, relative to the repository root."
+        ),
     )
 
 
 class SloConfig(Section):
-    ttft_ms: float = 2000.0
-    tpot_ms: float = 100.0
-    e2e_ms: float = 60000.0
+    ttft_ms: float = Field(
+        default=2000.0, description="Time-to-first-token objective of a good request, ms."
+    )
+    tpot_ms: float = Field(
+        default=100.0, description="Time-per-output-token objective of a good request, ms."
+    )
+    e2e_ms: float = Field(
+        default=60000.0, description="End-to-end latency objective of a good request, ms."
+    )
 
 
 class MetricNames(Section):
     """CloudWatch metric names: the contract between the load test (publisher) and the
     dashboard (reader). Latencies in milliseconds."""
 
-    ttft: str = "TimeToFirstToken"
-    inter_token_latency: str = "InterTokenLatency"  # per token, not per SSE chunk
-    time_per_output_token: str = "TimePerOutputToken"
-    e2e_latency: str = "EndToEndLatency"
-    output_tokens_per_second: str = "OutputTokensPerSecond"  # per request
-    output_throughput: str = "OutputTokenThroughput"  # per run: tokens / wall second
-    request_throughput: str = "RequestThroughput"
-    goodput: str = "Goodput"
-    failed_requests: str = "FailedRequests"
-    acceptance_rate: str = "AcceptanceRate"
-    mean_acceptance_length: str = "MeanAcceptanceLength"
-    # SD arm per prompt class, from client-side tokens per chunk (loadtest/stats.py)
-    acceptance_rate_estimate: str = "AcceptanceRateEstimate"
-    failed_request_share: str = "FailedRequestShare"  # failed / sent, 0..1
-    lossless_mismatches: str = "LosslessMismatches"  # per run, no Variant dimension
-    cost_per_million_output_tokens: str = "CostPerMillionOutputTokens"  # USD
+    ttft: str = Field(default="TimeToFirstToken", description="Time to first token, ms.")
+    inter_token_latency: str = Field(
+        default="InterTokenLatency", description="Latency per token (not per SSE chunk), ms."
+    )
+    time_per_output_token: str = Field(
+        default="TimePerOutputToken", description="Time per output token after the first, ms."
+    )
+    e2e_latency: str = Field(
+        default="EndToEndLatency", description="End-to-end latency of a request, ms."
+    )
+    output_tokens_per_second: str = Field(
+        default="OutputTokensPerSecond", description="Output tokens per second of one request."
+    )
+    output_throughput: str = Field(
+        default="OutputTokenThroughput", description="Output tokens per wall-clock second of a run."
+    )
+    request_throughput: str = Field(
+        default="RequestThroughput", description="Requests per second of a run."
+    )
+    goodput: str = Field(default="Goodput", description="Requests per second that met every SLO.")
+    failed_requests: str = Field(default="FailedRequests", description="Failed requests of a run.")
+    acceptance_rate: str = Field(
+        default="AcceptanceRate",
+        description="Draft tokens accepted / proposed, from the server's metrics.",
+    )
+    mean_acceptance_length: str = Field(
+        default="MeanAcceptanceLength", description="Mean tokens accepted per speculative step."
+    )
+    acceptance_rate_estimate: str = Field(
+        default="AcceptanceRateEstimate",
+        description=(
+            "SD arm, per prompt class: acceptance estimated from client-side tokens "
+            "per chunk (loadtest/stats.py)."
+        ),
+    )
+    failed_request_share: str = Field(
+        default="FailedRequestShare", description="Failed / sent requests, 0..1."
+    )
+    lossless_mismatches: str = Field(
+        default="LosslessMismatches",
+        description=(
+            "Prompts whose SD output differs from the baseline's, per run (no Variant dimension)."
+        ),
+    )
+    cost_per_million_output_tokens: str = Field(
+        default="CostPerMillionOutputTokens", description="Cost per 1M output tokens, USD."
+    )
 
 
 class LoadTestPodConfig(Section):
@@ -54,12 +94,24 @@ class LoadTestPodConfig(Section):
     for 256), the arms run one after the other, and the report's plotting needs the headroom
     of the limit."""
 
-    cpu: Annotated[int, Field(ge=1)] = 1
-    cpu_limit: Annotated[int, Field(ge=1)] = 2
-    memory_gib: Annotated[int, Field(ge=1)] = 1
-    memory_limit_gib: Annotated[int, Field(ge=1)] = 2
-    tmp_gib: Annotated[int, Field(ge=1)] = 1  # emptyDir /tmp (read-only root filesystem)
-    results_gib: Annotated[int, Field(ge=1)] = 2  # emptyDir for records and reports
+    cpu: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="CPU cores each load-test pod requests."
+    )
+    cpu_limit: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="CPU limit of each load-test pod; at least cpu."
+    )
+    memory_gib: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Memory each load-test pod requests, GiB."
+    )
+    memory_limit_gib: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="Memory limit of each load-test pod, GiB; at least memory_gib."
+    )
+    tmp_gib: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="emptyDir mounted at /tmp (the root filesystem is read-only), GiB."
+    )
+    results_gib: Annotated[int, Field(ge=1)] = Field(
+        default=2, description="emptyDir for records and reports, GiB."
+    )
 
     @model_validator(mode="after")
     def _requests_within_limits(self) -> LoadTestPodConfig:
@@ -74,54 +126,136 @@ class LoadTestPodConfig(Section):
 
 
 class LoadTestConfig(Section):
-    metric_namespace: str = "SpecDecode/LoadTest"
-    metric_names: MetricNames = Field(default_factory=MetricNames)
-    variant_dimension: str = "Variant"
-    prompt_class_dimension: str = "PromptClass"
-    variant_labels: dict[Arm, str] = Field(
-        default_factory=lambda: {Arm.BASELINE: "Base", Arm.SPECULATIVE: "SD"}
+    metric_namespace: str = Field(
+        default="SpecDecode/LoadTest",
+        description=(
+            "CloudWatch namespace the load test publishes to: 1-255 printable ASCII "
+            "characters, not starting with ':' or 'AWS/'."
+        ),
     )
-    prompts: PromptSuiteConfig = Field(default_factory=PromptSuiteConfig)
-    concurrency: Annotated[int, Field(ge=1)] = 4
-    request_rate: float | None = None  # requests/s (open loop); None: closed loop at concurrency
-    requests_per_prompt: Annotated[int, Field(ge=1)] = 8
-    warmup_requests: Annotated[int, Field(ge=0)] = 2
-    max_tokens: Annotated[int, Field(ge=1)] = 600
-    ignore_eos: bool = True
+    metric_names: MetricNames = Field(
+        default_factory=MetricNames,
+        description="CloudWatch metric names, shared by the publisher and the dashboard.",
+    )
+    variant_dimension: str = Field(
+        default="Variant", description="CloudWatch dimension naming the arm."
+    )
+    prompt_class_dimension: str = Field(
+        default="PromptClass", description="CloudWatch dimension naming the prompt class."
+    )
+    variant_labels: dict[Arm, str] = Field(
+        default_factory=lambda: {Arm.BASELINE: "Base", Arm.SPECULATIVE: "SD"},
+        description=(
+            "Label of each arm in metrics and reports; names both baseline and speculative."
+        ),
+    )
+    prompts: PromptSuiteConfig = Field(
+        default_factory=PromptSuiteConfig, description="The prompt suite."
+    )
+    concurrency: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="Concurrent users (streams) per arm; at least workers."
+    )
+    request_rate: float | None = Field(
+        default=None,
+        description="Requests per second (open loop); null: closed loop at concurrency.",
+    )
+    requests_per_prompt: Annotated[int, Field(ge=1)] = Field(
+        default=8, description="Measured requests per prompt and arm."
+    )
+    warmup_requests: Annotated[int, Field(ge=0)] = Field(
+        default=2, description="Unmeasured requests per arm before measuring."
+    )
+    max_tokens: Annotated[int, Field(ge=1)] = Field(
+        default=600, description="Output tokens per request."
+    )
+    ignore_eos: bool = Field(
+        default=True,
+        description="Keep generating past end-of-sequence so every request yields max_tokens.",
+    )
     # What vLLM's SamplingParams accepts (vllm/sampling_params.py, _verify_args, vLLM 0.32:
     # finite, 0 <= temperature <= 2); 0 is greedy, what the lossless check needs.
-    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = 0.0
-    seed: int = 0
-    request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
-    max_duration_s: Annotated[float, Field(gt=0)] = 3600.0
-    # The in-cluster Job's deadline is max_duration_s plus this: room to write the report
-    # and publish metrics after the measured window ends.
-    job_deadline_margin_s: Annotated[int, Field(ge=0)] = 300
-    # Locust worker processes (pods in the cluster) per arm; 1: one process, no master.
-    # The per-worker stream budget is measured in bench/README.md ("Workers").
-    workers: Annotated[int, Field(ge=1, le=64)] = 1
-    master_port: Annotated[int, Field(ge=1024, le=65535)] = 5557  # Locust's default
-    # A distributed arm's Locust master waits at most this long for its workers to connect
-    # (locust --expect-workers-max-wait), then the arm fails. Worker pods may first wait for
-    # a node and an image pull; each arm waits once and the Job's deadline includes both.
-    workers_connect_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 300
-    # Exit non-zero when an arm's failed share of measured requests exceeds this (0: any
-    # failure, like Locust's --exit-code-on-error) or when it has no successful request.
-    max_failure_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    # Warn when the workers' wall clocks disagree by more than this (window and throughput
-    # combine their wall-clock times).
-    clock_skew_warning_ms: Annotated[float, Field(gt=0)] = 5.0
-    # In the cluster, wait at most this long for both services' /health before measuring
-    # (first deploy compiles for hours); part of the Job's deadline.
-    wait_ready_s: Annotated[int, Field(ge=0)] = 14400
+    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = Field(
+        default=0.0,
+        description="Sampling temperature, 0 to 2; 0 is greedy, which the lossless check needs.",
+    )
+    seed: int = Field(default=0, description="Seed of the request order and sampling.")
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=300.0, description="Seconds one request may take before it fails."
+    )
+    max_duration_s: Annotated[float, Field(gt=0)] = Field(
+        default=3600.0, description="Most seconds one measured run may take."
+    )
+    job_deadline_margin_s: Annotated[int, Field(ge=0)] = Field(
+        default=300,
+        description=(
+            "Seconds added to max_duration_s for the in-cluster Job's deadline: room "
+            "to write the report and publish metrics."
+        ),
+    )
+    workers: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=1,
+        description=(
+            "Locust worker processes (pods in the cluster) per arm, 1-64; 1: one "
+            "process, no master. bench/README.md measures the per-worker stream "
+            "budget."
+        ),
+    )
+    master_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=5557,
+        description="Port of a distributed arm's Locust master (Locust's default 5557).",
+    )
+    workers_connect_timeout_s: Annotated[int, Field(ge=1, le=3600)] = Field(
+        default=300,
+        description=(
+            "Seconds a distributed arm's master waits for its workers to connect "
+            "(locust --expect-workers-max-wait), then the arm fails; 1-3600."
+        ),
+    )
+    max_failure_share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0,
+        description=(
+            "Exit non-zero when an arm's failed share of measured requests exceeds "
+            "this (0: any failure) or it has no successful request; 0 to <1."
+        ),
+    )
+    clock_skew_warning_ms: Annotated[float, Field(gt=0)] = Field(
+        default=5.0,
+        description=(
+            "Warn when the workers' wall clocks disagree by more than this, ms "
+            "(window and throughput combine their times)."
+        ),
+    )
+    wait_ready_s: Annotated[int, Field(ge=0)] = Field(
+        default=14400,
+        description=(
+            "In the cluster, seconds to wait for both services' /health before "
+            "measuring (a first deploy compiles for hours); part of the Job's "
+            "deadline."
+        ),
+    )
     # After SIGTERM (the Job's deadline): room to stop the load, write the partial report and
     # publish it before Kubernetes kills the pod (summarizing 10k requests takes ~20 s,
     # bench/stats_speed.json).
-    termination_grace_s: Annotated[int, Field(ge=30)] = 120
-    slo: SloConfig = Field(default_factory=SloConfig)
-    service_account: ServiceAccountName = "loadtest"
-    pod: LoadTestPodConfig = Field(default_factory=LoadTestPodConfig)
-    image_directory: str = "loadtest"  # Dockerfile for the load-test image (CDK image asset)
+    termination_grace_s: Annotated[int, Field(ge=30)] = Field(
+        default=120,
+        description=(
+            "Seconds after SIGTERM to stop the load, write the partial report and "
+            "publish it; 30 or more."
+        ),
+    )
+    slo: SloConfig = Field(
+        default_factory=SloConfig, description="Latency objectives that define goodput."
+    )
+    service_account: ServiceAccountName = Field(
+        default="loadtest", description="Kubernetes service account of the load-test Job."
+    )
+    pod: LoadTestPodConfig = Field(
+        default_factory=LoadTestPodConfig, description="Size of each in-cluster load-test pod."
+    )
+    image_directory: str = Field(
+        default="loadtest",
+        description="Directory with the load-test image's Dockerfile (a CDK image asset).",
+    )
 
     @model_validator(mode="after")
     def _labels(self) -> LoadTestConfig:

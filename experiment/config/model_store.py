@@ -13,12 +13,30 @@ from experiment.config.base import Section
 class ModelStoreConfig(Section):
     """S3 bucket holding Hugging Face checkpoints and compiled Neuron artifacts."""
 
-    bucket_name: str | None = None  # None: CloudFormation generates a unique name
-    retain_on_delete: bool = True
-    noncurrent_version_expiration_days: Annotated[int, Field(ge=1)] = 30
-    checkpoints_prefix: str = "checkpoints"
-    compiled_prefix: str = "compiled"
-    mount_path: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/models"  # absolute, in the pod
+    bucket_name: str | None = Field(
+        default=None,
+        description=(
+            "S3 bucket name (3-63 lowercase letters, digits, dots, hyphens); null: "
+            "CloudFormation generates a unique name."
+        ),
+    )
+    retain_on_delete: bool = Field(
+        default=True, description="Keep the bucket and its objects when the stack is deleted."
+    )
+    noncurrent_version_expiration_days: Annotated[int, Field(ge=1)] = Field(
+        default=30, description="Days before a noncurrent object version is deleted; 1 or more."
+    )
+    checkpoints_prefix: str = Field(
+        default="checkpoints",
+        description="Key prefix of the Hugging Face checkpoints in the bucket.",
+    )
+    compiled_prefix: str = Field(
+        default="compiled", description="Key prefix of the compiled Neuron artifacts in the bucket."
+    )
+    mount_path: Annotated[str, Field(pattern=r"^/[^\s]*$")] = Field(
+        default="/models",
+        description="Absolute path the bucket is mounted at inside the serving pods.",
+    )
 
     @field_validator("bucket_name")
     @classmethod

@@ -16,13 +16,26 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, *_UP_TO_18_MONTHS, *_TWO_TO_TEN_YEARS)
 
 
 class NetworkConfig(Section):
-    vpc_cidr: str = "10.42.0.0/16"
-    # The AZs that hold trn2 capacity in the region (check your Capacity Block / ODCR).
-    availability_zones: list[str] = Field(
-        default_factory=lambda: ["us-east-2a", "us-east-2b", "us-east-2c"]
+    vpc_cidr: str = Field(
+        default="10.42.0.0/16", description="IPv4 CIDR of the VPC; a prefix between /16 and /20."
     )
-    nat_gateways: Annotated[int, Field(ge=1)] = 1
-    flow_logs_retention_days: int = 30
+    availability_zones: list[str] = Field(
+        default_factory=lambda: ["us-east-2a", "us-east-2b", "us-east-2c"],
+        description=(
+            "AZs of the region that hold your trn2 capacity (check your Capacity "
+            "Block or ODCR); at least 2, all in `region`, no duplicates."
+        ),
+    )
+    nat_gateways: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="NAT gateways for the private subnets' egress; 1 or more."
+    )
+    flow_logs_retention_days: int = Field(
+        default=30,
+        description=(
+            "Days CloudWatch Logs keeps the VPC flow logs; one of the retentions "
+            "CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, ..., 3653)."
+        ),
+    )
 
     @field_validator("vpc_cidr")
     @classmethod

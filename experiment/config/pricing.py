@@ -15,10 +15,15 @@ class InstancePrice(Section):
     """One hourly price and where it came from: reports print the source and date next to
     every cost figure, and label it "nominal" when it is a placeholder rather than a quote."""
 
-    usd_per_hour: Annotated[float, Field(gt=0)]
-    source: str = Field(min_length=1)
-    as_of: date
-    nominal: bool = False
+    usd_per_hour: Annotated[float, Field(gt=0)] = Field(description="Hourly price, USD; above 0.")
+    source: str = Field(
+        min_length=1, description="Where the price comes from (printed next to every cost figure)."
+    )
+    as_of: date = Field(description="Date of the price (YYYY-MM-DD).")
+    nominal: bool = Field(
+        default=False,
+        description="Set by the config: whether the price is a placeholder, not a quote.",
+    )
 
 
 NOMINAL_NEURON_USD_PER_HOUR = 40.0
@@ -40,12 +45,17 @@ def _nominal_neuron_price() -> InstancePrice:
 class LocalPrice(InstancePrice):
     """The CPU machine a user runs ``make local`` on; each local arm holds all of it."""
 
-    instance_type: str = "m7i.large"
-    usd_per_hour: Annotated[float, Field(gt=0)] = 0.1008
+    instance_type: str = Field(
+        default="m7i.large", description="The cloud instance type the local machine is priced as."
+    )
+    usd_per_hour: Annotated[float, Field(gt=0)] = Field(
+        default=0.1008, description="Hourly price of that instance, USD; above 0."
+    )
     source: str = Field(
         default="EC2 On-Demand Linux price of m7i.large in us-east-1 (nominal: your laptop "
         "costs nothing per hour, this prices the equivalent cloud CPU)",
         min_length=1,
+        description="Where the local price comes from.",
     )
     as_of: date = date(2026, 11, 23)
     nominal: bool = True
@@ -57,11 +67,17 @@ class PricingConfig(Section):
     An arm pays for its share of the instance: devices it claims / devices of the instance.
     """
 
-    currency: Literal["USD"] = "USD"
+    currency: Literal["USD"] = Field(default="USD", description="Currency of every price: USD.")
     neuron: dict[CapacityType, InstancePrice] = Field(
-        default_factory=lambda: {capacity: _nominal_neuron_price() for capacity in CapacityType}
+        default_factory=lambda: {capacity: _nominal_neuron_price() for capacity in CapacityType},
+        description=(
+            "Price of the Neuron instance per capacity type (on-demand, capacity-"
+            "block, reservation); a price you set needs its source and as_of."
+        ),
     )
-    local: LocalPrice = Field(default_factory=LocalPrice)
+    local: LocalPrice = Field(
+        default_factory=LocalPrice, description="Price of the machine the local run uses."
+    )
 
     @field_validator("neuron", mode="before")
     @classmethod

@@ -35,35 +35,126 @@ class SecurityProfile(StrEnum):
 class ServingConfig(Section):
     """What both vLLM services share, plus the speculative settings of the SD arm."""
 
-    namespace: NamespaceName = "qwen"
-    baseline_service: ServiceName = "qwen-vllm"
-    speculative_service: ServiceName = "qwen-sd-vllm"
-    generation: Generation = Generation.NEURON_FORK
-    image: str = FORK_IMAGE
-    target_model: str = "Qwen/Qwen3-32B"
-    # The fork generation's defaults; the plugin generation has its own (PLUGIN_DEFAULTS).
-    draft_model: str = "Qwen/Qwen3-1.7B"
-    speculative_method: str | None = None  # fork: rendered as "eagle" (runtime/render.py)
-    num_speculative_tokens: int = 7
-    tensor_parallel_size: Annotated[int, Field(ge=1)] = 32
-    logical_neuron_cores: Literal[1, 2] = 2
-    neuron_devices: int = 8  # devices (chips) one pod claims through DRA
-    max_num_seqs: Annotated[int, Field(ge=1)] = 4
-    max_model_len: Annotated[int, Field(ge=16)] = 1024
-    compiled_max_model_len: int | None = None  # None: artifacts compiled for max_model_len
-    block_size: Annotated[int, Field(ge=1)] = 32
-    port: Annotated[int, Field(ge=1024, le=65535)] = 8000
-    replicas: Annotated[int, Field(ge=1)] = 1
-    cpu: Annotated[int, Field(ge=1)] = 90
-    memory_gib: Annotated[int, Field(ge=1)] = 512
-    shm_size_gib: Annotated[int, Field(ge=1)] = 128
-    startup_timeout_minutes: Annotated[int, Field(ge=1)] = 60  # load precompiled artifacts
-    precompile_timeout_minutes: Annotated[int, Field(ge=1)] = 360  # first compile, target+draft
-    compile_scratch_gib: Annotated[int, Field(ge=1)] = 256  # node-local disk vLLM compiles into
-    termination_grace_seconds: Annotated[int, Field(ge=1)] = 120  # let in-flight streams finish
+    namespace: NamespaceName = Field(
+        default="qwen", description="Kubernetes namespace of both vLLM services and the load test."
+    )
+    baseline_service: ServiceName = Field(
+        default="qwen-vllm",
+        description=(
+            "Service (and Deployment) name of the baseline arm; differs from speculative_service."
+        ),
+    )
+    speculative_service: ServiceName = Field(
+        default="qwen-sd-vllm",
+        description="Service (and Deployment) name of the speculative-decoding arm.",
+    )
+    generation: Generation = Field(
+        default=Generation.NEURON_FORK,
+        description=(
+            "Which vLLM on Neuron serves: neuron-fork (the published vLLM 0.9 NxD "
+            "Inference fork) or neuron-plugin (vllm-neuron on vLLM >= 0.11)."
+        ),
+    )
+    image: str = Field(
+        default=FORK_IMAGE,
+        description=(
+            "Container image of both vLLM services; with neuron-plugin, an image with"
+            " vllm-neuron (not the fork's DLC)."
+        ),
+    )
+    target_model: str = Field(
+        default="Qwen/Qwen3-32B",
+        description=(
+            "Hugging Face id of the target model; its checkpoint sits under "
+            "model_store.checkpoints_prefix."
+        ),
+    )
+    draft_model: str = Field(
+        default="Qwen/Qwen3-1.7B",
+        description=(
+            "Hugging Face id of the draft model of the speculative arm; not the "
+            "target. neuron-plugin defaults to an EAGLE3 speculator."
+        ),
+    )
+    speculative_method: str | None = Field(
+        default=None,
+        description=(
+            "vLLM speculative method; null: the generation's default (the fork "
+            "renders 'eagle'). neuron-plugin defaults to 'eagle3'."
+        ),
+    )
+    num_speculative_tokens: int = Field(
+        default=7,
+        description=(
+            "k, the tokens the draft proposes per step (runtime/validate.py gives the range)."
+        ),
+    )
+    tensor_parallel_size: Annotated[int, Field(ge=1)] = Field(
+        default=32,
+        description=(
+            "Tensor-parallel degree of each arm; must fit the logical cores the pod claims."
+        ),
+    )
+    logical_neuron_cores: Literal[1, 2] = Field(
+        default=2,
+        description="Logical NeuronCore size (LNC): 1 or 2 physical cores per logical core.",
+    )
+    neuron_devices: int = Field(
+        default=8,
+        description=(
+            "Neuron devices (chips) one pod claims through DRA: 1, 4, 8 or 16, at "
+            "most the instance's."
+        ),
+    )
+    max_num_seqs: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="Most sequences vLLM batches at once; 1 or more."
+    )
+    max_model_len: Annotated[int, Field(ge=16)] = Field(
+        default=1024, description="Longest sequence (prompt plus output) in tokens; 16 or more."
+    )
+    compiled_max_model_len: int | None = Field(
+        default=None,
+        description="Sequence length the Neuron artifacts were compiled for; null: max_model_len.",
+    )
+    block_size: Annotated[int, Field(ge=1)] = Field(
+        default=32, description="KV-cache block size in tokens; 1 or more."
+    )
+    port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=8000, description="HTTP port of both vLLM services; 1024-65535."
+    )
+    replicas: Annotated[int, Field(ge=1)] = Field(default=1, description="Pods per arm; 1 or more.")
+    cpu: Annotated[int, Field(ge=1)] = Field(
+        default=90, description="CPU cores each vLLM pod requests."
+    )
+    memory_gib: Annotated[int, Field(ge=1)] = Field(
+        default=512, description="Memory each vLLM pod requests, GiB."
+    )
+    shm_size_gib: Annotated[int, Field(ge=1)] = Field(
+        default=128, description="Shared memory (/dev/shm) of each vLLM pod, GiB."
+    )
+    startup_timeout_minutes: Annotated[int, Field(ge=1)] = Field(
+        default=60,
+        description="Minutes a pod may take to become ready when it loads precompiled artifacts.",
+    )
+    precompile_timeout_minutes: Annotated[int, Field(ge=1)] = Field(
+        default=360, description="Minutes the first compile of target and draft may take."
+    )
+    compile_scratch_gib: Annotated[int, Field(ge=1)] = Field(
+        default=256, description="Node-local disk vLLM compiles into, GiB."
+    )
+    termination_grace_seconds: Annotated[int, Field(ge=1)] = Field(
+        default=120, description="Seconds a stopping pod gets to finish in-flight streams."
+    )
     # "sample" if the Neuron runtime is denied mbind/set_mempolicy under "strict".
-    security_profile: SecurityProfile = SecurityProfile.STRICT
-    seed: int = 0
+    security_profile: SecurityProfile = Field(
+        default=SecurityProfile.STRICT,
+        description=(
+            "The vLLM pods' security context: strict (all capabilities dropped, no "
+            "privilege escalation, RuntimeDefault seccomp) or sample (none set, as "
+            "the experiment's sample)."
+        ),
+    )
+    seed: int = Field(default=0, description="Seed of vLLM's sampling in both arms.")
 
     @model_validator(mode="before")
     @classmethod

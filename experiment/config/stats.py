@@ -12,9 +12,19 @@ from experiment.config.base import Section
 class StatisticsConfig(Section):
     """Paired bootstrap of every speedup, acceptance and cost ratio (loadtest/stats.py)."""
 
-    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
-    resamples: Annotated[int, Field(ge=200, le=100_000)] = 2000
-    seed: int = 0
-    # Below this many pairs a percentile bootstrap interval is too narrow to trust: the
-    # verdict says "can't tell" whatever the interval (the local run has 32 per class).
-    min_pairs_for_verdict: Annotated[int, Field(ge=2)] = 20
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = Field(
+        default=0.95, description="Confidence level of every interval; above 0.5, below 1."
+    )
+    resamples: Annotated[int, Field(ge=200, le=100_000)] = Field(
+        default=2000, description="Bootstrap resamples; 200-100000."
+    )
+    seed: int = Field(default=0, description="Seed of the bootstrap resampling.")
+    # The local run has 16 pairs per class (32 prompts over 2 classes, each sent once).
+    min_pairs_for_verdict: Annotated[int, Field(ge=2)] = Field(
+        default=20,
+        description=(
+            "Fewest request pairs a verdict needs: below it a percentile bootstrap "
+            'interval is too narrow to trust and the verdict is "can\'t tell"; 2 or '
+            "more."
+        ),
+    )

@@ -17,25 +17,66 @@ class TuningConfig(Section):
     then measured: the check). Every k in 1..predict_k_max gets a prediction.
     """
 
-    # trn2 candidates (each (draft, k) is one fused compile); the local run uses the drafts
-    # of local.generator instead.
-    drafts: list[str] = Field(default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"])
-    fit_k: list[int] = Field(default_factory=lambda: [2, 8])
-    holdout_k: list[int] = Field(default_factory=lambda: [4, 6])
-    predict_k_max: Annotated[int, Field(ge=1, le=15)] = 10
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])  # break-even levels
+    drafts: list[str] = Field(
+        default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"],
+        description=(
+            "trn2 draft candidates, distinct (each (draft, k) is one fused compile); "
+            "the local run uses local.generator.drafts instead."
+        ),
+    )
+    fit_k: list[int] = Field(
+        default_factory=lambda: [2, 8],
+        description=(
+            "Values of k that calibrate the step-cost model: 2 or more, distinct, "
+            "1-15; the largest also gives per-position acceptance."
+        ),
+    )
+    holdout_k: list[int] = Field(
+        default_factory=lambda: [4, 6],
+        description=(
+            "Values of k predicted without their data, then measured: the check. "
+            "Distinct, 1-15, none in fit_k, each below max(fit_k)."
+        ),
+    )
+    predict_k_max: Annotated[int, Field(ge=1, le=15)] = Field(
+        default=10, description="Every k from 1 to this gets a prediction; 1-15."
+    )
+    concurrency: list[int] = Field(
+        default_factory=lambda: [1, 2, 4],
+        description="Concurrency levels of the break-even analysis; 1 or more each.",
+    )
     # 32 local prompts x 1 x 64 tokens keeps a 2-draft x 4-k sweep near 15 min on 2 cores.
-    requests_per_prompt: Annotated[int, Field(ge=1)] = 1
-    max_tokens: Annotated[int, Field(ge=4)] | None = 64  # None: local.max_tokens
-    budget_s: Annotated[float, Field(gt=0)] = 1200.0  # local sweep wall clock
-    port: Annotated[int, Field(ge=1024, le=65535)] = 8601  # one local server at a time
-    # trn2 plan: hours one fused compile and one arm's measurement take on a node.
-    compile_hours: Annotated[float, Field(gt=0)] = 2.0
-    measure_hours: Annotated[float, Field(gt=0)] = 0.5
-    budget_node_hours: Annotated[float, Field(gt=0)] = 48.0
-    # Deploy every candidate (tuning.drafts x measured k) as its own arm next to the two
-    # arms of the comparison (charts/app.py); off: only the comparison is deployed.
-    deploy: bool = False
+    requests_per_prompt: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Measured requests per prompt of each local sweep point."
+    )
+    max_tokens: Annotated[int, Field(ge=4)] | None = Field(
+        default=64,
+        description=(
+            "Output tokens per request of the local sweep, 4 or more; null: local.max_tokens."
+        ),
+    )
+    budget_s: Annotated[float, Field(gt=0)] = Field(
+        default=1200.0, description="Wall-clock budget of the local sweep, seconds."
+    )
+    port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=8601, description="Port of the one local server the sweep runs at a time."
+    )
+    compile_hours: Annotated[float, Field(gt=0)] = Field(
+        default=2.0, description="trn2 plan: node hours one fused compile takes."
+    )
+    measure_hours: Annotated[float, Field(gt=0)] = Field(
+        default=0.5, description="trn2 plan: node hours one arm's measurement takes."
+    )
+    budget_node_hours: Annotated[float, Field(gt=0)] = Field(
+        default=48.0, description="trn2 plan: node hours the sweep may use."
+    )
+    deploy: bool = Field(
+        default=False,
+        description=(
+            "Deploy every candidate (tuning.drafts x measured k) as its own arm next "
+            "to the comparison's two; off: only the comparison."
+        ),
+    )
 
     @model_validator(mode="after")
     def _ks(self) -> TuningConfig:
