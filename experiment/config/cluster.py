@@ -36,7 +36,7 @@ class NodeGroupConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _sizes(self) -> NodeGroupConfig:
+    def _sizes_in_order(self) -> NodeGroupConfig:
         if self.min_size > self.max_size:
             raise ValueError(
                 f"node group min_size {self.min_size} is greater than max_size {self.max_size}; "
@@ -118,13 +118,16 @@ class NeuronNodeGroupConfig(NodeGroupConfig):
         return value
 
     @model_validator(mode="after")
-    def _capacity(self) -> NeuronNodeGroupConfig:
-        needs_id = self.capacity_type in (CapacityType.CAPACITY_BLOCK, CapacityType.RESERVATION)
-        if needs_id and not self.capacity_reservation_id:
+    def _reservation_has_its_id(self) -> NeuronNodeGroupConfig:
+        if self.reserved and not self.capacity_reservation_id:
             raise ValueError(
                 f"cluster.neuron_nodes.capacity_type {self.capacity_type.value!r} needs "
                 "capacity_reservation_id (the 'cr-...' id of your Capacity Block or reservation)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _reservation_id_looks_like_one(self) -> NeuronNodeGroupConfig:
         if self.capacity_reservation_id and not re.fullmatch(
             r"cr-[0-9a-f]{8,17}", self.capacity_reservation_id
         ):
@@ -132,18 +135,31 @@ class NeuronNodeGroupConfig(NodeGroupConfig):
                 f"cluster.neuron_nodes.capacity_reservation_id {self.capacity_reservation_id!r} "
                 "does not look like 'cr-0123456789abcdef0'"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _on_demand_has_no_reservation_id(self) -> NeuronNodeGroupConfig:
         if self.capacity_reservation_id and self.capacity_type == CapacityType.ON_DEMAND:
             raise ValueError(
                 "cluster.neuron_nodes.capacity_reservation_id is set but capacity_type is "
                 "'on-demand'; set capacity_type to 'capacity-block' or 'reservation'"
             )
-        if needs_id and not self.availability_zone:
+        return self
+
+    @model_validator(mode="after")
+    def _reservation_has_its_az(self) -> NeuronNodeGroupConfig:
+        if self.reserved and not self.availability_zone:
             raise ValueError(
                 f"cluster.neuron_nodes.capacity_type {self.capacity_type.value!r} needs "
                 "availability_zone (the AZ your Capacity Block or reservation is in, e.g. "
                 "'us-east-2b'; one of network.availability_zones)"
             )
         return self
+
+    @property
+    def reserved(self) -> bool:
+        """Capacity bought ahead (a Capacity Block or a reservation), which has an id and an AZ."""
+        return self.capacity_type in (CapacityType.CAPACITY_BLOCK, CapacityType.RESERVATION)
 
     @property
     def devices(self) -> int:
@@ -261,7 +277,7 @@ class ClusterConfig(Section):
 
     @field_validator("kubernetes_version")
     @classmethod
-    def _k8s(cls, value: str) -> str:
+    def _kubernetes_version_has_dra(cls, value: str) -> str:
         match = re.fullmatch(r"1\.(\d+)", value)
         if not match or (1, int(match.group(1))) < MIN_KUBERNETES_VERSION:
             raise ValueError(
@@ -300,7 +316,7 @@ class ClusterConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _endpoint(self) -> ClusterConfig:
+    def _public_cidrs_match_endpoint_access(self) -> ClusterConfig:
         public = self.endpoint_access == EndpointAccess.PUBLIC_AND_PRIVATE
         if public and not self.public_access_cidrs:
             raise ValueError(

@@ -94,12 +94,16 @@ class ExperimentConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> ExperimentConfig:
+    def _azs_in_region(self) -> ExperimentConfig:
         for az in self.network.availability_zones:
             if not az.startswith(self.region):
                 raise ValueError(
                     f"network.availability_zones: {az!r} is not in region {self.region!r}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _reservation_az_is_a_network_az(self) -> ExperimentConfig:
         nodes = self.cluster.neuron_nodes
         if nodes.availability_zone and (
             nodes.availability_zone not in self.network.availability_zones
@@ -109,12 +113,22 @@ class ExperimentConfig(Section):
                 f"of network.availability_zones {self.network.availability_zones}; add it there "
                 "or set the AZ your Capacity Block or reservation is in"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _claim_fits_the_instance(self) -> ExperimentConfig:
+        nodes = self.cluster.neuron_nodes
         serving = self.serving
         if serving.neuron_devices > nodes.devices:
             raise ValueError(
                 f"serving.neuron_devices {serving.neuron_devices} exceeds the "
                 f"{nodes.devices} devices of a {nodes.instance_type}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tensor_parallelism_fits_the_claim(self) -> ExperimentConfig:
+        serving, nodes = self.serving, self.cluster.neuron_nodes
         claim = (
             f"of the claim ({serving.neuron_devices} devices x "
             f"{nodes.physical_cores_per_device} physical cores / LNC "

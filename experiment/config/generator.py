@@ -32,12 +32,16 @@ class TinyModelShape(Section):
     )
 
     @model_validator(mode="after")
-    def _heads(self) -> TinyModelShape:
+    def _head_dim_served_on_cpu(self) -> TinyModelShape:
         if self.head_dim not in CPU_ATTENTION_HEAD_SIZES:
             raise ValueError(
                 f"head_dim {self.head_dim} is not served by vLLM's CPU attention; use one of "
                 f"{list(CPU_ATTENTION_HEAD_SIZES)}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _heads_group_evenly(self) -> TinyModelShape:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads {self.num_heads} must be a multiple of num_kv_heads "
@@ -223,12 +227,16 @@ class ModelGeneratorConfig(Section):
         return merged
 
     @model_validator(mode="after")
-    def _draft_smaller(self) -> ModelGeneratorConfig:
+    def _served_draft_is_named(self) -> ModelGeneratorConfig:
         if self.draft not in self.drafts:
             raise ValueError(
                 f"local.generator.draft {self.draft!r} is not one of local.generator.drafts "
                 f"{sorted(self.drafts)}; name one of them or add an entry"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _drafts_smaller_than_target(self) -> ModelGeneratorConfig:
         for name, shape in self.drafts.items():
             if shape.size_score >= self.target.size_score:
                 raise ValueError(
@@ -236,17 +244,30 @@ class ModelGeneratorConfig(Section):
                     "(fewer layers or a narrower hidden size); a draft as large as its target "
                     "cannot speed it up"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _corpus_rows_fit_the_batch(self) -> ModelGeneratorConfig:
         distillation = self.distillation
         if distillation.prompts and distillation.corpus_rows > self.batch_size:
             raise ValueError(
                 f"local.generator.distillation.corpus_rows {distillation.corpus_rows} exceeds "
                 f"local.generator.batch_size {self.batch_size}; use at most the batch size"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _drafts_have_training_data(self) -> ModelGeneratorConfig:
+        distillation = self.distillation
         if not distillation.prompts and not distillation.corpus_rows:
             raise ValueError(
                 "local.generator.distillation.prompts and .corpus_rows are both 0: the drafts "
                 "would have nothing to train on; set corpus_rows >= 1 or prompts >= 1"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _padding_at_least_target_width(self) -> ModelGeneratorConfig:
         padded = self.padding.intermediate_size
         if padded and padded < self.target.intermediate_size:
             raise ValueError(
@@ -255,7 +276,3 @@ class ModelGeneratorConfig(Section):
                 "use 0 (no padding) or a width at least the target's"
             )
         return self
-
-    @property
-    def draft_shape(self) -> DraftShape:
-        return self.drafts[self.draft]

@@ -258,7 +258,7 @@ class LoadTestConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _labels(self) -> LoadTestConfig:
+    def _labels_name_both_arms(self) -> LoadTestConfig:
         if set(self.variant_labels) != set(Arm):
             raise ValueError("loadtest.variant_labels must name both arms: baseline, speculative")
         return self

@@ -100,17 +100,29 @@ class LocalConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _ports(self) -> LocalConfig:
+    def _ports_differ(self) -> LocalConfig:
         if self.baseline_port == self.speculative_port:
             raise ValueError("local.baseline_port and local.speculative_port must differ")
+        return self
+
+    @model_validator(mode="after")
+    def _k_in_range(self) -> LocalConfig:
         local_k = self.num_speculative_tokens
         if local_k is not None:
             apply_rule(lambda name: rules.check_num_speculative_tokens(local_k, name), "local")
+        return self
+
+    @model_validator(mode="after")
+    def _server_args_start_with_a_flag(self) -> LocalConfig:
         if any(not arg.startswith("--") for arg in self.server_args[:1]):
             raise ValueError(
                 f"local.server_args {self.server_args} must start with a flag such as "
                 "'--enforce-eager'"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _training_fits_max_model_len(self) -> LocalConfig:
         if self.generator.sequence_length > self.max_model_len:
             raise ValueError(
                 f"local.generator.sequence_length {self.generator.sequence_length} exceeds "

@@ -167,13 +167,13 @@ class ServingConfig(Section):
 
     @field_validator("num_speculative_tokens")
     @classmethod
-    def _k(cls, value: int) -> int:
+    def _k_in_range(cls, value: int) -> int:
         rules.check_num_speculative_tokens(value, lambda field: f"serving.{field}")
         return value
 
     @field_validator("neuron_devices")
     @classmethod
-    def _devices(cls, value: int) -> int:
+    def _devices_form_a_connected_group(cls, value: int) -> int:
         if value not in CONNECTED_DEVICE_GROUP_SIZES:
             raise ValueError(
                 f"serving.neuron_devices is {value}; the DRA driver allocates connected groups "
@@ -182,25 +182,41 @@ class ServingConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _lengths(self) -> ServingConfig:
+    def _service_names_differ(self) -> ServingConfig:
         if self.baseline_service == self.speculative_service:
             raise ValueError("serving.baseline_service and speculative_service must differ")
+        return self
+
+    @model_validator(mode="after")
+    def _compiled_length_covers_max_model_len(self) -> ServingConfig:
         apply_rule(
             lambda name: rules.check_compiled_length(
                 self.max_model_len, self.compiled_max_model_len, name
             ),
             "serving",
         )
+        return self
+
+    @model_validator(mode="after")
+    def _draft_is_not_the_target(self) -> ServingConfig:
         apply_rule(
             lambda name: rules.check_draft_is_not_target(self.target_model, self.draft_model, name),
             "serving",
         )
+        return self
+
+    @model_validator(mode="after")
+    def _method_fits_the_generation(self) -> ServingConfig:
         apply_rule(
             lambda name: rules.check_speculative_method(
                 self.generation, self.speculative_method, self.draft_model, name
             ),
             "serving",
         )
+        return self
+
+    @model_validator(mode="after")
+    def _plugin_generation_has_a_plugin_image(self) -> ServingConfig:
         if self.generation == Generation.NEURON_PLUGIN and self.image == FORK_IMAGE:
             raise error_at(
                 ("image",),

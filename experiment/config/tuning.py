@@ -79,27 +79,47 @@ class TuningConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _ks(self) -> TuningConfig:
+    def _ks_distinct_and_in_range(self) -> TuningConfig:
         for name, ks in (("fit_k", self.fit_k), ("holdout_k", self.holdout_k)):
             if any(not 1 <= k <= 15 for k in ks) or len(set(ks)) != len(ks):
                 raise ValueError(f"tuning.{name} {ks}: distinct values of k between 1 and 15")
+        return self
+
+    @model_validator(mode="after")
+    def _fit_k_has_two_values(self) -> TuningConfig:
         if len(self.fit_k) < 2:
             raise ValueError(
                 f"tuning.fit_k {self.fit_k}: the step-cost model needs two values of k at "
                 "least, e.g. [2, 8]"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _holdout_k_not_in_fit_k(self) -> TuningConfig:
         if set(self.fit_k) & set(self.holdout_k):
             raise ValueError(
                 f"tuning.holdout_k {self.holdout_k} overlaps fit_k {self.fit_k}: a held-out k "
                 "must not be used to fit the model it checks"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _holdout_k_below_largest_fit_k(self) -> TuningConfig:
         if self.holdout_k and max(self.holdout_k) > max(self.fit_k):
             raise ValueError(
                 f"tuning.holdout_k {self.holdout_k}: every held-out k must be below the largest "
                 f"fit k ({max(self.fit_k)}), whose run measures the acceptance of each position"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _drafts_distinct(self) -> TuningConfig:
         if not self.drafts or len(set(self.drafts)) != len(self.drafts):
             raise ValueError(f"tuning.drafts {self.drafts}: name one or more distinct drafts")
+        return self
+
+    @model_validator(mode="after")
+    def _concurrency_levels_positive(self) -> TuningConfig:
         if not self.concurrency or min(self.concurrency) < 1:
             raise ValueError(f"tuning.concurrency {self.concurrency}: levels of 1 or more")
         return self
