@@ -57,8 +57,10 @@ class LocalPrice(InstancePrice):
         min_length=1,
         description="Where the local price comes from.",
     )
-    as_of: date = date(2026, 11, 23)
-    nominal: bool = True
+    as_of: date = Field(default=date(2026, 11, 23), description="Date of the local price.")
+    nominal: bool = Field(
+        default=True, description="Whether the local price is labelled nominal in reports."
+    )
 
 
 class PricingConfig(Section):
@@ -71,8 +73,8 @@ class PricingConfig(Section):
     neuron: dict[CapacityType, InstancePrice] = Field(
         default_factory=lambda: {capacity: _nominal_neuron_price() for capacity in CapacityType},
         description=(
-            "Price of the Neuron instance per capacity type (on-demand, capacity-"
-            "block, reservation); a price you set needs its source and as_of."
+            "Price of the Neuron instance per capacity type (on-demand, "
+            "capacity-block, reservation); a price you set needs its source and as_of."
         ),
     )
     local: LocalPrice = Field(
