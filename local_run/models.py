@@ -112,14 +112,6 @@ def draft_parameters(local: LocalConfig, name: str) -> dict[str, Any]:
     }
 
 
-def generator_parameters(local: LocalConfig) -> dict[str, Any]:
-    """Everything the served pair depends on (the target's and the served draft's)."""
-    return {
-        "target": target_parameters(local),
-        "draft": draft_parameters(local, local.generator.draft),
-    }
-
-
 def _digest(parameters: dict[str, Any]) -> str:
     blob = json.dumps(parameters, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
