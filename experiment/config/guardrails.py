@@ -25,9 +25,17 @@ class GuardrailConfig(Section):
     max_failed_request_share: Annotated[float, Field(ge=0, lt=1)] = Field(
         default=0.01, description="Alarm when an arm's failed / sent requests exceed this; 0 to <1."
     )
-    max_lossless_mismatches: Annotated[int, Field(ge=0)] = Field(
-        default=0,
-        description="SD outputs differing from the baseline at temperature 0 tolerated per run.",
+    # Not 1: greedy outputs on Neuron diverge even between two baselines that differ only in
+    # KV-cache settings (vllm-neuron's DFlash bench notes), so one late divergence must not
+    # fire the alarm; one prompt of 16 diverging at its first token (15/16 = 0.94) does.
+    lossless_min_prefix_agreement: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.95,
+        description=(
+            "Alarm when the SD arm reproduces less than this share of the baseline's greedy"
+            " output before diverging (tokens before each prompt's first divergence / tokens"
+            " compared, at temperature 0); above 0, at most 1. The local CPU run is bit-exact"
+            " and keeps exact match as its bar."
+        ),
     )
     period_minutes: Annotated[int, Field(ge=1, le=1440)] = Field(
         default=5, description="Alarm period, minutes; 1-1440."

@@ -83,6 +83,13 @@ class MetricNames(Section):
             "Prompts whose SD output differs from the baseline's, per run (no Variant dimension)."
         ),
     )
+    lossless_prefix_agreement: str = Field(
+        default="LosslessPrefixAgreement",
+        description=(
+            "Tokens before each prompt's first divergence from the baseline / tokens compared,"
+            " per run, Variant=SD (the lossless alarm watches it)."
+        ),
+    )
     cost_per_million_output_tokens: str = Field(
         default="CostPerMillionOutputTokens", description="Cost per 1M output tokens, USD."
     )
