@@ -9,18 +9,28 @@ one series per engine. We sum over every label except ``position``, ignore the
 - mean acceptance length = 1 + d(accepted) / d(drafts)   (tokens per target step)
 - per-position rate i = d(per_pos[i]) / d(drafts)
 
-A server that does not export the counters (baseline, or a Neuron build without them) gives
-``None`` ("not available"), never 0.
+Where the figure comes from is explicit (``Acceptance.source``), because there are three
+kinds of server:
+
+- counters that move (vLLM V1, vllm-neuron 1.x): **measured**;
+- no ``vllm:spec_decode_*`` counters at all (the published vLLM 0.9 fork, V0 engine):
+  **estimated**, the client-side estimate from tokens per chunk (loadtest.stats);
+- counters registered but frozen while the arm generated tokens (vllm-neuron 0.2.x:
+  vllm-project/vllm-neuron:vllm_neuron/worker/neuronx_distributed_model_runner.py never sets
+  the draft token ids the scheduler's statistics read): **not available**, since a frozen 0
+  is not a 0% acceptance. So is an unreadable /metrics or a window without decode steps.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.results import Acceptance
+from loadtest.records import RequestRecord
+from loadtest.results import Acceptance, AcceptanceSource
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "num_drafts"
@@ -62,25 +72,63 @@ def scrape(base_url: str, session: requests.Session | None = None) -> Counters |
         return None
 
 
-def acceptance_from_deltas(before: Counters | None, after: Counters | None) -> Acceptance:
-    """The acceptance block of the summary; values are None when not available."""
+def decode_tokens(records: Iterable[RequestRecord]) -> int:
+    """Output tokens after each measured request's first: the decode steps in which a
+    speculating server drafts (the first token comes from the prefill)."""
+    return sum(max((r.output_tokens or 0) - 1, 0) for r in records if r.ok and not r.warmup)
+
+
+NO_COUNTERS = (
+    "no vllm:spec_decode_* counters on /metrics (a V0-engine server such as the published "
+    "vLLM 0.9 fork exports none)"
+)
+
+
+def _not_available(reason: str, drafts: float | None = None) -> Acceptance:
+    return Acceptance(
+        available=False, source=AcceptanceSource.NOT_AVAILABLE, reason=reason, drafts=drafts
+    )
+
+
+def acceptance_from_deltas(
+    before: Counters | None,
+    after: Counters | None,
+    *,
+    speculative: bool = True,
+    decode_tokens: int | None = None,
+) -> Acceptance:
+    """The acceptance block of the summary; values are None unless measured.
+
+    ``speculative``: the arm runs a drafter (the baseline does not, so absent counters are
+    no estimate there). ``decode_tokens``: output tokens the arm generated after each
+    request's first during the window (decode steps, where a speculating server drafts);
+    counters that stay put while it is above 0 are frozen, not a 0% acceptance."""
+    if before is None and after is None:
+        return _not_available("/metrics could not be scraped before and after the window")
     if not before and not after:
-        return Acceptance(available=False, reason="no vllm:spec_decode_* counters on /metrics")
-    if before is None or after is None:
+        if not speculative:
+            return _not_available("the baseline arm does not speculate")
         return Acceptance(
-            available=False, reason="/metrics could not be scraped before and after the window"
+            available=False,
+            source=AcceptanceSource.ESTIMATED,
+            reason=f"{NO_COUNTERS}: acceptance is the client-side estimate from tokens per chunk",
         )
+    if before is None or after is None:
+        return _not_available("/metrics could not be scraped before and after the window")
     needed = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
     if any(name not in after for name in needed):
         missing = [n for n in needed if n not in after]
-        return Acceptance(available=False, reason=f"counters missing on /metrics: {missing}")
+        return _not_available(f"counters missing on /metrics: {missing}")
     delta = {name: after[name] - before.get(name, 0.0) for name in needed}
     if delta[DRAFTS] <= 0 or delta[DRAFT_TOKENS] <= 0:
-        return Acceptance(
-            available=False,
-            reason="no speculative steps during the measured window",
-            drafts=delta[DRAFTS],
-        )
+        if speculative and decode_tokens:
+            return _not_available(
+                f"vllm:spec_decode_* counters are exported but did not move while the arm "
+                f"generated {decode_tokens} decode tokens: frozen counters (vllm-neuron 0.2.x "
+                "registers them and never increments them), not a 0% acceptance",
+                drafts=delta[DRAFTS],
+            )
+        return _not_available("no speculative steps during the measured window", delta[DRAFTS])
     # JSON round trips turn the position keys into strings: normalise to int.
     per_pos_after = {int(k): v for k, v in after.get(PER_POSITION, {}).items()}
     per_pos_before = {int(k): v for k, v in before.get(PER_POSITION, {}).items()}
@@ -90,6 +138,7 @@ def acceptance_from_deltas(before: Counters | None, after: Counters | None) -> A
     ]
     return Acceptance(
         available=True,
+        source=AcceptanceSource.MEASURED,
         acceptance_rate=delta[ACCEPTED] / delta[DRAFT_TOKENS],
         mean_acceptance_length=1.0 + delta[ACCEPTED] / delta[DRAFTS],
         per_position_rate=per_position or None,

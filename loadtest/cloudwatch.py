@@ -5,8 +5,11 @@ Names come from ``config.loadtest``: namespace ``metric_namespace``, metric name
 ``prompt_class_dimension``. Per-request metrics are published as raw values
 (``Values``/``Counts`` arrays, so CloudWatch percentiles such as p99 are computed from
 the real distribution) twice: with {Variant, PromptClass} and with {Variant} alone.
-Run-level rates go out the same two ways; acceptance metrics carry only {Variant} and are
-published only when the server exported them (never a fake 0). Latencies in milliseconds.
+Run-level rates go out the same two ways. Acceptance goes out by its source
+(``Acceptance.source`` of the SD arm): measured counters as AcceptanceRate and
+MeanAcceptanceLength with {Variant}; the client-side estimate (servers without counters) as
+AcceptanceRateEstimate per class; nothing when not available (frozen counters), so neither
+the dashboard nor an alarm ever sees a fake 0. Latencies in milliseconds.
 
 Without AWS credentials publishing is skipped with one log line; a CloudWatch error is
 logged and recorded in summary.json, never raised.
@@ -28,7 +31,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from experiment.config import Arm, ExperimentConfig
 from loadtest.metrics import per_token_itl_s, tpot_s
 from loadtest.records import RequestRecord, read_records
-from loadtest.results import CloudWatchResult, MetricBlock, RunSummary, ScopeStatistics
+from loadtest.results import (
+    AcceptanceSource,
+    CloudWatchResult,
+    MetricBlock,
+    RunSummary,
+    ScopeStatistics,
+)
 
 LOG = logging.getLogger("loadtest.cloudwatch")
 MAX_VALUES_PER_DATUM = 150  # PutMetricData limit for Values/Counts
@@ -138,7 +147,7 @@ def build_metric_data(
             data += _scalar(names.goodput, "Count/Second", dims, block.goodput_rps, timestamp)
             data += _scalar(names.failed_requests, "Count", dims, block.failed, timestamp)
         acceptance = arm_summary.acceptance
-        if acceptance.available:
+        if acceptance.source is AcceptanceSource.MEASURED:
             data += _scalar(
                 names.acceptance_rate, "None", [variant], acceptance.acceptance_rate, timestamp
             )
@@ -157,7 +166,8 @@ def guardrail_metric_data(
 ) -> list[dict[str, Any]]:
     """What the guardrail alarms (stacks/alarms.py) and the cost graphs watch: failed share
     and cost per 1M output tokens per arm (and class), the SD arm's acceptance estimate per
-    class, and the lossless mismatch count. Only values the run has (never a fake 0)."""
+    class when its server has no counters, and the lossless mismatch count and prefix
+    agreement. Only values the run has (never a fake 0)."""
     lt = config.loadtest
     names = lt.metric_names
     data: list[dict[str, Any]] = []
@@ -192,7 +202,12 @@ def guardrail_metric_data(
                     None if usd is None else usd.get(arm.value),
                     timestamp,
                 )
-    if summary.statistics is not None:
+    sd_arm = summary.arms.get(Arm.SPECULATIVE.value)
+    estimated = sd_arm is not None and sd_arm.acceptance.source is AcceptanceSource.ESTIMATED
+    # The estimate stands in only for a server without counters: next to live counters it
+    # would be a second, less exact figure, and next to frozen ones it would hide that the
+    # server's acceptance is not available.
+    if summary.statistics is not None and estimated:
         scopes_stats: dict[str | None, ScopeStatistics] = {None: summary.statistics.overall}
         scopes_stats.update(summary.statistics.by_class)
         for prompt_class, scope in scopes_stats.items():
@@ -209,6 +224,13 @@ def guardrail_metric_data(
             "Count",
             dims(Arm.SPECULATIVE, None),
             len(summary.lossless.mismatches),
+            timestamp,
+        )
+        data += _scalar(
+            names.lossless_prefix_agreement,
+            "None",
+            dims(Arm.SPECULATIVE, None),
+            summary.lossless.prefix_agreement_rate,
             timestamp,
         )
     return data

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from experiment.config import Arm
-from loadtest.acceptance import acceptance_from_deltas, scrape
+from loadtest.acceptance import acceptance_from_deltas, decode_tokens, scrape
 from loadtest.client import RequestParams, stream_request
 from loadtest.prompts import load_prompts
 from loadtest.records import RequestRecord
@@ -86,7 +86,9 @@ def acceptance_by_class(
                 # map() returns only when every request of the class has finished (each is
                 # bounded by params.timeout_s), so no request of the next class overlaps.
                 failed = sum(not ok for ok in pool.map(sender.send, records, texts))
-                block = acceptance_from_deltas(before, scrape(speculative_url, scrapes))
+                block = acceptance_from_deltas(
+                    before, scrape(speculative_url, scrapes), decode_tokens=decode_tokens(records)
+                )
                 result[name] = ClassAcceptance(
                     prompts=len(texts), failed=failed, **block.model_dump()
                 )

@@ -21,11 +21,14 @@ from experiment.config import Arm
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
 #    (the local run's generated miniatures; None for older runs).
+# 5: Acceptance.source (measured / estimated / not available) and the lossless tolerance
+#    figures: Lossless.prefix_agreement_rate, tokens_compared, LosslessMismatch.agreement
+#    and compared_tokens (issue 23).
 
 
 class _Result(BaseModel):
@@ -101,10 +104,31 @@ class LengthMismatch(_Result):
     got: int | None
 
 
+class AcceptanceSource(StrEnum):
+    """Where an arm's acceptance figure comes from (loadtest.acceptance decides)."""
+
+    MEASURED = "measured"
+    """The server's vllm:spec_decode_* counters moved over the window (vLLM V1, vllm-neuron
+    1.x): the acceptance figures are real."""
+    ESTIMATED = "estimated"
+    """The server exports no spec-decode counters at all (the published vLLM 0.9 fork, V0
+    engine): acceptance is the client-side estimate from tokens per chunk
+    (statistics.*.acceptance_rate_estimate), labelled as such."""
+    NOT_AVAILABLE = "not available"
+    """No figure: the counters exist but did not move while the arm served tokens
+    (vllm-neuron 0.2.x registers them and never increments them), /metrics could not be
+    read, the arm served nothing, or it does not speculate. Never reported as 0."""
+
+
 class Acceptance(_Result):
-    """Speculative acceptance from the server's /metrics counter deltas (None: not exported)."""
+    """Speculative acceptance from the server's /metrics counter deltas (None: not measured)."""
 
     available: bool
+    """True exactly when source is measured."""
+    source: AcceptanceSource
+    """measured (counters), estimated (no counters: client-side estimate) or not available;
+    ``reason`` says why when not measured. Derived from ``available`` when absent (summaries
+    before schema 5): measured or not available."""
     acceptance_rate: float | None = None
     """Accepted / drafted tokens over the measured window."""
     mean_acceptance_length: float | None = None
@@ -115,6 +139,24 @@ class Acceptance(_Result):
     accepted_tokens: float | None = None
     reason: str | None = None
     """Why the values are not available (None when they are)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_source(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("source") is None:
+            available = bool(data.get("available"))
+            source = AcceptanceSource.MEASURED if available else AcceptanceSource.NOT_AVAILABLE
+            data = {**data, "source": source}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Acceptance:
+        if self.available != (self.source is AcceptanceSource.MEASURED):
+            raise ValueError(
+                f"acceptance: available={self.available} contradicts source {self.source.value!r}"
+                " (available means measured by the server's counters)"
+            )
+        return self
 
 
 class ClassAcceptance(Acceptance):
@@ -214,7 +256,13 @@ class LosslessMismatch(_Result):
     prompt_class: str
     first_diff_char: int
     first_diff_token: int
-    """Counted on the baseline's stream."""
+    """Position of the first divergence, counted on the baseline's stream (tokens before it
+    agree)."""
+    compared_tokens: int = 0
+    """The baseline's output tokens: what the SD output was compared against."""
+    agreement: float | None = None
+    """first_diff_token / compared_tokens: the share of the output over the common prefix
+    (None: nothing compared)."""
     baseline_token: str
     speculative_token: str
     baseline_context: str
@@ -230,6 +278,14 @@ class Lossless(_Result):
     prompts_compared: int
     exact_matches: int
     exact_match_rate: float | None = None
+    tokens_compared: int = 0
+    """The baseline's output tokens over the compared prompts."""
+    prefix_agreement_rate: float | None = None
+    """Tokens before each prompt's first divergence (all of them for an exact match) /
+    tokens_compared: how much of the output SD reproduced, next to the all-or-nothing exact
+    match. The guardrail alarm compares it with guardrails.lossless_min_prefix_agreement,
+    since greedy outputs on Neuron can diverge late even between two baselines (vllm-neuron's
+    DFlash bench notes)."""
     baseline_self_consistency: float | None = None
     """Share of repeated prompts whose baseline outputs all agree (batching determinism)."""
     mismatches: list[LosslessMismatch] = Field(default_factory=list)

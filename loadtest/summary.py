@@ -13,13 +13,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from experiment.config import Arm, LoadTestConfig
-from loadtest.acceptance import acceptance_from_deltas
+from loadtest.acceptance import acceptance_from_deltas, decode_tokens
 from loadtest.analysis import analyse
 from loadtest.lossless import lossless_check
 from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION, arm_metrics, compare_arms
 from loadtest.records import RequestRecord, read_records
 from loadtest.results import (
     SCHEMA_VERSION,
+    Acceptance,
     ArmSummary,
     CloudWatchResult,
     RunInfo,
@@ -147,8 +148,25 @@ def _arm_summary(
         overall=metrics.overall,
         by_class=metrics.by_class,
         length_mismatch_examples=metrics.length_mismatch_examples,
-        acceptance=acceptance_from_deltas(meta.get("metrics_before"), meta.get("metrics_after")),
+        acceptance=window_acceptance(meta, arm, records),
     )
+
+
+def window_acceptance(meta: dict[str, Any], arm: Arm, records: list[RequestRecord]) -> Acceptance:
+    """The arm's acceptance from the /metrics scrapes its window file recorded."""
+    return acceptance_from_deltas(
+        meta.get("metrics_before"),
+        meta.get("metrics_after"),
+        speculative=arm is Arm.SPECULATIVE,
+        decode_tokens=decode_tokens(records),
+    )
+
+
+def read_window_meta(run_dir: Path, arm: Arm) -> dict[str, Any]:
+    """window_<arm>.json of a run directory ({} when the arm left none)."""
+    path = Path(run_dir) / f"window_{arm.value}.json"
+    meta: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    return meta
 
 
 def summarize(run_dir: Path) -> RunSummary:
@@ -161,9 +179,8 @@ def summarize(run_dir: Path) -> RunSummary:
     warnings: list[str] = []
     for arm in Arm:
         path = run_dir / f"records_{arm.value}.jsonl"
-        meta_path = run_dir / f"window_{arm.value}.json"
         records = read_records(path) if path.is_file() else []
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta = read_window_meta(run_dir, arm)
         records_by_arm[arm] = records
         arms[arm.value] = _arm_summary(run, arm, records, meta)
         warnings += _arm_warnings(

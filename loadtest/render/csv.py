@@ -36,6 +36,8 @@ def write_csv(summary: RunSummary, path: Path) -> None:
             for name in ACCEPTANCE:
                 value = getattr(block.acceptance, name)
                 writer.writerow([arm, block.label, "all", name, "value", value])
+            source = block.acceptance.source.value
+            writer.writerow([arm, block.label, "all", "acceptance_source", "value", source])
         writer.writerows(_comparison_rows(summary))
 
 

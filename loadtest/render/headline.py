@@ -26,6 +26,7 @@ class Headline(BaseModel):
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     acceptance_note: str | None = None  # why acceptance is not available
+    acceptance_source: str | None = None  # measured, estimated or not available
     speedup_e2e_mean: float | None = None
     speedup_tpot_mean: float | None = None
     speedup_ttft_mean: float | None = None
@@ -35,6 +36,7 @@ class Headline(BaseModel):
     speedup_note: str | None = None
     lossless_exact_match_rate: float | None = None
     lossless_prompts_compared: int = 0
+    lossless_prefix_agreement: float | None = None
     # Acceptance per prompt class, one request at a time after the measured window
     # (loadtest.probe); empty when not probed.
     acceptance_by_class: dict[str, float | None] = Field(default_factory=dict)
@@ -70,6 +72,7 @@ def headline(
         acceptance_rate=acceptance.acceptance_rate,
         mean_acceptance_length=acceptance.mean_acceptance_length,
         acceptance_note=acceptance.reason,
+        acceptance_source=acceptance.source.value,
         speedup_e2e_mean=overall.e2e_ms.mean if overall else None,
         speedup_tpot_mean=overall.tpot_ms.mean if overall and timing_trusted else None,
         speedup_ttft_mean=overall.ttft_ms.mean if overall and timing_trusted else None,
@@ -85,6 +88,7 @@ def headline(
         speedup_note=note,
         lossless_exact_match_rate=summary.lossless.exact_match_rate,
         lossless_prompts_compared=summary.lossless.prompts_compared,
+        lossless_prefix_agreement=summary.lossless.prefix_agreement_rate,
         acceptance_by_class=dict(acceptance_by_class or {}),
     )
 
@@ -96,7 +100,8 @@ def _fmt(value: float | None, pattern: str) -> str:
 def headline_text(numbers: Headline) -> str:
     lines = [
         f"acceptance rate: {_fmt(numbers.acceptance_rate, '{:.1%}')} "
-        f"(mean acceptance length {_fmt(numbers.mean_acceptance_length, '{:.2f}')} "
+        f"({numbers.acceptance_source or 'not available'}; mean acceptance length "
+        f"{_fmt(numbers.mean_acceptance_length, '{:.2f}')} "
         "tokens per target step)",
     ]
     for name, rate in sorted(numbers.acceptance_by_class.items()):
@@ -119,6 +124,7 @@ def headline_text(numbers: Headline) -> str:
     lines.append(
         f"lossless exact-match rate (greedy SD output == baseline output): "
         f"{_fmt(numbers.lossless_exact_match_rate, '{:.0%}')} of "
-        f"{numbers.lossless_prompts_compared} prompts"
+        f"{numbers.lossless_prompts_compared} prompts, prefix agreement "
+        f"{_fmt(numbers.lossless_prefix_agreement, '{:.1%}')}"
     )
     return "\n".join(lines)

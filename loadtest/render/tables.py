@@ -22,7 +22,14 @@ from loadtest.render.decision import (
     verdict_text,
 )
 from loadtest.render.load_generator import load_generator_rows
-from loadtest.results import ArmSummary, Distribution, MetricBlock, RunSummary, Speedups
+from loadtest.results import (
+    AcceptanceSource,
+    ArmSummary,
+    Distribution,
+    MetricBlock,
+    RunSummary,
+    Speedups,
+)
 
 STATS = ("mean", *(f"p{p}" for p in PERCENTILES))
 COUNT = "count"  # the "ok / sent" cell instead of a format
@@ -120,6 +127,9 @@ def summary_rows(summary: RunSummary) -> Table:
             "",
         ]
     )
+    rows.append(
+        ["lossless prefix agreement", "", fmt(lossless.prefix_agreement_rate, "{:.1%}"), ""]
+    )
     reasons = sorted({reason for a in (base, sd) for reason in a.overall.failures_by_reason})
     for reason in reasons:
         counts = [str(a.overall.failures_by_reason.get(reason, 0)) for a in (base, sd)]
@@ -205,7 +215,7 @@ def failure_rows(summary: RunSummary) -> Table:
 
 
 def acceptance_rows(summary: RunSummary) -> Table:
-    header = ["arm", "acceptance rate", "mean acceptance length", "per position", "note"]
+    header = ["arm", "acceptance rate", "mean acceptance length", "per position", "note", "source"]
     rows = []
     for name, arm in summary.arms.items():
         acc = arm.acceptance
@@ -217,12 +227,17 @@ def acceptance_rows(summary: RunSummary) -> Table:
                     fmt(acc.mean_acceptance_length, "{:.2f}"),
                     ", ".join(f"{v:.2f}" for v in acc.per_position_rate or []),
                     "",
+                    acc.source.value,
                 ]
             )
         else:
             note = acc.reason or ""
-            estimate = _client_acceptance_note(summary) if name == Arm.SPECULATIVE.value else ""
-            rows.append([arm.label, "not available", "not available", "", note + estimate])
+            # The estimate stands in only where the server has no counters, never for frozen ones.
+            estimated = acc.source is AcceptanceSource.ESTIMATED and name == Arm.SPECULATIVE
+            estimate = _client_acceptance_note(summary) if estimated else ""
+            rows.append(
+                [arm.label, "not available", "not available", "", note + estimate, acc.source.value]
+            )
     return header, rows
 
 
@@ -240,12 +255,13 @@ def _client_acceptance_note(summary: RunSummary) -> str:
 
 
 def lossless_rows(summary: RunSummary) -> Table:
-    header = ["prompt", "class", "first differing token", "baseline", "SD"]
+    header = ["prompt", "class", "first differing token", "agreement", "baseline", "SD"]
     rows = [
         [
             m.prompt_id,
             m.prompt_class,
-            str(m.first_diff_token),
+            f"{m.first_diff_token} of {m.compared_tokens}",
+            fmt(m.agreement, "{:.1%}"),
             repr(m.baseline_context),
             repr(m.speculative_context),
         ]
@@ -291,6 +307,11 @@ def lossless_text(summary: RunSummary) -> str:
         else f"exact-match rate {rate:.0%} ({lossless.exact_matches}/"
         f"{lossless.prompts_compared} prompts)"
     )
+    if lossless.prefix_agreement_rate is not None:
+        text += (
+            f"; prefix agreement {lossless.prefix_agreement_rate:.1%} of "
+            f"{lossless.tokens_compared} tokens (output before each first divergence)"
+        )
     if lossless.baseline_self_consistency is not None:
         text += (
             f"; the baseline agrees with itself on "

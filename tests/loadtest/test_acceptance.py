@@ -1,4 +1,6 @@
-"""Acceptance from /metrics counter deltas: summed over engines, *_created ignored, n/a not 0."""
+"""Acceptance from /metrics counter deltas: summed over engines, *_created ignored, n/a not 0,
+and its source (measured / estimated / not available) for the three kinds of server: the fork
+(no counters), vllm-neuron 0.2.x (counters frozen) and vllm-neuron 1.x (counters live)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import pytest
 
 from bench.scripted_server import Script, ScriptedServer, unused_loopback_url
 from loadtest.acceptance import acceptance_from_deltas, parse_counters, scrape
+from loadtest.results import AcceptanceSource
 
 VLLM_TEXT = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -46,8 +49,9 @@ def test_deltas_give_rate_length_and_positions() -> None:
         "num_accepted_tokens_per_pos": {0: 5.0, 1: 2.0},
     }
     after = parse_counters(VLLM_TEXT)
-    result = acceptance_from_deltas(before, after)
-    assert result.available is True
+    result = acceptance_from_deltas(before, after, decode_tokens=500)
+    assert result.available is True and result.source is AcceptanceSource.MEASURED
+    assert result.reason is None
     assert result.acceptance_rate == pytest.approx(120 / 210)
     assert result.mean_acceptance_length == pytest.approx(1 + 120 / 30)
     # positions sorted numerically (10 after 1), each divided by the drafts delta
@@ -70,24 +74,60 @@ def test_json_round_tripped_positions_still_match() -> None:
     assert acceptance_from_deltas(before, after).per_position_rate == [1.0, 0.5, 0.0]
 
 
+FROZEN = {
+    "num_drafts": 0.0,
+    "num_draft_tokens": 0.0,
+    "num_accepted_tokens": 0.0,
+    "num_accepted_tokens_per_pos": {0: 0.0, 1: 0.0},
+}
+
+
 @pytest.mark.parametrize(
-    ("before", "after", "reason"),
+    ("before", "after", "kwargs", "source", "reason"),
     [
-        ({}, {}, "no vllm:spec_decode"),
-        (None, None, "no vllm:spec_decode"),
-        ({"num_drafts": 1.0}, None, "could not be scraped"),
+        # The fork: no counters at all -> the labelled client-side estimate stands in.
+        ({}, {}, {"decode_tokens": 900}, AcceptanceSource.ESTIMATED, "client-side estimate"),
+        # The baseline has no counters either, but it does not speculate: nothing to estimate.
+        (
+            {},
+            {},
+            {"speculative": False, "decode_tokens": 900},
+            AcceptanceSource.NOT_AVAILABLE,
+            "does not speculate",
+        ),
+        # vllm-neuron 0.2.x: registered, never incremented, while the arm generated tokens.
+        (FROZEN, FROZEN, {"decode_tokens": 900}, AcceptanceSource.NOT_AVAILABLE, "frozen"),
+        (None, None, {}, AcceptanceSource.NOT_AVAILABLE, "could not be scraped"),
+        ({"num_drafts": 1.0}, None, {}, AcceptanceSource.NOT_AVAILABLE, "could not be scraped"),
+        # Counters that did not move because nothing was decoded are not frozen.
         (
             {"num_drafts": 5.0, "num_draft_tokens": 35.0, "num_accepted_tokens": 9.0},
             {"num_drafts": 5.0, "num_draft_tokens": 35.0, "num_accepted_tokens": 9.0},
+            {"decode_tokens": 0},
+            AcceptanceSource.NOT_AVAILABLE,
             "no speculative steps",
         ),
+        ({}, {"num_drafts": 1.0}, {}, AcceptanceSource.NOT_AVAILABLE, "counters missing"),
     ],
 )
-def test_not_available_is_none_never_zero(before, after, reason) -> None:
-    result = acceptance_from_deltas(before, after)
-    assert result.available is False
+def test_not_available_is_none_never_zero(before, after, kwargs, source, reason) -> None:
+    result = acceptance_from_deltas(before, after, **kwargs)
+    assert result.available is False and result.source is source
     assert result.acceptance_rate is None and result.mean_acceptance_length is None
-    assert reason in result.reason
+    assert result.per_position_rate is None
+    assert reason in (result.reason or "")
+
+
+def test_available_and_source_cannot_contradict_each_other() -> None:
+    from pydantic import ValidationError
+
+    from loadtest.results import Acceptance
+
+    with pytest.raises(ValidationError, match="contradicts source 'estimated'"):
+        Acceptance(available=True, source=AcceptanceSource.ESTIMATED)
+    # Summaries before schema 5 carry no source: it follows from "available".
+    assert Acceptance(available=True).source is AcceptanceSource.MEASURED
+    assert Acceptance(available=False).source is AcceptanceSource.NOT_AVAILABLE
 
 
 def test_scrape_the_scripted_server_matches_its_truth() -> None:
@@ -111,8 +151,116 @@ def test_scrape_the_scripted_server_matches_its_truth() -> None:
         truth = server.spec_decode_truth()
         assert scrape(baseline.url) == {}
     result = acceptance_from_deltas(before, after)
+    assert result.source is AcceptanceSource.MEASURED
     assert result.drafts == truth["drafts"] == 12
     assert result.acceptance_rate == pytest.approx(truth["accepted"] / truth["draft_tokens"])
     # mean acceptance length = tokens per target step = mean tokens per chunk here
     assert result.mean_acceptance_length == pytest.approx(14 / 4)
     assert scrape(unused_loopback_url()) is None
+
+
+# --- The three kinds of server, end to end: summary, report, CloudWatch datums. ------------
+
+LIVE_BEFORE = {
+    "num_drafts": 10.0,
+    "num_draft_tokens": 70.0,
+    "num_accepted_tokens": 20.0,
+    "num_accepted_tokens_per_pos": {"0": 8.0, "1": 5.0},
+}
+LIVE_AFTER = {
+    "num_drafts": 50.0,
+    "num_draft_tokens": 350.0,
+    "num_accepted_tokens": 100.0,
+    "num_accepted_tokens_per_pos": {"0": 40.0, "1": 25.0},
+}
+# What the speculative arm's /metrics showed before and after its window (the baseline's
+# shows no spec-decode counters in every case).
+SERVERS = {
+    "fork": ({}, {}),
+    "vllm-neuron-0.2": (FROZEN, FROZEN),
+    "vllm-neuron-1.x": (LIVE_BEFORE, LIVE_AFTER),
+}
+
+
+def _server_run(run_dir, server: str):
+    import json
+
+    from experiment import build_config
+    from loadtest.analysis import analysis_info
+    from loadtest.summary import summarize
+
+    run_file = run_dir / "run.json"
+    run = json.loads(run_file.read_text())
+    run["analysis"] = analysis_info(build_config({}), run["urls"]).model_dump(mode="json")
+    run_file.write_text(json.dumps(run))
+    window = run_dir / "window_speculative.json"
+    meta = json.loads(window.read_text())
+    meta["metrics_before"], meta["metrics_after"] = SERVERS[server]
+    window.write_text(json.dumps(meta))
+    return summarize(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("server", "source"),
+    [
+        ("fork", AcceptanceSource.ESTIMATED),
+        ("vllm-neuron-0.2", AcceptanceSource.NOT_AVAILABLE),
+        ("vllm-neuron-1.x", AcceptanceSource.MEASURED),
+    ],
+)
+def test_each_server_kind_reports_its_acceptance_source_everywhere(
+    fake_run_dir, server, source
+) -> None:
+    from datetime import UTC, datetime
+
+    from experiment import build_config
+    from loadtest.cloudwatch import build_metric_data
+    from loadtest.render.headline import headline, headline_text
+    from loadtest.render.tables import acceptance_rows
+
+    summary = _server_run(fake_run_dir, server)
+    sd = summary.arm("speculative").acceptance
+    assert sd.source is source
+    assert summary.arm("baseline").acceptance.source is AcceptanceSource.NOT_AVAILABLE
+    estimate = summary.statistics.overall.acceptance_rate_estimate.estimate
+    assert estimate is not None  # the client-side estimate is computed in every case ...
+
+    header, rows = acceptance_rows(summary)
+    sd_row = dict(zip(header, rows[1], strict=True))
+    assert sd_row["source"] == source.value
+    text = headline_text(headline(summary))
+    names = build_config({}).loadtest.metric_names
+    published = {
+        d["MetricName"]
+        for d in build_metric_data(build_config({}), fake_run_dir, summary, datetime.now(UTC))
+    }
+    if source is AcceptanceSource.MEASURED:
+        # 1.x: the counters' deltas, per position too; the estimate is not published beside them.
+        assert sd.acceptance_rate == pytest.approx(80 / 280)
+        assert sd.mean_acceptance_length == pytest.approx(1 + 80 / 40)
+        assert sd.per_position_rate == pytest.approx([32 / 40, 20 / 40])
+        assert sd_row["acceptance rate"] == f"{80 / 280:.3f}"
+        assert f"acceptance rate: {80 / 280:.1%} (measured;" in text
+        assert {names.acceptance_rate, names.mean_acceptance_length} <= published
+        assert names.acceptance_rate_estimate not in published
+    elif source is AcceptanceSource.ESTIMATED:
+        # The fork: labelled client-side estimate in the report and for the per-class alarms.
+        assert sd.acceptance_rate is None
+        assert "client-side estimate" in sd_row["note"] and f"{estimate:.3f}" in sd_row["note"]
+        assert "acceptance rate: n/a (estimated;" in text
+        assert names.acceptance_rate_estimate in published
+        assert names.acceptance_rate not in published
+    else:
+        # 0.2.x: "not available" with the reason, never 0, and nothing an alarm could read.
+        assert sd.acceptance_rate is None and sd.per_position_rate is None
+        assert "frozen" in (sd.reason or "")
+        assert sd_row["acceptance rate"] == "not available"
+        assert (
+            "client-side estimate" not in sd_row["note"]
+        )  # ... but it stands in only for the fork
+        assert "acceptance rate: n/a (not available;" in text
+        assert not published & {
+            names.acceptance_rate,
+            names.mean_acceptance_length,
+            names.acceptance_rate_estimate,
+        }

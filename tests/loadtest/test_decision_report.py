@@ -99,11 +99,15 @@ def test_acceptance_without_server_counters_points_at_the_client_estimate(
     """The Neuron fork exports no spec-decode counters: the acceptance table must then show
     the client-side estimate with its interval and n, not just "not available"."""
     from loadtest.render.tables import acceptance_rows
-    from loadtest.results import Acceptance
+    from loadtest.results import Acceptance, AcceptanceSource
 
     summary = summarize(analysed_run_dir)
     assert summary.statistics is not None
-    no_counters = Acceptance(available=False, reason="no spec_decode counters in /metrics")
+    no_counters = Acceptance(
+        available=False,
+        source=AcceptanceSource.ESTIMATED,
+        reason="no spec_decode counters in /metrics",
+    )
     arms = {
         name: arm.model_copy(update={"acceptance": no_counters})
         for name, arm in summary.arms.items()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiment import build_config
 from loadtest.lossless import lossless_check
 from loadtest.metrics import arm_metrics, compare_arms, describe, metric_block
 from loadtest.records import RequestRecord
@@ -131,7 +132,58 @@ def test_lossless_reports_first_differing_token() -> None:
     assert mismatch.prompt_id == "p0"
     assert mismatch.first_diff_token == 3  # a, b, c match; the 4th token differs
     assert mismatch.baseline_token == " d"
+    # The tolerance figures: 3 of p0's 5 tokens agree before the divergence, p1's 2 all do.
+    assert mismatch.compared_tokens == 5 and mismatch.agreement == pytest.approx(3 / 5)
+    assert result.tokens_compared == 7
+    assert result.prefix_agreement_rate == pytest.approx((3 + 2) / 7)
     assert lossless_check(base, sd, temperature=0.7).applicable is False
+
+
+def test_prefix_agreement_weighs_where_outputs_diverge() -> None:
+    """One late divergence barely moves the agreement (the Neuron tolerance), an early one
+    does; an output that is only a prefix of the other does not count as agreeing in full."""
+
+    def pair(index: int, base_texts: list[str], sd_texts: list[str]):
+        base = make(
+            index,
+            ttft=0.1,
+            gaps=[0.01] * (len(base_texts) - 1),
+            tokens=[1] * len(base_texts),
+            texts=base_texts,
+        )
+        sd = make(
+            index,
+            ttft=0.1,
+            gaps=[0.01] * (len(sd_texts) - 1),
+            tokens=[1] * len(sd_texts),
+            texts=sd_texts,
+            arm="speculative",
+        )
+        return base, sd
+
+    same = [f" w{i}" for i in range(100)]
+    late = [*same[:99], " other"]
+    early = [" other", *same[1:]]
+    truncated = same[:60]
+    cases = [
+        pair(0, same, same),
+        pair(1, same, late),
+        pair(2, same, early),
+        pair(3, same, truncated),
+    ]
+    result = lossless_check([b for b, _ in cases], [s for _, s in cases], temperature=0.0)
+    assert result.exact_matches == 1 and result.exact_match_rate == 0.25
+    by_prompt = {m.prompt_id: m for m in result.mismatches}
+    assert by_prompt["p1"].first_diff_token == 99 and by_prompt["p1"].agreement == 0.99
+    assert by_prompt["p2"].first_diff_token == 0 and by_prompt["p2"].agreement == 0.0
+    assert by_prompt["p3"].first_diff_token == 60 and by_prompt["p3"].agreement == 0.6
+    assert result.tokens_compared == 400
+    assert result.prefix_agreement_rate == pytest.approx((100 + 99 + 0 + 60) / 400)
+    # Only the late divergence: within the default tolerance, though not an exact match.
+    only_late = lossless_check([cases[1][0]], [cases[1][1]], temperature=0.0)
+    assert only_late.exact_match_rate == 0.0 and only_late.prefix_agreement_rate == 0.99
+    tolerance = build_config({}).guardrails.lossless_min_prefix_agreement
+    assert only_late.prefix_agreement_rate >= tolerance > result.prefix_agreement_rate
 
 
 def test_burst_arrivals_are_measured() -> None:
