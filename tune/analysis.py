@@ -46,9 +46,10 @@ from tune.results import (
 
 OVERALL = "overall"
 TOLERANCE = 0.15  # the goal: held-out predictions within 15 % of measured
+CLIENT_CHUNKS_FALLBACK = "comes from the tokens each streamed chunk carried, one request at a time"
 CLIENT_CHUNKS_NOTE = (
-    "no spec-decode counters on /metrics (e.g. the Neuron fork): per-position acceptance "
-    "comes from the tokens each streamed chunk carried, one request at a time"
+    f"no spec-decode counters on /metrics (e.g. the Neuron fork): per-position acceptance "
+    f"{CLIENT_CHUNKS_FALLBACK}"
 )
 
 # The paired bootstrap of the load test's summary (one implementation for the project).
@@ -137,6 +138,12 @@ def acceptance_of(run: ClassRun, k: int) -> tuple[Acceptance, str | None]:
         return run.acceptance, None
     rates = rates_from_chunk_tokens([s.chunk_tokens for s in run.ok_samples], k)
     steps = sum(max(len(s.chunk_tokens) - 2, 0) for s in run.ok_samples)
+    # The run's own reason (frozen or mixed-class counters) when it has one.
+    note = (
+        CLIENT_CHUNKS_NOTE
+        if run.acceptance_note is None
+        else f"{run.acceptance_note}; per-position acceptance {CLIENT_CHUNKS_FALLBACK}"
+    )
     return (
         Acceptance(
             source="client_chunks",
@@ -144,7 +151,7 @@ def acceptance_of(run: ClassRun, k: int) -> tuple[Acceptance, str | None]:
             acceptance_rate=float(rates.mean()),
             steps=steps,
         ),
-        CLIENT_CHUNKS_NOTE,
+        note,
     )
 
 

@@ -15,9 +15,14 @@ were not measured, checks the held-out ones and recommends, exactly as ``tune.lo
 - A candidate at concurrency 1 whose k is in ``tuning.holdout_k`` is held out; the others
   fit. A candidate measured at a higher concurrency is a break-even point, with its own
   directory's baseline arm as the baseline at that level.
-- The Neuron fork exports no spec-decode counters, and a load-test window spans every prompt
-  class, so acceptance per position always comes from the client's tokens per chunk
-  (concurrency 1), per class; tune.json says so (``acceptance.source = client_chunks``).
+- Acceptance per position comes from the server's counters where they are real (vllm-neuron
+  1.x, vLLM V1: the SD arm's window counters moved) and the window held one prompt class, so
+  they belong to it (``acceptance.source = counters``). Otherwise it comes from the client's
+  tokens per chunk (concurrency 1), per class (``client_chunks``), and tune.json's notes say
+  why: no counters at all (the published fork), counters that cover several classes mixed,
+  or counters that are "not available" (frozen while the arm generated tokens, as on
+  vllm-neuron 0.2.x). A frozen counter is never read as 0% acceptance. Each input records its
+  server's acceptance source (``inputs[].acceptance_source``).
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from typing import Literal
 from experiment.config import Arm, ExperimentConfig
 from loadtest.metrics import window_s
 from loadtest.records import RequestRecord, read_records
-from loadtest.results import RunInfo
-from loadtest.summary import read_run_info
+from loadtest.results import Acceptance as ServerAcceptance
+from loadtest.results import AcceptanceSource, RunInfo
+from loadtest.summary import read_run_info, read_window_meta, window_acceptance
 from tune.analysis import (
     TOLERANCE,
     Bootstrap,
@@ -41,7 +47,7 @@ from tune.analysis import (
 )
 from tune.measure import sample_of
 from tune.predict import PredictionError
-from tune.results import ClassRun, FitInput, Role, Run, Setting, TuneResult
+from tune.results import Acceptance, ClassRun, FitInput, Role, Run, Setting, TuneResult
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class Measured:
     run_dir: Path
     info: RunInfo
     records: dict[Arm, list[RequestRecord]]
+    acceptance: ServerAcceptance
+    """The SD arm's acceptance from its window's /metrics scrapes (loadtest.summary)."""
 
     @property
     def concurrency(self) -> int:
@@ -81,7 +89,42 @@ def read_measured(run_dir: Path) -> Measured:
             records[arm] = [r for r in read_records(path) if not r.warmup]
         except ValueError as err:
             raise PredictionError(str(err)) from None
-    return Measured(run_dir=run_dir, info=info, records=records)
+    speculative = Arm.SPECULATIVE
+    acceptance = window_acceptance(
+        read_window_meta(run_dir, speculative), speculative, records[speculative]
+    )
+    return Measured(run_dir=run_dir, info=info, records=records, acceptance=acceptance)
+
+
+def with_server_acceptance(run: Run, measured: Measured) -> Run:
+    """The candidate's class runs with the server's acceptance where it belongs to one class,
+    and otherwise a note saying why the client's tokens per chunk stand in."""
+    block = measured.acceptance
+    name = measured.run_dir.name
+    if block.source is AcceptanceSource.MEASURED:
+        if len(run.classes) == 1 and block.per_position_rate:
+            (class_run,) = run.classes.values()
+            class_run.acceptance = Acceptance(
+                source="counters",
+                per_position_rate=block.per_position_rate,
+                acceptance_rate=block.acceptance_rate,
+                steps=block.drafts,
+            )
+            return run
+        rate = "n/a" if block.acceptance_rate is None else f"{block.acceptance_rate:.1%}"
+        note = (
+            f"{name}: the server's counters measured {rate} acceptance over "
+            f"{len(run.classes)} prompt classes mixed"
+            + ("" if block.per_position_rate else " without per-position counters")
+            + " (run one class per directory to fit on counters)"
+        )
+    elif block.source is AcceptanceSource.ESTIMATED:
+        note = f"{name}: {block.reason}"
+    else:
+        note = f"{name}: server acceptance not available ({block.reason})"
+    for class_run in run.classes.values():
+        class_run.acceptance_note = note
+    return run
 
 
 def run_of(records: Sequence[RequestRecord], setting: Setting, role: Role, level: int) -> Run:
@@ -152,9 +195,16 @@ def fit_from_run_dirs(
                     concurrency=level,
                 )
             )
-        runs.append(run_of(measured.records[Arm.SPECULATIVE], setting, role, level))
+        candidate = run_of(measured.records[Arm.SPECULATIVE], setting, role, level)
+        runs.append(with_server_acceptance(candidate, measured))
         inputs.append(
-            FitInput(run_dir=measured.run_dir.name, setting=setting, role=role, concurrency=level)
+            FitInput(
+                run_dir=measured.run_dir.name,
+                setting=setting,
+                role=role,
+                concurrency=level,
+                acceptance_source=measured.acceptance.source.value,
+            )
         )
     boot = Bootstrap(
         config.statistics.confidence, config.statistics.resamples, config.statistics.seed

@@ -56,8 +56,14 @@ def _send(
     return sample_of(stream_request(sessions.session, url, prompt.text, params, record), repeat)
 
 
-def _acceptance(before: Counters | None, after: Counters | None) -> tuple[Acceptance | None, str]:
-    block = acceptance_from_deltas(before, after)
+def _acceptance(
+    before: Counters | None, after: Counters | None, samples: Sequence[RequestSample]
+) -> tuple[Acceptance | None, str]:
+    """Counter acceptance of one class; None (with the reason) unless measured, so frozen or
+    absent counters fall back to the client's tokens per chunk (tune.analysis.acceptance_of),
+    labelled, never a 0."""
+    decode = sum(max((s.output_tokens or 0) - 1, 0) for s in samples if s.ok)
+    block = acceptance_from_deltas(before, after, decode_tokens=decode)
     if not block.available or not block.per_position_rate:
         return None, block.reason or "no per-position counters on /metrics"
     return (
@@ -102,7 +108,7 @@ def measure_classes(
             samples = [f.result() for f in futures]
             run = ClassRun(prompt_class=name, samples=samples)
             if speculative and concurrency == 1:
-                acceptance, reason = _acceptance(before, scrape(url, scrapes))
+                acceptance, reason = _acceptance(before, scrape(url, scrapes), samples)
                 run.acceptance = acceptance
                 run.acceptance_note = reason or None
             failed = run.failed

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loadtest.results import Interval, OptimalLoadCost, PriceBasis
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: FitInput.acceptance_source (issue 23)
 Role = Literal["baseline", "fit", "holdout", "break_even"]
 AcceptanceSource = Literal["counters", "client_chunks"]
 # How tau(k) was predicted: replaying the largest fit k's chunks (the default), or summing
@@ -263,6 +263,9 @@ class FitInput(_Result):
     setting: Setting
     role: Role
     concurrency: int
+    # The SD arm's acceptance source in that run (loadtest.results.AcceptanceSource: measured,
+    # estimated, not available); None for the baseline input.
+    acceptance_source: str | None = None
 
 
 class TuneResult(_Result):

@@ -59,11 +59,44 @@ def _records(run: Run, arm: Arm) -> list[RequestRecord]:
     return records
 
 
-def write_run_dir(root: Path, name: str, k: int, concurrency: int = 1, slow: float = 1.0) -> Path:
+# The SD arm's /metrics before and after its window, as the load test's window file records
+# it, for the three kinds of server (the baseline's shows no spec-decode counters).
+FORK: tuple[dict, dict] = ({}, {})  # the published vLLM 0.9 fork: no counters at all
+FROZEN = {"num_drafts": 3.0, "num_draft_tokens": 24.0, "num_accepted_tokens": 9.0}
+FROZEN_02X = (FROZEN, FROZEN)  # vllm-neuron 0.2.x: registered, never incremented
+
+
+def live_1x(per_position: list[float], drafts: float = 100.0) -> tuple[dict, dict]:
+    """vllm-neuron 1.x: counters that moved by ``drafts`` steps with these per-position rates."""
+    accepted = drafts * sum(per_position)
+    before = {
+        "num_drafts": 0.0,
+        "num_draft_tokens": 0.0,
+        "num_accepted_tokens": 0.0,
+        "num_accepted_tokens_per_pos": {str(i): 0.0 for i in range(len(per_position))},
+    }
+    after = {
+        "num_drafts": drafts,
+        "num_draft_tokens": drafts * len(per_position),
+        "num_accepted_tokens": accepted,
+        "num_accepted_tokens_per_pos": {str(i): drafts * r for i, r in enumerate(per_position)},
+    }
+    return before, after
+
+
+def write_run_dir(
+    root: Path,
+    name: str,
+    k: int,
+    concurrency: int = 1,
+    slow: float = 1.0,
+    counters: tuple[dict, dict] = FORK,
+    classes: tuple[str, ...] | None = None,
+) -> Path:
     """A comparison run directory (baseline vs a candidate with window k), written by the
-    load test's own writers."""
+    load test's own writers; ``classes``: only those prompt classes (None: all)."""
     run_dir = root / name
-    run_dir.mkdir()
+    run_dir.mkdir(parents=True)
     config = _config(k)
     params = RequestParams(model=config.serving.target_model, max_tokens=401)
     info = RunInfo(
@@ -82,8 +115,13 @@ def write_run_dir(root: Path, name: str, k: int, concurrency: int = 1, slow: flo
     (run_dir / RUN_JSON).write_text(json.dumps(info.model_dump(mode="json")))
     baseline = make_run(Setting(), "baseline", concurrency)  # slow: only the candidate
     candidate = make_run(Setting(draft="d", k=k), "fit", concurrency, slow=slow)
+    for run in (baseline, candidate):
+        run.classes = {n: c for n, c in run.classes.items() if classes is None or n in classes}
     write_records(run_dir / "records_baseline.jsonl", _records(baseline, Arm.BASELINE))
     write_records(run_dir / "records_speculative.jsonl", _records(candidate, Arm.SPECULATIVE))
+    for arm, (before, after) in ((Arm.BASELINE, FORK), (Arm.SPECULATIVE, counters)):
+        window = {"arm": arm.value, "metrics_before": before, "metrics_after": after}
+        (run_dir / f"window_{arm.value}.json").write_text(json.dumps(window))
     return run_dir
 
 
@@ -108,7 +146,18 @@ def test_fit_from_load_test_run_dirs_recovers_the_model_and_checks_held_out_k(
         assert model.step_cost.intercept_ms == pytest.approx(C0 * 1e3)
         assert model.step_cost.per_k_ms == pytest.approx(C1 * 1e3)
         assert model.acceptance.source == "client_chunks"
-    assert any("no spec-decode counters" in note for note in result.notes)
+    # The fork's runs: no counters, so the labelled client-side estimate, and each input says so.
+    assert any(
+        "k8: no vllm:spec_decode_* counters" in note and "tokens each streamed chunk" in note
+        for note in result.notes
+    )
+    assert [i.acceptance_source for i in result.inputs] == [
+        None,
+        "estimated",
+        "estimated",
+        "estimated",
+        "estimated",
+    ]
     assert sorted((c.prompt_class, c.k) for c in result.checks) == [
         ("open_ended", 4),
         ("open_ended", 6),
@@ -171,3 +220,58 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(PredictionError, match=r"no records_speculative\.jsonl; was the arm run"):
         fit_from_run_dirs(_config(), dirs, ["d"])
     assert main(["fit", str(dirs[0])]) == 2
+
+
+def test_frozen_counters_are_not_available_never_a_zero_acceptance(tmp_path: Path) -> None:
+    """vllm-neuron 0.2.x: the counters exist and never move while the candidate decodes. The
+    fit must not read them as 0% acceptance: it says "not available" and uses (labelled) the
+    client's tokens per chunk, which give the same model as the fork's run."""
+    frozen = [write_run_dir(tmp_path / "frozen", f"k{k}", k, counters=FROZEN_02X) for k in (2, 8)]
+    fork = [write_run_dir(tmp_path / "fork", f"k{k}", k) for k in (2, 8)]
+    result = fit_from_run_dirs(_config(), frozen, ["d"])
+    assert [i.acceptance_source for i in result.inputs[1:]] == ["not available"] * 2
+    assert any(
+        "k8: server acceptance not available" in note and "frozen counters" in note
+        for note in result.notes
+    )
+    reference = {m.prompt_class: m for m in fit_from_run_dirs(_config(), fork, ["d"]).models}
+    for model in result.models:
+        assert model.acceptance.source == "client_chunks"
+        assert model.acceptance.acceptance_rate and model.acceptance.acceptance_rate > 0
+        assert model.acceptance == reference[model.prompt_class].acceptance
+
+
+def test_live_counters_of_one_class_feed_the_fit(tmp_path: Path) -> None:
+    """vllm-neuron 1.x: live counters, per position too. A directory that measured one prompt
+    class fits on them; counters over several classes mixed cannot be split by class, so
+    the fit says so and uses the client's chunks for each class."""
+    rates = [0.9, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    live = [
+        write_run_dir(
+            tmp_path / "one",
+            f"k{k}",
+            k,
+            counters=live_1x(rates[:k]),
+            classes=("structured",),
+        )
+        for k in (2, 8)
+    ]
+    result = fit_from_run_dirs(_config(), live, ["d"])
+    assert [i.acceptance_source for i in result.inputs[1:]] == ["measured"] * 2
+    (model,) = result.models
+    assert model.prompt_class == "structured"
+    assert model.acceptance.source == "counters"
+    assert model.acceptance.per_position_rate == pytest.approx(rates)  # k=8, the largest fit k
+    assert model.acceptance.acceptance_rate == pytest.approx(sum(rates) / 8)
+    assert not any("counters" in note and "mixed" in note for note in result.notes)
+
+    mixed = [
+        write_run_dir(tmp_path / "mixed", f"k{k}", k, counters=live_1x(rates[:k])) for k in (2, 8)
+    ]
+    result = fit_from_run_dirs(_config(), mixed, ["d"])
+    assert {m.acceptance.source for m in result.models} == {"client_chunks"}
+    assert any(
+        f"k8: the server's counters measured {sum(rates) / 8:.1%} acceptance over 2 prompt "
+        "classes mixed" in note
+        for note in result.notes
+    )
