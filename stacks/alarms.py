@@ -5,14 +5,22 @@ metric names, dimension names and the Variant labels come from ``config.loadtest
 thresholds from ``config.guardrails``, so publisher and alarm cannot drift apart
 (tests/stacks/test_alarms.py publishes a run's metrics to moto and matches every alarm).
 
-- acceptance: the SD arm's acceptance estimate of each prompt class below
-  ``min_acceptance_rate``. CloudWatch alarms need concrete dimensions (no SEARCH), so the
-  classes are those of the configured prompt files, read at synth time.
+- acceptance below ``min_acceptance_rate``, from whichever source the run had
+  (loadtest.results.AcceptanceSource): the server's counters (AcceptanceRate, {Variant}:
+  vllm-neuron 1.x, vLLM V1), or, for servers without counters (the published fork), the
+  client-side estimate of each prompt class (AcceptanceRateEstimate). CloudWatch alarms need
+  concrete dimensions (no SEARCH), so the classes are those of the configured prompt files,
+  read at synth time. A run publishes only the source it had; frozen counters (vllm-neuron
+  0.2.x) publish neither, since "not available" is no 0.
 - failed-request share above ``max_failed_request_share``, per arm.
-- lossless mismatches above ``max_lossless_mismatches`` (SD output differing from the
-  baseline at temperature 0).
+- lossless: the SD arm's prefix agreement with the baseline at temperature 0 below
+  ``lossless_min_prefix_agreement`` (a stated tolerance: greedy outputs on Neuron are not
+  bit-exact, so a single late divergence must not fire it).
 
-A run publishes once, so missing data is "not breaching": no run, no alarm. With
+Missing data is "not breaching" (CloudWatch User Guide, "Configuring how CloudWatch alarms
+treat missing data": notBreaching treats missing data points as within the threshold; CDK
+``TreatMissingData.NOT_BREACHING``): a run publishes once, so no run means no alarm, and an
+acceptance that is not available (nothing published) cannot fire one. With
 ``guardrails.alarm_email`` set, every alarm (and its recovery) notifies a KMS-encrypted SNS
 topic with that e-mail subscription.
 """
@@ -71,13 +79,29 @@ class GuardrailAlarms(Construct):
         self.alarms: list[cw.Alarm] = []
         prefix = config.project
         sd = lt.variant_labels[Arm.SPECULATIVE]
+        self._alarm(
+            "AcceptanceMeasured",
+            name=f"{prefix}-sd-acceptance-measured",
+            description=(
+                f"SD arm ({sd}): acceptance from the server's spec-decode counters below "
+                f"guardrails.min_acceptance_rate {guard.min_acceptance_rate}; speculation may "
+                "cost more than it saves. Published only when the counters moved (never for "
+                "frozen counters)"
+            ),
+            metric=names.acceptance_rate,
+            dimensions={lt.variant_dimension: sd},
+            statistic="Minimum",
+            threshold=guard.min_acceptance_rate,
+            comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+        )
         for prompt_class in prompt_classes(config):
             self._alarm(
                 f"Acceptance{_construct_id(prompt_class)}",
                 name=f"{prefix}-sd-acceptance-{prompt_class}",
                 description=(
-                    f"SD arm ({sd}): acceptance estimate of prompt class {prompt_class!r} "
-                    f"below guardrails.min_acceptance_rate {guard.min_acceptance_rate}; "
+                    f"SD arm ({sd}): client-side acceptance estimate of prompt class "
+                    f"{prompt_class!r} (servers without spec-decode counters) below "
+                    f"guardrails.min_acceptance_rate {guard.min_acceptance_rate}; "
                     "speculation may cost more than it saves for this class"
                 ),
                 metric=names.acceptance_rate_estimate,
@@ -102,18 +126,19 @@ class GuardrailAlarms(Construct):
                 comparison=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             )
         self._alarm(
-            "LosslessMismatch",
-            name=f"{prefix}-lossless-mismatch",
+            "LosslessAgreement",
+            name=f"{prefix}-lossless-agreement",
             description=(
-                f"SD arm ({sd}) output differs from the baseline at temperature 0 for more "
-                f"than guardrails.max_lossless_mismatches ({guard.max_lossless_mismatches}) "
-                "prompts: see the run's report (lossless section)"
+                f"SD arm ({sd}) reproduced less than guardrails.lossless_min_prefix_agreement "
+                f"({guard.lossless_min_prefix_agreement}) of the baseline's greedy output "
+                "before diverging (temperature 0): see the run's report (lossless section: "
+                "first divergence per prompt)"
             ),
-            metric=names.lossless_mismatches,
+            metric=names.lossless_prefix_agreement,
             dimensions={lt.variant_dimension: sd},
-            statistic="Maximum",
-            threshold=guard.max_lossless_mismatches,
-            comparison=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            statistic="Minimum",
+            threshold=guard.lossless_min_prefix_agreement,
+            comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
         )
         self.topic: sns.Topic | None = None
         if guard.alarm_email:

@@ -73,9 +73,25 @@ class ObservabilityStack(cdk.Stack):
             ),
             self._by_prompt_class("Failed requests", names.failed_requests, "Sum", "count"),
         )
+        guard = config.guardrails
+        acceptance_bar = cw.HorizontalAnnotation(
+            value=guard.min_acceptance_rate, label="guardrails.min_acceptance_rate"
+        )
+        # Acceptance has three sources (loadtest.results.AcceptanceSource): these graphs show
+        # the measured one, the estimate graph below the client-side one, and a run whose
+        # counters are frozen publishes neither, so a gap reads "not available", never 0.
         self.dashboard.add_widgets(
-            self._by_variant("Draft acceptance rate", names.acceptance_rate, "ratio"),
-            self._by_variant("Mean acceptance length", names.mean_acceptance_length, "tokens"),
+            self._by_variant(
+                "Draft acceptance rate (measured: server counters)",
+                names.acceptance_rate,
+                "ratio",
+                annotations=[acceptance_bar],
+            ),
+            self._by_variant(
+                "Mean acceptance length (measured: server counters)",
+                names.mean_acceptance_length,
+                "tokens",
+            ),
         )
         currency = config.pricing.currency
         self.dashboard.add_widgets(
@@ -86,7 +102,7 @@ class ObservabilityStack(cdk.Stack):
                 currency,
             ),
             self._by_prompt_class(
-                "SD acceptance estimate (client-side, per class)",
+                "SD acceptance estimate (client-side, servers without counters)",
                 names.acceptance_rate_estimate,
                 "Minimum",
                 "ratio",
@@ -94,6 +110,29 @@ class ObservabilityStack(cdk.Stack):
             self._by_prompt_class(
                 "Failed request share", names.failed_request_share, "Maximum", "share"
             ),
+        )
+        self.dashboard.add_widgets(
+            cw.GraphWidget(
+                title="Lossless: SD output reproduced before its first divergence (share)",
+                width=WIDTH,
+                left=[
+                    cw.Metric(
+                        namespace=lt.metric_namespace,
+                        metric_name=names.lossless_prefix_agreement,
+                        dimensions_map={lt.variant_dimension: lt.variant_labels[Arm.SPECULATIVE]},
+                        statistic="Minimum",
+                        period=PERIOD,
+                        label="prefix agreement",
+                    )
+                ],
+                left_annotations=[
+                    cw.HorizontalAnnotation(
+                        value=guard.lossless_min_prefix_agreement,
+                        label="guardrails.lossless_min_prefix_agreement",
+                    )
+                ],
+                left_y_axis=cw.YAxisProps(min=0, max=1, show_units=False),
+            )
         )
         self.guardrails = GuardrailAlarms(self, "Guardrails", config=config)
         self.dashboard.add_widgets(
@@ -130,12 +169,19 @@ class ObservabilityStack(cdk.Stack):
             left_y_axis=cw.YAxisProps(label=unit, min=0, show_units=False),
         )
 
-    def _by_variant(self, title: str, metric: str, unit: str) -> cw.GraphWidget:
+    def _by_variant(
+        self,
+        title: str,
+        metric: str,
+        unit: str,
+        annotations: list[cw.HorizontalAnnotation] | None = None,
+    ) -> cw.GraphWidget:
         # Acceptance comes from the server's /metrics and carries only the Variant dimension.
         lt = self.config.loadtest
         return cw.GraphWidget(
             title=title,
             width=WIDTH // 2,
+            left_annotations=annotations,
             left=[
                 cw.Metric(
                     namespace=lt.metric_namespace,
