@@ -13,6 +13,20 @@ from experiment.loading import cdk_json_context, context_from_pairs
 PLUGIN_IMAGE = "serving.image=registry.example.com/vllm-neuron:0.3"
 
 BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
+    # The lossless alarm's tolerance is a share of the output: (0, 1].
+    "lossless-tolerance-above-1": (
+        ["guardrails.lossless_min_prefix_agreement=1.5"],
+        r"guardrails\.lossless_min_prefix_agreement: Input should be less than or equal to 1",
+    ),
+    "lossless-tolerance-zero": (
+        ["guardrails.lossless_min_prefix_agreement=0"],
+        r"guardrails\.lossless_min_prefix_agreement: Input should be greater than 0",
+    ),
+    # The first-mismatch count it replaced is gone: a stale config says so, naming the key.
+    "lossless-mismatch-count-removed": (
+        ["guardrails.max_lossless_mismatches=0"],
+        r"guardrails\.max_lossless_mismatches: unknown key",
+    ),
     "unknown-key": (
         ["serving.num_speculative_token=7"],
         r"serving\.num_speculative_token: unknown key",
