@@ -125,3 +125,32 @@ def test_cloudwatch_errors_are_reported_not_raised(fake_run_dir) -> None:
         build_config({}), fake_run_dir, summarize(fake_run_dir), client=Failing()
     )
     assert result.published is False and "monitoring.invalid" in (result.reason or "")
+
+
+def test_lossless_figures_go_out_only_when_the_check_applies(fake_run_dir) -> None:
+    """The lossless alarm's datum: the prefix agreement and the mismatch count, for the SD
+    Variant; none at temperature > 0, where outputs may differ. Here each SD text is the
+    baseline's first 4 of 16 tokens (one word per chunk on both arms): 6 mismatches at 0.25."""
+    config = build_config({})
+    names = config.loadtest.metric_names
+    summary = summarize(fake_run_dir)
+    sd = [{"Name": config.loadtest.variant_dimension, "Value": "SD"}]
+
+    def lossless(data: list[dict]) -> dict[str, float]:
+        return {
+            d["MetricName"]: d["Value"]
+            for d in data
+            if d["MetricName"] in (names.lossless_prefix_agreement, names.lossless_mismatches)
+            and d["Dimensions"] == sd
+        }
+
+    data = cloudwatch.build_metric_data(config, fake_run_dir, summary)
+    assert summary.lossless.prefix_agreement_rate == pytest.approx(4 / 16)
+    assert lossless(data) == {
+        names.lossless_prefix_agreement: pytest.approx(4 / 16),
+        names.lossless_mismatches: 6,
+    }
+    warm = summary.model_copy(
+        update={"lossless": summary.lossless.model_copy(update={"applicable": False})}
+    )
+    assert lossless(cloudwatch.build_metric_data(config, fake_run_dir, warm)) == {}
