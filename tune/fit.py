@@ -34,7 +34,6 @@ from loadtest.results import RunInfo
 from loadtest.summary import read_run_info
 from tune.analysis import (
     TOLERANCE,
-    Bootstrap,
     break_even_by_class,
     cost_at_load,
     fit_and_recommend,
@@ -156,9 +155,7 @@ def fit_from_run_dirs(
         inputs.append(
             FitInput(run_dir=measured.run_dir.name, setting=setting, role=role, concurrency=level)
         )
-    boot = Bootstrap(
-        config.statistics.confidence, config.statistics.resamples, config.statistics.seed
-    )
+    boot = config.statistics
     analysis = baseline.info.analysis
     target: Literal["local", "trn2"] = (
         "local" if analysis is not None and analysis.price.target == "local" else "trn2"
