@@ -7,8 +7,10 @@ variation that dominates an unpaired comparison. A difference is significant onl
 interval excludes 1.
 
 The interval is the *expanded* percentile interval (Hesterberg, "What Teachers Should Know
-About the Bootstrap", The American Statistician 69(4), 2015): the percentile interval read at
-the levels Phi(sqrt(n/(n-1)) t_{n-1}) instead of Phi(z). A plain percentile interval is too
+About the Bootstrap", The American Statistician 69, 2015, pp. 371-386, arXiv 1411.5279; the
+default of his R package, CRAN resample R/confidence.R ``CI.percentile(expand = TRUE)`` via
+``ExpandProbs``): the percentile interval read at the levels Phi(sqrt(n/(n-1)) t_{n-1})
+instead of Phi(z). A plain percentile interval is too
 narrow at small n (the bootstrap's spread is the plug-in one, divided by n, and its tails are
 normal, not t): on synthetic paired data with a known ratio, skewed like request latencies
 (lognormal, sigma 0.2-0.6 between prompts and 0.15-0.35 in the per-prompt speedup), its 95%
@@ -17,7 +19,9 @@ interval covered 93-95% at 10 to 16 pairs, at least what the plain one reached a
 the old floor: hence ``statistics.min_pairs_for_verdict`` = 10, and the local run's 16 pairs
 per class can decide. With much heavier tails (sigma 1.0) every variant under-covers (expanded
 89-91% at 16-32 pairs, plain 87-89%). BCa was measured too and covered no better than the
-plain percentile (its bias and skew corrections do not widen a narrow interval). The
+plain percentile (its bias and skew corrections do not widen a narrow interval; Owen,
+"Better bootstrap t confidence intervals for the mean", arXiv 2508.10083, 2025, finds BCa
+under-covering small samples too). The
 expansion tends to 1 as n grows: large runs keep the plain percentile interval.
 (tests/loadtest/test_stats.py::test_expanded_interval_keeps_its_coverage_at_small_n.)
 

@@ -355,9 +355,9 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
     if summary.statistics is not None:
         result.append(
             Section(
-                f"Confidence intervals (paired bootstrap, {summary.statistics.resamples} "
-                f"resamples, seed {summary.statistics.seed}; {summary.statistics.unpaired} "
-                "requests unpaired)",
+                "Confidence intervals (paired bootstrap, expanded percentile, "
+                f"{summary.statistics.resamples} resamples, seed {summary.statistics.seed}; "
+                f"{summary.statistics.unpaired} requests unpaired)",
                 interval_rows(summary),
                 folded=True,
             )
