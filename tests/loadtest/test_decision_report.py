@@ -140,3 +140,14 @@ def test_run_json_carries_config_statistics_and_reads_the_flat_settings_of_schem
     run["analysis"] = flat
     run_file.write_text(json.dumps(run))
     assert summarize(analysed_run_dir).run.analysis == info
+
+
+def test_the_headline_ends_on_the_verdict_per_class(analysed_run_dir) -> None:
+    from loadtest.render.headline import headline, headline_text
+
+    summary = summarize(analysed_run_dir)
+    numbers = headline(summary)
+    assert numbers.verdict == summary.verdict
+    last = headline_text(numbers).splitlines()[-len(summary.verdict) :]
+    for line, verdict in zip(last, summary.verdict, strict=True):
+        assert line == f"  {verdict.prompt_class}: {verdict.decision.value}: {verdict.reason}"
