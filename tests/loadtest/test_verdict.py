@@ -41,6 +41,22 @@ def test_too_few_pairs_cannot_tell_however_narrow_the_interval() -> None:
     assert decide(narrow, 0, 6)[0] == Decision.USE_SD
 
 
+def test_the_default_local_run_has_the_pairs_per_class_the_verdict_needs() -> None:
+    # The default local run: the suite plus local.extra_prompt_files, each prompt sent
+    # local.requests_per_prompt times; every class must reach the floor, so it can decide.
+    from collections import Counter
+
+    from loadtest.prompts import load_prompts
+
+    config = build_config({})
+    files = [*config.loadtest.prompts.files, *config.local.extra_prompt_files]
+    per_class = Counter(p.prompt_class for p in load_prompts(files))
+    pairs = {name: count * config.local.requests_per_prompt for name, count in per_class.items()}
+    assert pairs == {"open_ended": 16, "structured": 16}
+    assert min(pairs.values()) >= FLOOR
+    assert decide(_ratio(0.5, 0.4, 0.6, n=16), 0, FLOOR)[0] == Decision.USE_SD
+
+
 def test_an_undecided_interval_says_how_many_pairs_would_decide() -> None:
     # log half-width toward 1 = log(1.05/0.9) = 0.154, distance = log(1/0.9) = 0.105:
     # n x (0.154/0.105)^2 = 16 x 2.15 -> 35 pairs, 3x the requests per prompt
