@@ -25,7 +25,7 @@ class StatisticsConfig(Section):
     min_pairs_for_verdict: Annotated[int, Field(ge=2)] = Field(
         default=10,
         description=(
-            "Fewest request pairs a verdict needs: below it the verdict is \"can't tell\" and "
+            'Fewest request pairs a verdict needs: below it the verdict is "can\'t tell" and '
             "says how many requests per prompt would reach it; 2 or more. At 10 the expanded "
             "percentile interval still covers about 95% on skewed latency data."
         ),
