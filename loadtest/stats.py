@@ -16,8 +16,8 @@ normal, not t): on synthetic paired data with a known ratio, skewed like request
 (lognormal, sigma 0.2-0.6 between prompts and 0.15-0.35 in the per-prompt speedup), its 95%
 interval of a ratio of sums covered 88-90% at 10-12 pairs and 90.5-92.5% at 16. The expanded
 interval covered 93-95% at 10 to 16 pairs, at least what the plain one reached at 20-24,
-the old floor: hence ``statistics.min_pairs_for_verdict`` = 10, and the local run's 16 pairs
-per class can decide. With much heavier tails (sigma 1.0) every variant under-covers (expanded
+the old floor: hence the lower default of ``statistics.min_pairs_for_verdict``, and the local
+run's 16 pairs per class can decide. With much heavier tails (sigma 1.0) every variant under-covers (expanded
 89-91% at 16-32 pairs, plain 87-89%). BCa was measured too and covered no better than the
 plain percentile (its bias and skew corrections do not widen a narrow interval; Owen,
 "Better bootstrap t confidence intervals for the mean", arXiv 2508.10083, 2025, finds BCa
