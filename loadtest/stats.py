@@ -17,12 +17,12 @@ normal, not t): on synthetic paired data with a known ratio, skewed like request
 interval of a ratio of sums covered 88-90% at 10-12 pairs and 90.5-92.5% at 16. The expanded
 interval covered 93-95% at 10 to 16 pairs, at least what the plain one reached at 20-24,
 the old floor: hence the lower default of ``statistics.min_pairs_for_verdict``, and the local
-run's 16 pairs per class can decide. With much heavier tails (sigma 1.0) every variant under-covers (expanded
-89-91% at 16-32 pairs, plain 87-89%). BCa was measured too and covered no better than the
-plain percentile (its bias and skew corrections do not widen a narrow interval; Owen,
-"Better bootstrap t confidence intervals for the mean", arXiv 2508.10083, 2025, finds BCa
-under-covering small samples too). The
-expansion tends to 1 as n grows: large runs keep the plain percentile interval.
+run's 16 pairs per class can decide. With much heavier tails (sigma 1.0) every variant
+under-covers (expanded 89-91% at 16-32 pairs, plain 87-89%). BCa was measured too and
+covered no better than the plain percentile (its bias and skew corrections do not widen a
+narrow interval; Owen, "Better bootstrap t confidence intervals for the mean", arXiv
+2508.10083, 2025, finds BCa under-covering small samples too). The expansion tends to 1 as n
+grows: large runs keep the plain percentile interval.
 (tests/loadtest/test_stats.py::test_expanded_interval_keeps_its_coverage_at_small_n.)
 
 Cost: a resample is a count matrix (how often each pair was drawn), kept as uint8 plus one

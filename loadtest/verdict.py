@@ -103,6 +103,8 @@ def decide(
         return Decision.DONT, f"SD costs {_span(cost_ratio)} of the baseline ({confidence}, n={n})"
     needed = pairs_to_exclude_one(cost_ratio)
     held = f"n={n}: cost ratio {_span(cost_ratio)} holds 1 at {confidence}"
+    if needed is None and low <= 0:  # not a ratio of two positive costs: no projection
+        return Decision.CANT_TELL, f"{held}: run more requests"
     if needed is None:
         return Decision.CANT_TELL, (
             f"{held}, and its estimate is within {SAME_COST:.0%} of 1: the arms cost about the "

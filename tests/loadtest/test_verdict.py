@@ -84,3 +84,11 @@ def test_an_estimate_at_one_is_the_same_cost_not_a_call_for_more_pairs() -> None
     assert pairs_to_exclude_one(same) is None
     decision, reason = decide(same, 0, FLOOR)
     assert decision == Decision.CANT_TELL and "cost about the same" in reason
+
+
+def test_an_interval_reaching_zero_asks_for_more_requests_without_a_projection() -> None:
+    odd = _ratio(0.4, 0.0, 1.2, n=30)
+    assert pairs_to_exclude_one(odd) is None
+    decision, reason = decide(odd, 0, FLOOR)
+    assert decision == Decision.CANT_TELL
+    assert reason.endswith("holds 1 at 95%: run more requests")
