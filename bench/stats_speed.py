@@ -27,7 +27,7 @@ from experiment import ExperimentConfig, build_config
 from loadtest.analysis import analysis_info
 from loadtest.records import RequestRecord, write_records
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, SloInfo
-from loadtest.stats import BootstrapSettings, paired_statistics
+from loadtest.stats import paired_statistics
 from loadtest.summary import summarize
 
 OUTPUT_TOKENS = 600
@@ -103,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the timings as JSON here")
     args = parser.parse_args(argv)
     config = build_config({})
-    settings = BootstrapSettings(
-        confidence=config.statistics.confidence,
-        resamples=config.statistics.resamples,
-        seed=config.statistics.seed,
-    )
+    settings = config.statistics
     baseline = synthetic_arm("baseline", args.requests, 1, seed=1)
     speculative = synthetic_arm("speculative", args.requests, 3, seed=2)
     timings = []

@@ -23,8 +23,8 @@ from loadtest.results import (
     Lossless,
     PairedStatistics,
 )
-from loadtest.stats import BootstrapSettings, paired_statistics
-from loadtest.verdict import verdicts
+from loadtest.stats import paired_statistics
+from loadtest.verdict import MorePairs, verdicts
 
 
 def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> AnalysisInfo:
@@ -33,13 +33,18 @@ def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> Analysis
     k = config.serving.num_speculative_tokens
     if local and config.local.num_speculative_tokens is not None:
         k = config.local.num_speculative_tokens
+    # The setting a "can't tell" verdict points at to get more pairs.
+    pairs_setting, requests_per_prompt = (
+        ("local.requests_per_prompt", config.local.requests_per_prompt)
+        if local
+        else ("loadtest.requests_per_prompt", config.loadtest.requests_per_prompt)
+    )
     return AnalysisInfo(
         num_speculative_tokens=k,
-        confidence=config.statistics.confidence,
-        resamples=config.statistics.resamples,
-        seed=config.statistics.seed,
-        min_pairs_for_verdict=config.statistics.min_pairs_for_verdict,
+        statistics=config.statistics,
         price=price_basis(config, local=local),
+        pairs_setting=pairs_setting,
+        requests_per_prompt=requests_per_prompt,
     )
 
 
@@ -65,9 +70,7 @@ def analyse(
         measured.get(Arm.BASELINE.value, []),
         measured.get(Arm.SPECULATIVE.value, []),
         num_speculative_tokens=info.num_speculative_tokens,
-        settings=BootstrapSettings(
-            confidence=info.confidence, resamples=info.resamples, seed=info.seed
-        ),
+        settings=info.statistics,
     )
     if statistics.overall.pairs == 0:
         return Analysis(statistics=statistics)
@@ -79,11 +82,16 @@ def analyse(
         {name: arm.window_s for name, arm in arms.items()},
         ratios,
     )
+    more_pairs = (
+        MorePairs(info.pairs_setting, info.requests_per_prompt)
+        if info.pairs_setting is not None and info.requests_per_prompt is not None
+        else None
+    )
     mismatches = (
         Counter(m.prompt_class for m in lossless.mismatches) if lossless.applicable else Counter()
     )
     return Analysis(
         statistics=statistics,
         cost=cost,
-        verdict=verdicts(statistics, cost, dict(mismatches), info.min_pairs_for_verdict),
+        verdict=verdicts(statistics, cost, dict(mismatches), info.statistics, more_pairs),
     )

@@ -39,10 +39,12 @@ def write_report(summary: RunSummary, run_dir: Path) -> dict[str, Path]:
     plot_cdfs(summary, run_dir, paths["cdf_plot"])
     plot_per_class(summary, paths["class_plot"])
     plot_timeseries(summary, run_dir, paths["timeseries_plot"])
-    plots = [CDF_PLOT, CLASS_PLOT, TIMESERIES_PLOT]
+    plots = [TIMESERIES_PLOT, CLASS_PLOT, CDF_PLOT]
     if plot_acceptance(summary, run_dir / ACCEPTANCE_PLOT):
         plots.append(ACCEPTANCE_PLOT)
         paths["acceptance_plot"] = run_dir / ACCEPTANCE_PLOT
     paths["markdown"].write_text(render_markdown(summary, plots))
-    paths["html"].write_text(render_html(summary, plots))
+    paths["html"].write_text(
+        render_html(summary, {name: (run_dir / name).read_bytes() for name in plots})
+    )
     return paths

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from experiment.config import Arm
+from experiment.config import Arm, StatisticsConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
@@ -486,11 +486,23 @@ class AnalysisInfo(_Result):
     """What the statistics and cost of a run need beyond its records (written to run.json)."""
 
     num_speculative_tokens: int
-    confidence: float
-    resamples: int
-    seed: int
-    min_pairs_for_verdict: int = 20
+    statistics: StatisticsConfig
+    """The run's config.statistics, as it was: the one copy of the bootstrap settings."""
     price: PriceBasis
+    pairs_setting: str | None = None
+    """The -c key that multiplies the run's pairs (requests per prompt); None: older runs."""
+    requests_per_prompt: int | None = None
+    """Its value in this run."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_settings_of_older_runs(cls, data: Any) -> Any:
+        # Schema 4 wrote the settings flat next to the price; read them into the section.
+        if isinstance(data, dict) and "statistics" not in data:
+            flat = {k: data[k] for k in StatisticsConfig.model_fields if k in data}
+            rest = {k: v for k, v in data.items() if k not in flat}
+            return {**rest, "statistics": flat}
+        return data
 
 
 class RunSummary(_Result):

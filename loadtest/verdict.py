@@ -3,11 +3,16 @@
 Rules, in order (docs/costs-and-statistics.md):
 
 1. SD changed the output of a prompt of the class at temperature 0 -> don't (not lossless).
-2. Fewer pairs than ``statistics.min_pairs_for_verdict`` -> can't tell (a percentile
-   bootstrap interval from a handful of pairs is too narrow).
+2. Fewer pairs than ``statistics.min_pairs_for_verdict`` -> can't tell: below it even the
+   expanded interval (loadtest.stats) is a guess.
 3. Cost per 1M output tokens, SD / baseline: the whole interval below 1 -> use SD;
    the whole interval above 1 -> don't; the interval holds 1 (or none could be computed)
-   -> can't tell, with the number of pairs so the reader knows what more data would cost.
+   -> can't tell.
+
+A "can't tell" says what would let it decide: the pairs the floor needs, or the pairs that
+would shrink the interval off 1 if the estimate held (an interval's half-width shrinks as
+1/sqrt(n), measured on the log scale where a ratio's interval is near symmetric), and the
+``-c`` setting that gets them.
 
 The end-to-end latency speedup is shown next to it: in a closed loop at fixed concurrency
 it moves with throughput, so it does not decide on its own.
@@ -15,6 +20,10 @@ it moves with throughput, so it does not decide on its own.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+from experiment.config import StatisticsConfig
 from loadtest.results import (
     ClassVerdict,
     CostSummary,
@@ -26,42 +35,96 @@ from loadtest.results import (
 )
 
 ALL_CLASSES = "all"
+# An estimate this close to 1 is "the same cost": no run size is worth suggesting for it.
+SAME_COST = 0.01
+
+
+@dataclass(frozen=True)
+class MorePairs:
+    """The ``-c`` setting that multiplies a run's pairs (requests per prompt) and its value."""
+
+    setting: str
+    value: int
+
+    def times(self, factor: int) -> str:
+        return f"-c {self.setting}={self.value * factor}"
 
 
 def _span(interval: Interval) -> str:
     return f"{interval.estimate:.3f}x [{interval.low:.3f}, {interval.high:.3f}]"
 
 
+def pairs_to_exclude_one(ratio: Interval) -> int | None:
+    """Pairs at which ``ratio``'s interval would stop holding 1 if its estimate held
+    (None: the estimate is within SAME_COST of 1, or there is no interval)."""
+    estimate, low, high = ratio.estimate, ratio.low, ratio.high
+    if estimate is None or low is None or high is None or min(estimate, low) <= 0:
+        return None
+    distance = abs(math.log(estimate))
+    if distance < math.log1p(SAME_COST):
+        return None
+    # the half-width on the side facing 1
+    half = math.log(high / estimate) if estimate < 1 else math.log(estimate / low)
+    return max(ratio.n + 1, math.ceil(ratio.n * (half / distance) ** 2))
+
+
+def _how(pairs: int, needed: int, more: MorePairs | None) -> str:
+    factor = math.ceil(needed / max(pairs, 1))
+    if more is None:
+        return f"run {factor}x the requests"
+    return f"run with {more.times(factor)}"
+
+
 def decide(
-    cost_ratio: Interval, lossless_mismatches: int, min_pairs: int = 20
+    cost_ratio: Interval,
+    lossless_mismatches: int,
+    min_pairs: int,
+    more_pairs: MorePairs | None = None,
 ) -> tuple[Decision, str]:
     if lossless_mismatches:
         return Decision.DONT, (
             f"SD changed the output of {lossless_mismatches} prompt(s) at temperature 0"
         )
-    low, high, estimate = cost_ratio.low, cost_ratio.high, cost_ratio.estimate
+    low, high, estimate, n = cost_ratio.low, cost_ratio.high, cost_ratio.estimate, cost_ratio.n
     if estimate is None or low is None or high is None:
-        return Decision.CANT_TELL, f"no cost interval from {cost_ratio.n} pairs"
-    if cost_ratio.n < min_pairs:
+        return Decision.CANT_TELL, f"no cost interval from {n} pairs"
+    if n < min_pairs:
         return Decision.CANT_TELL, (
-            f"only {cost_ratio.n} pairs (cost ratio {_span(cost_ratio)}): an interval from "
-            f"fewer than {min_pairs} is too narrow to trust; run more requests"
+            f"only {n} pairs (cost ratio {_span(cost_ratio)}); the verdict needs "
+            f"statistics.min_pairs_for_verdict={min_pairs}: "
+            f"{_how(n, min_pairs, more_pairs)}"
         )
     confidence = f"{cost_ratio.confidence:.0%}"
     if high < 1:
-        return Decision.USE_SD, f"SD costs {_span(cost_ratio)} of the baseline ({confidence})"
+        return Decision.USE_SD, (
+            f"SD costs {_span(cost_ratio)} of the baseline ({confidence}, n={n})"
+        )
     if low > 1:
-        return Decision.DONT, f"SD costs {_span(cost_ratio)} of the baseline ({confidence})"
+        return Decision.DONT, f"SD costs {_span(cost_ratio)} of the baseline ({confidence}, n={n})"
+    needed = pairs_to_exclude_one(cost_ratio)
+    held = f"n={n}: cost ratio {_span(cost_ratio)} holds 1 at {confidence}"
+    if needed is None and low <= 0:  # not a ratio of two positive costs: no projection
+        return Decision.CANT_TELL, f"{held}: run more requests"
+    if needed is None:
+        return Decision.CANT_TELL, (
+            f"{held}, and its estimate is within {SAME_COST:.0%} of 1: the arms cost about the "
+            "same; more pairs would only narrow that"
+        )
     return Decision.CANT_TELL, (
-        f"cost ratio {_span(cost_ratio)} holds 1 at {confidence} with {cost_ratio.n} pairs: "
-        "run more requests"
+        f"{held}; about {needed} pairs would exclude 1 if the estimate holds: "
+        f"{_how(n, needed, more_pairs)}"
     )
 
 
 def _verdict(
-    name: str, stats: ScopeStatistics, cost: ScopeCost, mismatches: int, min_pairs: int
+    name: str,
+    stats: ScopeStatistics,
+    cost: ScopeCost,
+    mismatches: int,
+    settings: StatisticsConfig,
+    more_pairs: MorePairs | None,
 ) -> ClassVerdict:
-    decision, reason = decide(cost.ratio, mismatches, min_pairs)
+    decision, reason = decide(cost.ratio, mismatches, settings.min_pairs_for_verdict, more_pairs)
     return ClassVerdict(
         prompt_class=name,
         decision=decision,
@@ -78,7 +141,8 @@ def verdicts(
     statistics: PairedStatistics,
     cost: CostSummary,
     lossless_mismatches_by_class: dict[str, int],
-    min_pairs: int = 20,
+    settings: StatisticsConfig,
+    more_pairs: MorePairs | None = None,
 ) -> list[ClassVerdict]:
     """One verdict per prompt class, then "all"; a class needs statistics and a cost."""
     rows = [
@@ -87,7 +151,8 @@ def verdicts(
             statistics.by_class[name],
             cost.by_class[name],
             lossless_mismatches_by_class.get(name, 0),
-            min_pairs,
+            settings,
+            more_pairs,
         )
         for name in sorted(set(statistics.by_class) & set(cost.by_class))
     ]
@@ -97,7 +162,8 @@ def verdicts(
             statistics.overall,
             cost.overall,
             sum(lossless_mismatches_by_class.values()),
-            min_pairs,
+            settings,
+            more_pairs,
         )
     )
     return rows

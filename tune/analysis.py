@@ -8,9 +8,10 @@ from statistics import fmean, median
 
 import numpy as np
 
+from experiment.config import StatisticsConfig
 from loadtest.cost import optimal_load, usd_per_million
 from loadtest.results import PriceBasis
-from loadtest.stats import BootstrapSettings, paired_speedups, resample_counts
+from loadtest.stats import paired_speedups, resample_counts
 from tune.overrides import overrides_line
 from tune.predict import (
     PredictionError,
@@ -52,9 +53,6 @@ CLIENT_CHUNKS_NOTE = (
     f"{CLIENT_CHUNKS_FALLBACK}"
 )
 
-# The paired bootstrap of the load test's summary (one implementation for the project).
-Bootstrap = BootstrapSettings
-
 
 def find_run(runs: Sequence[Run], setting: Setting, concurrency: int) -> Run | None:
     for run in runs:
@@ -79,7 +77,7 @@ def measured_speedup(
     speculative: Sequence[ClassRun],
     k: int,
     role: Role,
-    boot: Bootstrap,
+    boot: StatisticsConfig,
 ) -> MeasuredSpeedup | None:
     """Pooled over the given classes (one class, or all for "overall"); None: no pairs."""
     base_e2e: list[float] = []
@@ -183,7 +181,7 @@ def class_model(
     prompt_class: str,
     fit_k: Sequence[int],
     predict_k_max: int,
-    boot: Bootstrap,
+    boot: StatisticsConfig,
 ) -> tuple[ClassModel, list[str]]:
     """Fit (draft, class) on its fit-k runs at concurrency 1; predict every k; list the
     measured points (fit and held-out) next to the predictions."""
@@ -374,7 +372,10 @@ def _best_measured(points: Sequence[MeasuredSpeedup]) -> MeasuredSpeedup | None:
 
 
 def recommend(
-    models: Sequence[ClassModel], runs: Sequence[Run], weights: dict[str, int], boot: Bootstrap
+    models: Sequence[ClassModel],
+    runs: Sequence[Run],
+    weights: dict[str, int],
+    boot: StatisticsConfig,
 ) -> list[Recommendation]:
     """Per class and overall: the (draft, k) with the highest predicted E2E speedup among the
     k whose acceptance was measured (extrapolated k are shown, never recommended)."""
@@ -439,7 +440,7 @@ def recommend(
 
 
 def _overall_measured(
-    runs: Sequence[Run], baseline_run: Run, draft: str, boot: Bootstrap
+    runs: Sequence[Run], baseline_run: Run, draft: str, boot: StatisticsConfig
 ) -> list[MeasuredSpeedup]:
     points = []
     for run in runs:
@@ -459,7 +460,7 @@ def _overall_measured(
 
 
 def break_even_by_class(
-    runs: Sequence[Run], setting: Setting, max_num_seqs: int, boot: Bootstrap
+    runs: Sequence[Run], setting: Setting, max_num_seqs: int, boot: StatisticsConfig
 ) -> list[BreakEven]:
     """Measured speedup of ``setting`` over the baseline at each concurrency, per class."""
     levels = sorted({r.concurrency for r in runs if r.setting == setting})
@@ -527,7 +528,7 @@ def cost_at_load(runs: Sequence[Run], setting: Setting, basis: PriceBasis) -> Co
 
 
 def fit_and_recommend(
-    result: TuneResult, fit_k: Mapping[str, Sequence[int]], k_max: int, boot: Bootstrap
+    result: TuneResult, fit_k: Mapping[str, Sequence[int]], k_max: int, boot: StatisticsConfig
 ) -> None:
     """Fit every (draft, class) of ``result.runs`` on the draft's fit k, check the held-out
     k, recommend and write the overrides line into ``result``; problems become notes. The

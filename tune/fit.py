@@ -40,7 +40,6 @@ from loadtest.results import AcceptanceSource, RunInfo
 from loadtest.summary import read_run_info, read_window_meta, window_acceptance
 from tune.analysis import (
     TOLERANCE,
-    Bootstrap,
     break_even_by_class,
     cost_at_load,
     fit_and_recommend,
@@ -206,9 +205,7 @@ def fit_from_run_dirs(
                 acceptance_source=measured.acceptance.source.value,
             )
         )
-    boot = Bootstrap(
-        config.statistics.confidence, config.statistics.resamples, config.statistics.seed
-    )
+    boot = config.statistics
     analysis = baseline.info.analysis
     target: Literal["local", "trn2"] = (
         "local" if analysis is not None and analysis.price.target == "local" else "trn2"

@@ -28,7 +28,6 @@ from runtime.render import render
 from tune.analysis import (
     OVERALL,
     TOLERANCE,
-    Bootstrap,
     break_even_by_class,
     cost_at_load,
     find_run,
@@ -210,9 +209,7 @@ def run_local_sweep(
     log(plan_text(plan))
     fit, holdout = sweep_k(config, quick)
     levels = concurrency_levels(config)
-    boot = Bootstrap(
-        config.statistics.confidence, config.statistics.resamples, config.statistics.seed
-    )
+    boot = config.statistics
     logs = out_dir / "servers"
     runs: list[Run] = []
     notes: list[str] = []

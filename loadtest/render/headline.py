@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from experiment.config import Arm
 from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION
-from loadtest.results import RunSummary
+from loadtest.results import ClassVerdict, RunSummary
 
 
 class ClassSpeedup(BaseModel):
@@ -40,6 +40,9 @@ class Headline(BaseModel):
     # Acceptance per prompt class, one request at a time after the measured window
     # (loadtest.probe); empty when not probed.
     acceptance_by_class: dict[str, float | None] = Field(default_factory=dict)
+    # Use SD or not, per prompt class then all, with why (loadtest.verdict); empty when the
+    # run has no statistics.
+    verdict: list[ClassVerdict] = Field(default_factory=list)
 
 
 def bursty_arms_note(summary: RunSummary) -> str | None:
@@ -90,6 +93,7 @@ def headline(
         lossless_prompts_compared=summary.lossless.prompts_compared,
         lossless_prefix_agreement=summary.lossless.prefix_agreement_rate,
         acceptance_by_class=dict(acceptance_by_class or {}),
+        verdict=summary.verdict,
     )
 
 
@@ -127,4 +131,8 @@ def headline_text(numbers: Headline) -> str:
         f"{numbers.lossless_prompts_compared} prompts, prefix agreement "
         f"{_fmt(numbers.lossless_prefix_agreement, '{:.1%}')}"
     )
+    if numbers.verdict:
+        # Last, so the run ends on its decision and on what would let it decide.
+        lines.append("verdict, use SD? (cost per 1M output tokens, SD / baseline):")
+        lines += [f"  {v.prompt_class}: {v.decision.value}: {v.reason}" for v in numbers.verdict]
     return "\n".join(lines)

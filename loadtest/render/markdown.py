@@ -1,4 +1,5 @@
-"""report.md: the report's sections as Markdown."""
+"""report.md: the report's sections as Markdown (plots linked beside it; folded sections as
+<details>, which GitHub and most viewers render)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,20 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def render_markdown(summary: RunSummary, plots: list[str]) -> str:
     parts = [f"# {TITLE}"]
-    for title, body in sections(summary, plots):
-        parts.append(f"## {title}")
+    for section in sections(summary, plots):
+        # A blank line after <summary> lets the table inside render as Markdown.
+        parts.append(
+            f"<details><summary>{section.title}</summary>"
+            if section.folded
+            else f"## {section.title}"
+        )
+        body = section.body
         if isinstance(body, tuple):
             parts.append(markdown_table(*body))
         elif isinstance(body, list):
             parts.extend(f"![{name}]({name})" for name in body)
         else:
             parts.append(body)
+        if section.folded:
+            parts.append("</details>")
     return "\n\n".join(parts) + "\n"

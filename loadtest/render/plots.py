@@ -21,13 +21,15 @@ from matplotlib.figure import Figure
 from experiment.config import Arm
 from loadtest.metrics import per_token_itl_s, tpot_s
 from loadtest.records import RequestRecord, read_records
+from loadtest.render.plot_files import (  # noqa: F401  (re-exported for report.py)
+    ACCEPTANCE_PLOT,
+    CDF_PLOT,
+    CLASS_PLOT,
+    TIMESERIES_PLOT,
+)
 from loadtest.results import RunSummary
 
 COLORS = {Arm.BASELINE: "#1f77b4", Arm.SPECULATIVE: "#d62728"}
-CDF_PLOT = "latency_cdfs.png"
-CLASS_PLOT = "per_class.png"
-ACCEPTANCE_PLOT = "acceptance_per_position.png"
-TIMESERIES_PLOT = "latency_over_time.png"
 DPI = 90
 
 

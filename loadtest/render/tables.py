@@ -22,6 +22,7 @@ from loadtest.render.decision import (
     verdict_text,
 )
 from loadtest.render.load_generator import load_generator_rows
+from loadtest.render.plot_files import KEY_PLOTS
 from loadtest.results import (
     AcceptanceSource,
     ArmSummary,
@@ -326,41 +327,78 @@ def lossless_text(summary: RunSummary) -> str:
 Body = str | Table | list[str]
 
 
-def sections(summary: RunSummary, plots: list[str]) -> list[tuple[str, Body]]:
-    """The report's sections in order (the Markdown and HTML renderers write these)."""
+@dataclass(frozen=True)
+class Section:
+    title: str
+    body: Body
+    folded: bool = False
+    """Detail a reader opens on demand (<details> in HTML and Markdown)."""
+
+
+def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
+    """The report's sections in reading order (the Markdown and HTML renderers write these).
+
+    Top-down, as a reader decides: the verdict; the plots of E2E and per-token latency by
+    prompt class over the run (KEY_PLOTS); the table per class; warnings; then the run, both
+    arms, cost, acceptance and lossless; the other plots; and folded, the full statistics and
+    per-request detail."""
     verdict = verdict_rows(summary)
-    result: list[tuple[str, Body]] = [
-        ("Verdict: use speculative decoding?", verdict if verdict[1] else verdict_text(summary)),
-        ("Run", run_text(summary)),
-        ("Both arms", summary_rows(summary)),
-        ("Load generator (Locust workers, their CPU and clocks)", load_generator_rows(summary)),
-        ("Cost per 1M output tokens", price_text(summary)),
+    key_plots = [name for name in KEY_PLOTS if name in plots]
+    more_plots = [name for name in plots if name not in KEY_PLOTS]
+    result = [
+        Section(
+            "Verdict: use speculative decoding?", verdict if verdict[1] else verdict_text(summary)
+        )
+    ]
+    if key_plots:
+        result.append(Section("Latency by prompt class, over the run", key_plots))
+    result.append(Section("Per prompt class", class_rows(summary)))
+    if summary.warnings:
+        result.append(Section("Warnings", "\n".join(f"- {w}" for w in summary.warnings)))
+    result += [
+        Section("Run", run_text(summary)),
+        Section("Both arms", summary_rows(summary)),
+        Section(
+            "Load generator (Locust workers, their CPU and clocks)", load_generator_rows(summary)
+        ),
+        Section("Cost per 1M output tokens", price_text(summary)),
     ]
     if summary.cost is not None:
-        result.append(("Cost by scope", cost_rows(summary)))
+        result.append(Section("Cost by scope", cost_rows(summary)))
+    result += [
+        Section("Speculative acceptance (server /metrics deltas)", acceptance_rows(summary)),
+        Section("Lossless check", lossless_text(summary)),
+    ]
+    failures = failure_rows(summary)
+    result.append(Section("Failures by reason", failures if failures[1] else "No failed requests."))
+    if more_plots:
+        result.append(Section("More plots", more_plots))
     if summary.statistics is not None:
         result.append(
-            (
-                f"Confidence intervals (paired bootstrap, {summary.statistics.resamples} "
-                f"resamples, seed {summary.statistics.seed}; {summary.statistics.unpaired} "
-                "requests unpaired)",
+            Section(
+                "Confidence intervals (paired bootstrap, expanded percentile, "
+                f"{summary.statistics.resamples} resamples, seed {summary.statistics.seed}; "
+                f"{summary.statistics.unpaired} requests unpaired)",
                 interval_rows(summary),
+                folded=True,
             )
         )
-    result += [
-        ("Per prompt class", class_rows(summary)),
-        ("All statistics (overall; ms, tok/s, tokens per chunk)", distribution_rows(summary)),
-        ("Speculative acceptance (server /metrics deltas)", acceptance_rows(summary)),
-        ("Lossless check", lossless_text(summary)),
-    ]
+    result.append(
+        Section(
+            "All statistics (overall; ms, tok/s, tokens per chunk)",
+            distribution_rows(summary),
+            folded=True,
+        )
+    )
     if summary.lossless.mismatches:
-        result.append(("Lossless mismatches", lossless_rows(summary)))
-    failures = failure_rows(summary)
-    result.append(("Failures by reason", failures if failures[1] else "No failed requests."))
+        result.append(Section("Lossless mismatches", lossless_rows(summary), folded=True))
     for arm in summary.arms.values():
         if arm.length_mismatch_examples:
-            result.append((f"Output-length mismatches ({arm.label})", length_mismatch_rows(arm)))
-    if summary.warnings:
-        result.append(("Warnings", "\n".join(f"- {w}" for w in summary.warnings)))
-    result.append(("Plots", plots))
+            result.append(
+                Section(
+                    f"Output-length mismatches ({arm.label})",
+                    length_mismatch_rows(arm),
+                    folded=True,
+                )
+            )
     return result

@@ -152,4 +152,4 @@ def test_run_json_analysis_prices_local_servers_locally_with_their_k() -> None:
     remote = analysis_info(config, {"baseline": "http://a:8000", "speculative": "http://b:8000"})
     assert remote.price.target == "trn2"
     assert remote.num_speculative_tokens == config.serving.num_speculative_tokens
-    assert info.resamples == config.statistics.resamples
+    assert info.statistics == config.statistics

@@ -125,3 +125,33 @@ def test_acceptance_without_server_counters_points_at_the_client_estimate(
     # Counters present: the estimate is not repeated in the acceptance table.
     _, rows = acceptance_rows(summarize(analysed_run_dir))
     assert all("client-side estimate" not in row[4] for row in rows)
+
+
+def test_run_json_carries_config_statistics_and_reads_the_flat_settings_of_schema_4(
+    analysed_run_dir,
+) -> None:
+    from loadtest.results import AnalysisInfo
+
+    config = build_config({"statistics.seed": "3", "statistics.min_pairs_for_verdict": "12"})
+    info = analysis_info(config, {"baseline": "http://a", "speculative": "http://b"})
+    assert info.statistics == config.statistics  # the config section itself, not a copy
+    flat = info.model_dump(mode="json")
+    flat.update(flat.pop("statistics"))  # how schema 4 wrote run.json
+    assert set(flat) >= {"confidence", "resamples", "seed", "min_pairs_for_verdict"}
+    assert AnalysisInfo.model_validate(flat) == info
+    run_file = analysed_run_dir / "run.json"
+    run = json.loads(run_file.read_text())
+    run["analysis"] = flat
+    run_file.write_text(json.dumps(run))
+    assert summarize(analysed_run_dir).run.analysis == info
+
+
+def test_the_headline_ends_on_the_verdict_per_class(analysed_run_dir) -> None:
+    from loadtest.render.headline import headline, headline_text
+
+    summary = summarize(analysed_run_dir)
+    numbers = headline(summary)
+    assert numbers.verdict == summary.verdict
+    last = headline_text(numbers).splitlines()[-len(summary.verdict) :]
+    for line, verdict in zip(last, summary.verdict, strict=True):
+        assert line == f"  {verdict.prompt_class}: {verdict.decision.value}: {verdict.reason}"

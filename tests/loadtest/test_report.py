@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import struct
+from html.parser import HTMLParser
 
 from loadtest.render.console import render_summary_table
 from loadtest.report import write_report
@@ -84,8 +86,14 @@ def test_report_files_and_plots(fake_run_dir) -> None:
     for stat in ("p90", "p95", "p99"):
         assert f"| {stat} " in markdown or f" {stat} |" in markdown, stat
     html = paths["html"].read_text()
-    assert "<img src='latency_cdfs.png'" in html and "http_5xx" in html
-    assert "<img src='latency_over_time.png'" in html
+    assert "http_5xx" in html
+    embedded = _Outline.of(html).images
+    assert [alt for alt, _ in embedded] == [
+        "latency_over_time.png",
+        "per_class.png",
+        "latency_cdfs.png",
+        "acceptance_per_position.png",
+    ]
     rows = list(csv.DictReader(paths["csv"].open()))
     failed = [r for r in rows if r["metric"] == "failed_http_5xx" and r["prompt_class"] == "all"]
     assert [r["value"] for r in failed] == ["1", "1"]
@@ -138,3 +146,96 @@ def test_run_header_says_what_the_servers_really_serve(fake_run_dir) -> None:
     expected = "(served: generated miniature models, the target made heavy)"
     assert f"Model `{run['model']}` {expected}" in paths["markdown"].read_text()
     assert expected in paths["html"].read_text()
+
+
+class _Outline(HTMLParser):
+    """report.html as a reader meets it: sections, headings, tables and images in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str]] = []  # (kind, detail) in document order
+        self.images: list[tuple[str, bytes]] = []  # (alt, decoded PNG)
+        self.links: list[str] = []  # every src/href
+        self.folded = 0  # depth of <details>
+        self._heading: list[str] | None = None
+
+    @classmethod
+    def of(cls, page: str) -> _Outline:
+        outline = cls()
+        outline.feed(page)
+        return outline
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        self.links += [values[k] for k in ("src", "href") if k in values]
+        if tag == "details":
+            self.folded += 1
+        elif tag == "section":
+            self.events.append(("section", values.get("id", "")))
+        elif tag == "table":
+            self.events.append(("table", "folded" if self.folded else "open"))
+        elif tag == "img":
+            src = values["src"]
+            prefix = "data:image/png;base64,"
+            assert src.startswith(prefix), src[:40]
+            self.images.append((values["alt"], base64.b64decode(src[len(prefix) :])))
+            self.events.append(("img", values["alt"]))
+        elif tag == "h2":
+            self._heading = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "details":
+            self.folded -= 1
+        elif tag == "h2" and self._heading is not None:
+            state = "folded" if self.folded else "open"
+            self.events.append(("h2", f"{state}:{''.join(self._heading)}"))
+            self._heading = None
+
+    def handle_data(self, data: str) -> None:
+        if self._heading is not None:
+            self._heading.append(data)
+
+
+def test_report_html_reads_top_down_and_stands_alone(fake_run_dir) -> None:
+    """Verdict, then the latency-over-time plot before any other table, then the class table;
+    the long tables folded; every image embedded, nothing linked beside the file."""
+    from experiment import build_config
+    from loadtest.analysis import analysis_info
+
+    run_file = fake_run_dir / "run.json"
+    run = json.loads(run_file.read_text())
+    run["analysis"] = analysis_info(build_config({}), run["urls"]).model_dump(mode="json")
+    run_file.write_text(json.dumps(run))
+    paths = write_report(summarize(fake_run_dir), fake_run_dir)
+    outline = _Outline.of(paths["html"].read_text())
+    events = outline.events
+
+    assert events[0] == ("section", "verdict-use-speculative-decoding")
+    assert events[2] == ("table", "open")  # the verdict table, after its heading
+    first_image = events.index(("img", "latency_over_time.png"))
+    tables_before = [e for e in events[:first_image] if e[0] == "table"]
+    assert tables_before == [("table", "open")], "a table slipped between verdict and plots"
+    headings = [detail for kind, detail in events if kind == "h2"]
+    assert headings[:3] == [
+        "open:Verdict: use speculative decoding?",
+        "open:Latency by prompt class, over the run",
+        "open:Per prompt class",
+    ]
+    folded = [h for h in headings if h.startswith("folded:")]
+    assert any("Confidence intervals" in h for h in folded)
+    assert any("All statistics" in h for h in folded)
+    assert all(not h.startswith("open:") for h in headings[headings.index(folded[0]) :])
+
+    # Self-contained: the images are real PNGs inside the page, no src/href to a file.
+    assert outline.images and all(data[:8] == PNG_MAGIC for _, data in outline.images)
+    assert all(link.startswith("data:") for link in outline.links), outline.links
+
+    markdown = paths["markdown"].read_text()
+    order = [line for line in markdown.splitlines() if line.startswith(("## ", "!["))]
+    assert order[:4] == [
+        "## Verdict: use speculative decoding?",
+        "## Latency by prompt class, over the run",
+        "![latency_over_time.png](latency_over_time.png)",
+        "![per_class.png](per_class.png)",
+    ]
+    assert "<details><summary>Confidence intervals" in markdown

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from tune.analysis import Bootstrap
+from experiment.config import StatisticsConfig
 from tune.results import ClassRun, RequestSample, Role, Run, Setting
 
 BASE_STEP = 0.010
@@ -19,7 +19,7 @@ C0, C1 = 0.012, 0.002
 # window of 8 accepts exactly ACCEPTED_AT_8 in turn (not geometric: r = 7/8, 6/8, ..., 1/8);
 # a smaller window lands elsewhere and does better than those per-position rates say.
 ACCEPTED_AT_8 = [0, 7, 3, 2, 6, 4, 1, 5]
-BOOT = Bootstrap(resamples=300)
+BOOT = StatisticsConfig(resamples=300)
 
 
 def draft_runs(total: int) -> list[int]:
