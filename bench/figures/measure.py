@@ -32,6 +32,7 @@ from bench.figures.records import (
     HeldOutPoint,
     Interval,
     LocalRunFigures,
+    MiniatureFigures,
     Provenance,
     RecordMachine,
     StatsSpeedFigures,
@@ -117,7 +118,8 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
     )
 
 
-PASSED = re.compile(r"\b(\d+) passed\b")
+# pytest's closing line, "== 646 passed, 2 deselected in 713.2s ==" (or without the = in -q)
+PASSED = re.compile(r"^=*\s*(\d+) passed\b", re.M)
 
 
 def suite_figures(outcome: Outcome, fresh_clone: bool) -> TestSuiteFigures:
@@ -250,6 +252,22 @@ def stats_speed_figures(outcome: Outcome) -> StatsSpeedFigures:
     )
 
 
+MINIATURE_OUT = "runs/figures/miniature.json"
+
+
+def miniature_figures(outcome: Outcome) -> MiniatureFigures:
+    data: dict[str, Any] = json.loads((outcome.workdir / MINIATURE_OUT).read_text())
+    return MiniatureFigures(
+        k=data["k"],
+        # the draft's directory is <name>-<cache key> (local_run/models.py)
+        draft=Path(data["draft"]).name.rsplit("-", 1)[0],
+        median_ms=data["median_ms"],
+        p90_ms=data["p90_ms"],
+        weight_mib={k: v / 2**20 for k, v in data["weight_bytes_per_step"].items()},
+        implied_read_gb_per_s=data["implied_read_gb_per_s"],
+    )
+
+
 NO_CACHES = {"PIP_NO_CACHE_DIR": "1", "UV_NO_CACHE": "1"}
 MEASUREMENTS: dict[str, Measurement] = {
     m.name: m
@@ -265,6 +283,11 @@ MEASUREMENTS: dict[str, Measurement] = {
         Measurement("make-test", "make test", lambda o: suite_figures(o, False)),
         Measurement("ci-run", ".ci/run", lambda o: suite_figures(o, True), fresh_clone=True),
         Measurement("tune-sweep", ".venv/bin/python -m tune --out runs/figures/tune", tune_figures),
+        Measurement(
+            "miniature",
+            f"mkdir -p runs/figures && .venv/bin/python -m bench.miniature --out {MINIATURE_OUT}",
+            miniature_figures,
+        ),
         Measurement(
             "stats-speed",
             ".venv/bin/python -m bench.stats_speed --out bench/stats_speed.json",

@@ -146,6 +146,19 @@ class StatsSpeedFigures(_Model):
     summarize_s: list[float]
 
 
+class MiniatureFigures(_Model):
+    """``python -m bench.miniature``: step costs of the generated models (PyTorch)."""
+
+    kind: Literal["miniature"] = "miniature"
+    k: int
+    draft: str
+    # case -> ms: target_step_1, target_verify_<k+1>, draft_step_1, trained_target_step_1
+    median_ms: dict[str, float]
+    p90_ms: dict[str, float]
+    weight_mib: dict[str, float]  # read per step: target, draft, trained_target
+    implied_read_gb_per_s: float
+
+
 class BenchPoint(_Model):
     """Signed error p50 / p99 (ms) of one instrument at one concurrency level."""
 
@@ -169,7 +182,12 @@ class BenchFigures(_Model):
 
 
 Figures = Annotated[
-    LocalRunFigures | TestSuiteFigures | TuneFigures | StatsSpeedFigures | BenchFigures,
+    LocalRunFigures
+    | TestSuiteFigures
+    | TuneFigures
+    | StatsSpeedFigures
+    | MiniatureFigures
+    | BenchFigures,
     Field(discriminator="kind"),
 ]
 

@@ -22,6 +22,7 @@ from bench.figures.records import (
     FigureRecord,
     Interval,
     LocalRunFigures,
+    MiniatureFigures,
     StatsSpeedFigures,
     TestSuiteFigures,
     TuneFigures,
@@ -301,6 +302,41 @@ def stats_speed(records: Records) -> str:
     )
 
 
+def miniature(records: Records) -> str:
+    r, m = need(records, "miniature", MiniatureFigures)
+    verify = f"target_verify_{m.k + 1}"
+    med, p90 = m.median_ms, m.p90_ms
+    step = med["target_step_1"]
+    load = r.machine.load_average_start
+    when = f"{r.date[:16].replace('T', ' ')}, {r.machine.cpu}" + (
+        f", load average {load:.1f}" if load is not None else ""
+    )
+
+    def mib(name: str) -> str:
+        return f"{m.weight_mib[name]:.3g} MiB"
+
+    return "\n".join(
+        [
+            f"| models of the defaults ({when}) | median | p90 |",
+            "| --- | --- | --- |",
+            f"| target step, 1 token ({mib('target')} of weights) | {step:.1f} ms "
+            f"| {p90['target_step_1']:.1f} ms |",
+            f"| target verify step, k+1 = {m.k + 1} tokens | {med[verify]:.1f} ms "
+            f"(**{x(med[verify] / step)}** one step, not {m.k + 1}x) | {p90[verify]:.1f} ms |",
+            f"| draft `{m.draft}` step, 1 token ({mib('draft')}) | {med['draft_step_1']:.2f} ms "
+            f"(**{med['draft_step_1'] / step:.3f}** of a target step) "
+            f"| {p90['draft_step_1']:.2f} ms |",
+            f"| the trained target unpadded, 1 token ({mib('trained_target')}) "
+            f"| {med['trained_target_step_1']:.2f} ms (the padding makes a step "
+            f"{step / med['trained_target_step_1']:.1f}x dearer) "
+            f"| {p90['trained_target_step_1']:.2f} ms |",
+            "",
+            f"Implied weight read rate **{m.implied_read_gb_per_s:.1f} GB/s**; the draft's step "
+            f"is **{med['draft_step_1'] / step:.1%}** of the target's.",
+        ]
+    )
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-local-expected": readme_local_expected,
@@ -309,6 +345,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "local-run-expected": local_run_expected,
     "tune-sweep": tune_sweep,
     "stats-speed": stats_speed,
+    "miniature": miniature,
 }
 
 
@@ -367,7 +404,8 @@ def render_region(path: Path, name: str, inline: bool, records: Records) -> str:
     sources = _sources(path, used_records(name, records), records)
     if inline:
         return f"{body} (records: {sources})"
-    return f"\n{body}\n\nRendered from records {sources} by `python -m bench.figures render`.\n"
+    # a blank line after the opening marker: a table must not touch the comment's HTML block
+    return f"\n\n{body}\n\nRendered from records {sources} by `python -m bench.figures render`.\n"
 
 
 def render_document(path: Path, text: str, records: Records) -> str:

@@ -15,6 +15,7 @@ from bench.figures.measure import (
     Measurement,
     Outcome,
     local_run_figures,
+    miniature_figures,
     run,
     suite_figures,
     tune_figures,
@@ -189,7 +190,7 @@ def test_a_quoted_figure_needs_a_source(tmp_path: Path) -> None:
 def test_measure_runs_the_command_and_records_what_it_printed(tmp_path: Path) -> None:
     measurement = Measurement(
         "make-test",
-        "echo '== 3 passed in 1s =='; echo '== 2 passed, 1 deselected =='",
+        "echo '== 3 passed in 1s =='; echo 'test_2 passed'; echo '2 passed, 1 deselected'",
         lambda o: suite_figures(o, fresh_clone=False),
     )
     record = run(measurement, root=tmp_path)
@@ -325,3 +326,33 @@ def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
     assert point.tau == (4.1, 4.0) and point.step_ms is None
     assert figures.server_starts == 10 and figures.recommendations[0].measured is None
     assert figures.break_even[0].speedup_by_concurrency == {1: 1.5}
+
+
+def test_miniature_figures_come_from_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "figures" / "miniature.json"
+    out.parent.mkdir(parents=True)
+    cases = ("target_step_1", "target_verify_8", "draft_step_1", "trained_target_step_1")
+    out.write_text(
+        json.dumps(
+            {
+                "k": 7,
+                "draft": "drafts/small-0123abcd",
+                "weight_bytes_per_step": {
+                    "target": 2**20 * 147,
+                    "draft": 2**20,
+                    "trained_target": 0,
+                },
+                "median_ms": dict(zip(cases, (18.9, 32.1, 1.36, 2.2), strict=True)),
+                "p90_ms": dict(zip(cases, (19.3, 32.6, 1.46, 2.27), strict=True)),
+                "implied_read_gb_per_s": 8.1,
+            }
+        )
+    )
+    figures = miniature_figures(Outcome(tmp_path, 1.0, "", 0.0))
+    assert figures.draft == "small" and figures.weight_mib["target"] == 147.0
+    records = load_records()
+    records["miniature"] = records["miniature"].model_copy(update={"figures": figures})
+    doc = render_document(
+        ROOT / "docs" / "x.md", "<!-- figures:miniature -->\n<!-- /figures:miniature -->", records
+    )
+    assert "| 32.1 ms (**1.70x** one step, not 8x) |" in doc
