@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.figures.records import RECORDS_DIR, ROOT, FigureRecord, load_records
+from bench.figures.records import (
+    BENCH_RESULT_FILES,
+    RECORDS_DIR,
+    ROOT,
+    FigureRecord,
+    load_records,
+)
 from bench.figures.regions import Records, documents, render_document
 
 INDEX = RECORDS_DIR / "README.md"
@@ -31,7 +37,8 @@ def render_index(records: Records) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, record in sorted(records.items()):
-        file = "../../bench/results.json" if name == "bench" else f"{name}.json"
+        bench = BENCH_RESULT_FILES.get(name)
+        file = f"../../{bench[0]}" if bench else f"{name}.json"
         provenance = record.provenance.text()
         if record.provenance.note:
             provenance += f": {record.provenance.note}"

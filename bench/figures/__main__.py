@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from bench.figures import rendered, stale
-from bench.figures.measure import MEASUREMENTS, MeasureError, run
-from bench.figures.records import ROOT, write_record
+from bench.figures.measure import MEASUREMENTS, MeasureError, run, run_bench
+from bench.figures.records import BENCH_RESULT_FILES, ROOT, write_record
 from bench.figures.regions import RegionError
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     measure = sub.add_parser(
         "measure", help="run what a record measures, rewrite docs/records/NAME.json, render"
     )
-    measure.add_argument("name", choices=sorted(MEASUREMENTS))
+    measure.add_argument("name", choices=sorted([*MEASUREMENTS, *BENCH_RESULT_FILES]))
     measure.add_argument(
         "--keep-clone", action="store_true", help="keep a fresh clone's directory under runs/"
     )
@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             for path in found:
                 print(f"stale: {path.relative_to(ROOT)} (run python -m bench.figures render)")
             return 1 if found else 0
-        if args.command == "measure":
+        if args.command == "measure" and args.name in BENCH_RESULT_FILES:
+            run_bench(args.name)
+        elif args.command == "measure":
             record = run(MEASUREMENTS[args.name], keep_clone=args.keep_clone)
             print(f"wrote {write_record(record).relative_to(ROOT)}")
         return _render()

@@ -18,7 +18,16 @@ from local_run.machine import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS_DIR = ROOT / "docs" / "records"
-BENCH_RESULTS = ROOT / "bench" / "results.json"
+# The bench writes its own results files (python -m bench): they are records as they stand,
+# with the command that measures each again.
+BENCH_RESULT_FILES: dict[str, tuple[str, str]] = {
+    "bench": ("bench/results.json", "make bench"),
+    "bench-workers": (
+        "bench/results_workers.json",
+        ".venv/bin/python -m bench --levels 64,256 --processes 1,2,4 --transports '' --no-vllm "
+        "--repeat 3 --results bench/results_workers.json --no-readme --out runs/bench-workers",
+    ),
+}
 
 
 class _Model(BaseModel):
@@ -167,6 +176,9 @@ class BenchPoint(_Model):
     label: str
     ttft_ms: tuple[float, float]
     itl_token_ms: tuple[float, float]
+    # p99 of each repetition (the figures above are their medians)
+    ttft_p99_by_repetition: list[float] = []
+    itl_token_p99_by_repetition: list[float] = []
 
 
 class BenchFigures(_Model):
@@ -226,8 +238,8 @@ def write_record(record: FigureRecord, records_dir: Path = RECORDS_DIR) -> Path:
     return path
 
 
-def bench_record(results: dict[str, Any]) -> FigureRecord:
-    """The bench's own results.json (``python -m bench`` writes it) as a figure record."""
+def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
+    """A results file of the bench (``python -m bench`` writes it) as a figure record."""
     machine = results["machine"]
     load_start, load_end = results.get("loadavg_start"), results.get("loadavg_end")
     points = [
@@ -237,12 +249,17 @@ def bench_record(results: dict[str, Any]) -> FigureRecord:
             label=r["label"],
             ttft_ms=(r["ttft_ms"]["p50"], r["ttft_ms"]["p99"]),
             itl_token_ms=(r["itl_token_ms"]["p50"], r["itl_token_ms"]["p99"]),
+            # per_repetition keeps [p50, p99] of each (bench/repeat.py)
+            ttft_p99_by_repetition=[rep["ttft_ms"][1] for rep in r.get("per_repetition", [])],
+            itl_token_p99_by_repetition=[
+                rep["itl_token_ms"][1] for rep in r.get("per_repetition", [])
+            ],
         )
         for r in results["results"]
         if "error" not in r
     ]
     return FigureRecord(
-        name="bench",
+        name=name,
         date=results["started_at"],
         machine=RecordMachine(
             cpu=machine.get("cpu") or machine.get("platform") or "unknown",
@@ -251,16 +268,14 @@ def bench_record(results: dict[str, Any]) -> FigureRecord:
             load_average_end=load_end[0] if load_end else None,
         ),
         command=results["command"].strip(),
-        remeasure="make bench",
-        provenance=Provenance(kind="measured", note="bench/results.json"),
+        remeasure=f"python -m bench.figures measure {name}",
+        provenance=Provenance(kind="measured", note=BENCH_RESULT_FILES[name][0]),
         figures=BenchFigures(repetitions=results.get("repetitions", 1), points=points),
     )
 
 
-def load_records(
-    records_dir: Path = RECORDS_DIR, bench_results: Path = BENCH_RESULTS
-) -> dict[str, FigureRecord]:
-    """Every record by name: docs/records/*.json, plus bench/results.json as ``bench``."""
+def load_records(records_dir: Path = RECORDS_DIR, root: Path = ROOT) -> dict[str, FigureRecord]:
+    """Every record by name: docs/records/*.json, and the bench's results files."""
     records: dict[str, FigureRecord] = {}
     for path in sorted(records_dir.glob("*.json")):
         try:
@@ -270,6 +285,7 @@ def load_records(
         if record.name != path.stem:
             raise ValueError(f"{path.name}: its name is {record.name!r}; rename one of them")
         records[record.name] = record
-    if bench_results.is_file():
-        records["bench"] = bench_record(json.loads(bench_results.read_text()))
+    for name, (file, _) in BENCH_RESULT_FILES.items():
+        if (root / file).is_file():
+            records[name] = bench_record(name, json.loads((root / file).read_text()))
     return records

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bench.figures.records import (
+    BENCH_RESULT_FILES,
     RECORDS_DIR,
     ROOT,
     BenchFigures,
@@ -80,6 +81,12 @@ def pct(share: float) -> str:
 
 def ms(value: float) -> str:
     return f"{value:.2f} ms"
+
+
+def span(values: list[float], digits: int = 2) -> str:
+    """ "0.02" when every value rounds alike, else "0.02-0.03"."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def signed_pct(share: float) -> str:
@@ -337,6 +344,22 @@ def miniature(records: Records) -> str:
     )
 
 
+def loadtest_workers(records: Records) -> str:
+    r, b = need(records, "bench-workers", BenchFigures)
+    at256 = [b.point(256, f"locust_p{n}") for n in (1, 2, 4)]
+    ttft = [p.ttft_ms[1] for p in at256]
+    itl = [p.itl_token_ms[1] for p in at256]
+    per_worker_128 = b.point(256, "locust_p2")
+    worst = max(per_worker_128.ttft_p99_by_repetition + per_worker_128.itl_token_p99_by_repetition)
+    return (
+        f"{r.day}, {r.machine.cores} cores shared with the server, median of {b.repetitions} "
+        f"repetitions: TTFT error p99 {span(ttft)} ms and per-token ITL error p99 {span(itl)} "
+        f"ms at 256 streams, with one process, two "
+        f"workers of 128 streams or four of 64; every repetition with 128 streams per worker "
+        f"stayed at or under {worst:.2f} ms"
+    )
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-local-expected": readme_local_expected,
@@ -346,6 +369,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "tune-sweep": tune_sweep,
     "stats-speed": stats_speed,
     "miniature": miniature,
+    "loadtest-workers": loadtest_workers,
 }
 
 
@@ -370,7 +394,8 @@ def regions(path: Path, text: str) -> list[Region]:
 def _sources(path: Path, names: list[str], records: Records) -> str:
     links = []
     for name in names:
-        target = RECORDS_DIR / f"{name}.json" if name != "bench" else ROOT / "bench/results.json"
+        bench = BENCH_RESULT_FILES.get(name)
+        target = ROOT / bench[0] if bench else RECORDS_DIR / f"{name}.json"
         links.append(f"[{name}]({os.path.relpath(target, path.parent)})")
     return ", ".join(links)
 

@@ -28,7 +28,7 @@ from bench.figures.records import (
     load_records,
     write_record,
 )
-from bench.figures.regions import REGIONS, RegionError, documents, render_document
+from bench.figures.regions import REGIONS, RegionError, documents, render_document, span
 from bench.figures.scan import Quoted, find_figures, read_quoted, unrendered
 
 GOLDEN_SUMMARY = ROOT / "tests" / "loadtest" / "summary_characterization.json"
@@ -140,7 +140,7 @@ def test_a_record_file_must_carry_its_own_name(tmp_path: Path) -> None:
     write_record(record.model_copy(update={"name": "other"}), tmp_path)
     (tmp_path / "other.json").rename(tmp_path / "make-test.json")
     with pytest.raises(ValueError, match="its name is 'other'"):
-        load_records(tmp_path, tmp_path / "absent.json")
+        load_records(tmp_path, root=tmp_path)
 
 
 # --- the scan -----------------------------------------------------------------------------
@@ -356,3 +356,16 @@ def test_miniature_figures_come_from_its_json(tmp_path: Path) -> None:
         ROOT / "docs" / "x.md", "<!-- figures:miniature -->\n<!-- /figures:miniature -->", records
     )
     assert "| 32.1 ms (**1.70x** one step, not 8x) |" in doc
+
+
+def test_spans_collapse_when_the_figures_round_alike() -> None:
+    assert span([0.019, 0.016, 0.024]) == "0.02"
+    assert span([0.042, 0.049]) == "0.04-0.05"
+
+
+def test_bench_results_files_are_records_with_every_repetition() -> None:
+    workers = load_records()["bench-workers"]
+    results = json.loads((ROOT / "bench" / "results_workers.json").read_text())
+    assert workers.command == results["command"].strip()
+    point = workers.figures.point(256, "locust_p2")  # type: ignore[union-attr]
+    assert len(point.itl_token_p99_by_repetition) == results["repetitions"]
