@@ -27,17 +27,20 @@ from pydantic import BaseModel, ConfigDict
 from bench.figures.records import (
     BENCH_RESULT_FILES,
     ROOT,
+    ArmCostFigures,
     BreakEven,
     FigureRecord,
     Figures,
     HeldOutPoint,
     Interval,
+    LoadCostPoint,
     LocalRunFigures,
     MiniatureFigures,
     Provenance,
     RecordMachine,
     StatsSpeedFigures,
     TestSuiteFigures,
+    TuneCost,
     TuneFigures,
     TuneRecommendation,
 )
@@ -177,6 +180,33 @@ class _BreakEven(_Loose):
     break_even_concurrency: float | None
 
 
+class _Basis(_Loose):
+    instance_type: str
+    arm_usd_per_hour: float
+    nominal: bool
+
+
+class _LoadCost(_Loose):
+    concurrency: int
+    output_throughput_tok_s: float | None
+    usd_per_million_output_tokens: float | None
+
+
+class _Optimal(_Loose):
+    concurrency: int
+
+
+class _ArmCost(_Loose):
+    setting: _Setting
+    points: list[_LoadCost]
+    optimal: _Optimal | None
+
+
+class _CostAtLoad(_Loose):
+    basis: _Basis
+    arms: list[_ArmCost]
+
+
 class _Plan(_Loose):
     server_starts: int = 0
 
@@ -187,6 +217,35 @@ class _Tune(_Loose):
     checks: list[_Check]
     recommendations: list[_Recommendation]
     break_even: list[_BreakEven] = []
+    cost: _CostAtLoad | None = None
+
+
+def _arm_name(setting: _Setting) -> str:
+    return f"{setting.draft} k={setting.k}" if setting.draft else "baseline"
+
+
+def _cost(cost: _CostAtLoad | None) -> TuneCost | None:
+    if cost is None:
+        return None
+    return TuneCost(
+        instance_type=cost.basis.instance_type,
+        arm_usd_per_hour=cost.basis.arm_usd_per_hour,
+        nominal=cost.basis.nominal,
+        arms=[
+            ArmCostFigures(
+                arm=_arm_name(arm.setting),
+                by_concurrency={
+                    p.concurrency: LoadCostPoint(
+                        usd_per_million_output_tokens=p.usd_per_million_output_tokens,
+                        output_throughput_tok_s=p.output_throughput_tok_s,
+                    )
+                    for p in arm.points
+                },
+                optimal_concurrency=arm.optimal.concurrency if arm.optimal else None,
+            )
+            for arm in cost.arms
+        ],
+    )
 
 
 def _pair(components: list[_Component], name: str) -> tuple[float, float] | None:
@@ -240,6 +299,7 @@ def tune_figures(outcome: Outcome) -> TuneFigures:
             )
             for b in tune.break_even
         ],
+        cost=_cost(tune.cost),
     )
 
 

@@ -137,6 +137,24 @@ class BreakEven(_Model):
     break_even_concurrency: float | None  # None: pays at every level measured
 
 
+class LoadCostPoint(_Model):
+    usd_per_million_output_tokens: float | None
+    output_throughput_tok_s: float | None
+
+
+class ArmCostFigures(_Model):
+    arm: str  # "baseline" or "<draft> k=<k>"
+    by_concurrency: dict[int, LoadCostPoint]
+    optimal_concurrency: int | None
+
+
+class TuneCost(_Model):
+    instance_type: str
+    arm_usd_per_hour: float
+    nominal: bool
+    arms: list[ArmCostFigures]
+
+
 class TuneFigures(_Model):
     kind: Literal["tune-sweep"] = "tune-sweep"
     wall_s: float
@@ -145,6 +163,7 @@ class TuneFigures(_Model):
     held_out: list[HeldOutPoint]
     recommendations: list[TuneRecommendation]
     break_even: list[BreakEven] = []
+    cost: TuneCost | None = None
 
 
 class StatsSpeedFigures(_Model):

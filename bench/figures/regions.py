@@ -89,6 +89,15 @@ def span(values: list[float], digits: int = 2) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def _usd(value: float | None) -> str:
+    # two significant figures: the price itself is nominal
+    return "-" if value is None else f"${value:.3f}" if value < 0.1 else f"${value:.2f}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def signed_pct(share: float) -> str:
     return f"{share * 100:+.1f}%"
 
@@ -272,6 +281,31 @@ def tune_sweep(records: Records) -> str:
             else "pays at every level measured"
         )
         breaks.append(f"{b.prompt_class} ({b.draft} k={b.k}) {where} ({levels})")
+    cost = []
+    if t.cost:
+        label = "NOMINAL" if t.cost.nominal else "quoted"
+        cost.append(
+            f"Cost per 1M output tokens at the local price ({t.cost.instance_type}, "
+            f"${t.cost.arm_usd_per_hour:.2f}/h, labelled {label}):"
+        )
+        for arm in t.cost.arms:
+            concurrency = sorted(arm.by_concurrency)
+            usd = " / ".join(
+                _usd(arm.by_concurrency[c].usd_per_million_output_tokens) for c in concurrency
+            )
+            tok = " / ".join(
+                _num(arm.by_concurrency[c].output_throughput_tok_s) for c in concurrency
+            )
+            best = (
+                f", throughput-optimal at {arm.optimal_concurrency}"
+                if arm.optimal_concurrency is not None
+                else ""
+            )
+            cost.append(
+                f"{arm.arm} {usd} at concurrency {' / '.join(map(str, concurrency))} ({tok} output "
+                f"tokens/s{best});"
+            )
+        cost[-1] = cost[-1].rstrip(";") + "."
     return "\n".join(
         [
             f"`{r.command}` on {r.day}, {r.machine.text()}: **{dur(t.wall_s)} wall** "
@@ -283,6 +317,7 @@ def tune_sweep(records: Records) -> str:
             f"(errors {signed_pct(min(errors))} to {signed_pct(max(errors))}){tau_text}. "
             f"Recommendation: {'; '.join(recs)}."
             + (f" Break-even: {'; '.join(breaks)}." if breaks else ""),
+            *(["", " ".join(cost)] if cost else []),
         ]
     )
 

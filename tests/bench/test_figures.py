@@ -316,6 +316,24 @@ def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
                 "max_num_seqs": 4,
             }
         ],
+        "cost": {
+            "basis": {"instance_type": "m7i.large", "arm_usd_per_hour": 0.1, "nominal": True},
+            "arms": [
+                {
+                    "setting": {"draft": None, "k": 0},
+                    "points": [
+                        {
+                            "concurrency": 4,
+                            "output_tokens": 10,
+                            "wall_s": 1.0,
+                            "output_throughput_tok_s": 349.0,
+                            "usd_per_million_output_tokens": 0.08,
+                        }
+                    ],
+                    "optimal": {"concurrency": 4},
+                }
+            ],
+        },
     }
     out = tmp_path / "runs" / "figures" / "tune"
     out.mkdir(parents=True)
@@ -326,6 +344,8 @@ def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
     assert point.tau == (4.1, 4.0) and point.step_ms is None
     assert figures.server_starts == 10 and figures.recommendations[0].measured is None
     assert figures.break_even[0].speedup_by_concurrency == {1: 1.5}
+    assert figures.cost is not None and figures.cost.arms[0].arm == "baseline"
+    assert figures.cost.arms[0].by_concurrency[4].output_throughput_tok_s == 349.0
 
 
 def test_miniature_figures_come_from_its_json(tmp_path: Path) -> None:
