@@ -2,9 +2,10 @@
 
 What looks measured: a speedup (``3.20x``), a duration in minutes (``7 min 0 s``), a ``±``,
 an interval (``[2.38, 4.09]``) anywhere; a time or a percentage on a line that says
-"measured". Fenced code, inline code and rendered regions are not scanned. Every other hit
-must be in ``docs/records/quoted.md``, each figure with its source: a figure quoted from a
-publication, a goal, or a historical measurement quoted from the commit that published it.
+"measured", "took", "median" or names a percentile. Fenced code, inline code and rendered
+regions are not scanned. Every other hit must be in ``docs/records/quoted.md``, each figure
+with its source: a figure quoted from a publication, a goal, or a historical measurement
+quoted from the commit that published it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ ALWAYS = re.compile(
     r"|\[-?\d+(?:\.\d+)?, -?\d+(?:\.\d+)?\]"  # an interval
 )
 NEAR_MEASURED = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?: ?%| ms\b| s\b)")
-MEASURED = re.compile(r"measur", re.I)
+# words that say a figure beside them was timed or counted on a run
+MEASURED = re.compile(r"measur|\btook\b|\btakes?\b|\bmedian\b|\bp50\b|\bp90\b|\bp99\b", re.I)
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"`[^`]*`")  # a setting's value or a command, not a figure
 
@@ -66,7 +68,8 @@ def find_figures(path: Path, text: str, root: Path = ROOT) -> list[Hit]:
         prose = CODE_SPAN.sub(lambda m: " " * len(m[0]), line)
         found = [m[0] for m in ALWAYS.finditer(prose)]
         if MEASURED.search(prose):
-            found += [m[0].lstrip("+-") for m in NEAR_MEASURED.finditer(prose)]
+            rest = ALWAYS.sub(lambda m: " " * len(m[0]), prose)  # "14 s" of "11 min 14 s"
+            found += [m[0].lstrip("+-") for m in NEAR_MEASURED.finditer(rest)]
         hits += [Hit(name, number, figure, line) for figure in found]
     return hits
 

@@ -159,6 +159,7 @@ def test_the_scan_finds_measured_figures_and_skips_regions_and_code(tmp_path: Pa
             "```",
             "<!-- figures:a -->4.4x<!-- /figures:a -->",
             "trn2.48xlarge is no speedup",
+            "It took 11 min 14 s, then 3 s.",
         ]
     )
     hits = find_figures(doc, text, root=tmp_path)
@@ -169,11 +170,21 @@ def test_the_scan_finds_measured_figures_and_skips_regions_and_code(tmp_path: Pa
         (1, "±"),
         (2, "12.5 ms"),
         (2, "40%"),
+        (10, "11 min 14 s"),
+        (10, "3 s"),
     ]
     missing, unused = unrendered(
         hits, [Quoted("README.md", "3.20x", "s"), Quoted("README.md", "1.1x", "s")]
     )
-    assert {h.figure for h in missing} == {"[2.38, 4.09]", "7 min 0 s", "±", "12.5 ms", "40%"}
+    assert {h.figure for h in missing} == {
+        "[2.38, 4.09]",
+        "7 min 0 s",
+        "±",
+        "12.5 ms",
+        "40%",
+        "11 min 14 s",
+        "3 s",
+    }
     assert [q.figure for q in unused] == ["1.1x"]
 
 
