@@ -203,6 +203,7 @@ class BenchPoint(_Model):
 class BenchFigures(_Model):
     kind: Literal["bench"] = "bench"
     repetitions: int
+    duration_s: float | None = None
     points: list[BenchPoint]
 
     def point(self, level: int, instrument: str) -> BenchPoint:
@@ -289,7 +290,11 @@ def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
         command=results["command"].strip(),
         remeasure=f"python -m bench.figures measure {name}",
         provenance=Provenance(kind="measured", note=BENCH_RESULT_FILES[name][0]),
-        figures=BenchFigures(repetitions=results.get("repetitions", 1), points=points),
+        figures=BenchFigures(
+            repetitions=results.get("repetitions", 1),
+            duration_s=results.get("duration_s"),
+            points=points,
+        ),
     )
 
 

@@ -395,6 +395,13 @@ def loadtest_workers(records: Records) -> str:
     )
 
 
+def bench_duration(records: Records) -> str:
+    r, b = need(records, "bench", BenchFigures)
+    if b.duration_s is None:
+        raise RegionError("bench/results.json has no duration_s: run make bench")
+    return f"{dur(b.duration_s)} on {r.machine.cores} cores, {r.day}"
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-local-expected": readme_local_expected,
@@ -405,6 +412,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "stats-speed": stats_speed,
     "miniature": miniature,
     "loadtest-workers": loadtest_workers,
+    "bench-duration": bench_duration,
 }
 
 

@@ -28,7 +28,14 @@ from bench.figures.records import (
     load_records,
     write_record,
 )
-from bench.figures.regions import REGIONS, RegionError, documents, render_document, span
+from bench.figures.regions import (
+    REGIONS,
+    RegionError,
+    documents,
+    regions,
+    render_document,
+    span,
+)
 from bench.figures.scan import Quoted, find_figures, read_quoted, unrendered
 
 GOLDEN_SUMMARY = ROOT / "tests" / "loadtest" / "summary_characterization.json"
@@ -42,11 +49,7 @@ def test_documents_match_a_fresh_render_of_the_records() -> None:
 
 
 def test_every_region_is_used_and_every_used_region_exists() -> None:
-    used = {
-        m.split(" -->")[0]
-        for path in documents()
-        for m in path.read_text().split("<!-- figures:")[1:]
-    }
+    used = {region.name for path in documents() for region in regions(path, path.read_text())}
     assert used == set(REGIONS)
 
 
