@@ -403,9 +403,22 @@ def run(measurement: Measurement, root: Path = ROOT, keep_clone: bool = False) -
         machine=RecordMachine.of(machine),
         command=measurement.shown_command(),
         remeasure=remeasure_command(measurement.name),
-        provenance=Provenance(kind="measured"),
+        provenance=Provenance(kind="measured", commit=head_commit(root)),
         figures=figures,
     )
+
+
+def head_commit(root: Path) -> str | None:
+    """HEAD's short hash, with "+" when tracked files differ from it (None: not a git tree)."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return None
+    dirty = git("diff", "--quiet", "HEAD").returncode != 0
+    return head.stdout.strip() + ("+" if dirty else "")
 
 
 def run_bench(name: str, root: Path = ROOT) -> None:

@@ -72,7 +72,8 @@ class Provenance(_Model):
 
     def text(self) -> str:
         if self.kind == "measured":
-            return "measured by the command"
+            # commit: the tree measured (HEAD, "+" when the work tree had changes)
+            return f"measured at commit {self.commit}" if self.commit else "measured"
         return f"transcribed from commit {self.commit}"
 
 

@@ -208,6 +208,7 @@ def test_measure_runs_the_command_and_records_what_it_printed(tmp_path: Path) ->
         lambda o: suite_figures(o, fresh_clone=False),
     )
     record = run(measurement, root=tmp_path)
+    assert record.provenance.commit is None  # not a git tree
     assert record.figures.passed == 5  # type: ignore[union-attr]
     assert record.figures.wall_s > 0  # type: ignore[union-attr]
     assert record.provenance.kind == "measured"
@@ -241,6 +242,11 @@ def test_a_fresh_clone_measures_the_committed_tree_and_is_removed(tmp_path: Path
     )
     record = run(measurement, root=repo)
     assert record.figures.passed == 1  # type: ignore[union-attr]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    assert record.provenance.commit == head  # untracked files do not make it "+"
+    assert record.provenance.text() == f"measured at commit {head}"
     assert record.command == "git clone <repo> fresh && cd fresh && MARK=== test -f committed " + (
         '&& test ! -f uncommitted && echo "$MARK 1 passed"'
     )
