@@ -16,7 +16,7 @@ from bench.figures.records import (
     FigureRecord,
     load_records,
 )
-from bench.figures.regions import Records, documents, render_document
+from bench.figures.regions import Records, render_document, rendered_documents
 
 INDEX = RECORDS_DIR / "README.md"
 
@@ -54,7 +54,7 @@ def rendered(root: Path = ROOT, records: Records | None = None) -> dict[Path, st
     index)."""
     records = load_records() if records is None else records
     out: dict[Path, str] = {}
-    for path in documents(root):
+    for path in rendered_documents(root):
         text = path.read_text()
         fresh = render_document(path, text, records)
         if fresh != text or "<!-- figures:" in text:

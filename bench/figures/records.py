@@ -199,6 +199,7 @@ class BenchPoint(_Model):
     # p99 of each repetition (the figures above are their medians)
     ttft_p99_by_repetition: list[float] = []
     itl_token_p99_by_repetition: list[float] = []
+    token_count_mismatches: int | None = None  # None: the instrument reported no counts
 
 
 class BenchFigures(_Model):
@@ -275,6 +276,11 @@ def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
             itl_token_p99_by_repetition=[
                 rep["itl_token_ms"][1] for rep in r.get("per_repetition", [])
             ],
+            token_count_mismatches=(
+                r["token_count"]["mismatched_requests"]
+                if r["token_count"]["requests_with_count"]
+                else None
+            ),
         )
         for r in results["results"]
         if "error" not in r

@@ -20,6 +20,7 @@ from bench.figures.records import (
     RECORDS_DIR,
     ROOT,
     BenchFigures,
+    BenchPoint,
     FigureRecord,
     Interval,
     LocalRunFigures,
@@ -402,6 +403,80 @@ def bench_duration(records: Records) -> str:
     return f"{dur(b.duration_s)} on {r.machine.cores} cores, {r.day}"
 
 
+# Issue 6's bar for the load generator at 64 streams from one process (ms, |error|).
+BAR_P50_MS, BAR_P99_MS = 1.0, 2.0
+
+
+def bench_bar(records: Records) -> str:
+    _, b = need(records, "bench", BenchFigures)
+    ours, vllm = b.point(64, "locust_p1"), b.point(64, "vllm")
+
+    def reps(values: list[float]) -> str:
+        return f" (reps: {' / '.join(f'{v:.3f}' for v in values)})" if values else ""
+
+    def met(our: float, their: float, bar: float) -> str:
+        verdict = "yes" if abs(our) <= bar else "no"
+        return verdict if abs(their) <= bar else f"{verdict} (vllm: no)"
+
+    def row(
+        name: str,
+        index: int,
+        bar: float,
+        our: tuple[float, float],
+        their: tuple[float, float],
+        our_reps: list[float],
+        their_reps: list[float],
+    ) -> str:
+        return (
+            f"| {name} | {our[index]:.2f} ms{reps(our_reps)} | {their[index]:.2f} ms"
+            f"{reps(their_reps)} | ≤ {bar:g} ms | {met(our[index], their[index], bar)} |"
+        )
+
+    def count(point: BenchPoint) -> str:
+        if point.token_count_mismatches is None:
+            return "not reported"
+        return (
+            "exact" if point.token_count_mismatches == 0 else f"{point.token_count_mismatches} off"
+        )
+
+    return "\n".join(
+        [
+            "| at 64 streams, 1 process | ours | vllm bench serve | bar | met? |",
+            "|---|---:|---:|---:|---|",
+            row("TTFT error p50", 0, BAR_P50_MS, ours.ttft_ms, vllm.ttft_ms, [], []),
+            row(
+                "TTFT error p99",
+                1,
+                BAR_P99_MS,
+                ours.ttft_ms,
+                vllm.ttft_ms,
+                ours.ttft_p99_by_repetition,
+                vllm.ttft_p99_by_repetition,
+            ),
+            row(
+                "per-token ITL error p50",
+                0,
+                BAR_P50_MS,
+                ours.itl_token_ms,
+                vllm.itl_token_ms,
+                [],
+                [],
+            ),
+            row(
+                "per-token ITL error p99",
+                1,
+                BAR_P99_MS,
+                ours.itl_token_ms,
+                vllm.itl_token_ms,
+                ours.itl_token_p99_by_repetition,
+                vllm.itl_token_p99_by_repetition,
+            ),
+            f"| token count | {count(ours)} | {count(vllm)} | | "
+            f"{'yes' if ours.token_count_mismatches == 0 else 'no'} |",
+        ]
+    )
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-local-expected": readme_local_expected,
@@ -413,6 +488,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "miniature": miniature,
     "loadtest-workers": loadtest_workers,
     "bench-duration": bench_duration,
+    "bench-bar": bench_bar,
 }
 
 
@@ -428,6 +504,12 @@ def documents(root: Path = ROOT) -> list[Path]:
     generated configuration reference, docs/config.md, which holds no measurement)."""
     docs = sorted(p for p in (root / "docs").glob("*.md") if p.name != "config.md")
     return [root / "README.md", *docs]
+
+
+def rendered_documents(root: Path = ROOT) -> list[Path]:
+    """The documents with regions: those above, and bench/README.md (whose prose the scan
+    leaves alone: its results table is the bench's own, written by python -m bench)."""
+    return [*documents(root), root / "bench" / "README.md"]
 
 
 def regions(path: Path, text: str) -> list[Region]:

@@ -34,6 +34,7 @@ from bench.figures.regions import (
     documents,
     regions,
     render_document,
+    rendered_documents,
     span,
 )
 from bench.figures.scan import Quoted, find_figures, read_quoted, unrendered
@@ -49,7 +50,9 @@ def test_documents_match_a_fresh_render_of_the_records() -> None:
 
 
 def test_every_region_is_used_and_every_used_region_exists() -> None:
-    used = {region.name for path in documents() for region in regions(path, path.read_text())}
+    used = {
+        region.name for path in rendered_documents() for region in regions(path, path.read_text())
+    }
     assert used == set(REGIONS)
 
 
@@ -409,3 +412,22 @@ def test_bench_results_files_are_records_with_every_repetition() -> None:
     assert workers.command == results["command"].strip()
     point = workers.figures.point(256, "locust_p2")  # type: ignore[union-attr]
     assert len(point.itl_token_p99_by_repetition) == results["repetitions"]
+
+
+def test_the_bench_bar_says_no_when_a_figure_misses_it() -> None:
+    records = load_records()
+    bench = records["bench"].figures
+    points = [
+        p.model_copy(update={"ttft_ms": (0.0, 2.5)}) if p.instrument == "locust_p1" else p
+        for p in bench.points  # type: ignore[union-attr]
+    ]
+    records["bench"] = records["bench"].model_copy(
+        update={"figures": bench.model_copy(update={"points": points})}
+    )
+    doc = render_document(
+        ROOT / "bench" / "README.md",
+        "<!-- figures:bench-bar --><!-- /figures:bench-bar -->",
+        records,
+    )
+    assert "| TTFT error p99 | 2.50 ms" in doc
+    assert "| ≤ 2 ms | no (vllm: no) |" in doc
