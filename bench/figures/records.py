@@ -200,6 +200,11 @@ class BenchPoint(_Model):
     ttft_p99_by_repetition: list[float] = []
     itl_token_p99_by_repetition: list[float] = []
     token_count_mismatches: int | None = None  # None: the instrument reported no counts
+    chunk_gap_ms: tuple[float, float] | None = None
+    e2e_ms: tuple[float, float] | None = None
+    tokens_per_s: float | None = None
+    client_cpu_cores: float | None = None
+    server_cpu_cores: float | None = None
 
 
 class BenchFigures(_Model):
@@ -276,6 +281,11 @@ def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
             itl_token_p99_by_repetition=[
                 rep["itl_token_ms"][1] for rep in r.get("per_repetition", [])
             ],
+            chunk_gap_ms=(r["chunk_gap_ms"]["p50"], r["chunk_gap_ms"]["p99"]),
+            e2e_ms=(r["e2e_ms"]["p50"], r["e2e_ms"]["p99"]),
+            tokens_per_s=r["load"]["tokens_per_s"],
+            client_cpu_cores=r.get("client_cpu_cores"),
+            server_cpu_cores=r.get("server_cpu_cores"),
             token_count_mismatches=(
                 r["token_count"]["mismatched_requests"]
                 if r["token_count"]["requests_with_count"]

@@ -477,6 +477,52 @@ def bench_bar(records: Records) -> str:
     )
 
 
+def bench_workers(records: Records) -> str:
+    r, b = need(records, "bench-workers", BenchFigures)
+
+    def pair(values: tuple[float, float] | None) -> str:
+        return "-" if values is None else f"{values[0]:.2f} / {values[1]:.2f}"
+
+    def cores(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    machine = r.machine
+    load = (
+        f"load average {machine.load_average_start:.2f} at the start"
+        if machine.load_average_start is not None
+        else "load average not recorded"
+    )
+    if machine.load_average_end is not None:
+        load += f", {machine.load_average_end:.2f} at the end"
+    rows = [
+        f"Measured {r.date[:16].replace('T', ' ')} UTC on {machine.cores} CPUs ({load}; the "
+        f"truth server, the master and the workers share them). Median of {b.repetitions} "
+        f"interleaved repetitions; every repetition is in `bench/results_workers.json`:",
+        "",
+        "| streams | instrument | TTFT err p50 / p99 (ms) | per-token ITL err p50 / p99 (ms) "
+        "| chunk-gap err p50 / p99 (ms) | E2E err p50 / p99 (ms) | tokens/s "
+        "| client CPU (cores) | server CPU (cores) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in b.points:
+        tokens = "-" if p.tokens_per_s is None else f"{p.tokens_per_s:.0f}"
+        rows.append(
+            f"| {p.level} | {p.label} | {pair(p.ttft_ms)} | {pair(p.itl_token_ms)} "
+            f"| {pair(p.chunk_gap_ms)} | {pair(p.e2e_ms)} | {tokens} "
+            f"| {cores(p.client_cpu_cores)} | {cores(p.server_cpu_cores)} |"
+        )
+    two = b.point(256, "locust_p2")
+    rows += [
+        "",
+        "Per repetition at 256 streams with two workers: TTFT p99 "
+        + " / ".join(f"{v:.2f}" for v in two.ttft_p99_by_repetition)
+        + " ms, per-token ITL p99 "
+        + " / ".join(f"{v:.2f}" for v in two.itl_token_p99_by_repetition)
+        + " ms.",
+    ]
+    return "\n".join(rows)
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-local-expected": readme_local_expected,
@@ -489,6 +535,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "loadtest-workers": loadtest_workers,
     "bench-duration": bench_duration,
     "bench-bar": bench_bar,
+    "bench-workers": bench_workers,
 }
 
 
