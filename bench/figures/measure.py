@@ -105,14 +105,16 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
     phases = {k: timings[k] for k in LOCAL_RUN_PHASES if k in timings}
     # make's install step (and the interpreter's start) is the wall time local_run did not see
     phases = {"install": max(outcome.wall_s - timings["total"], 0.0), **phases}
-    headline = data["headline"]
+    by_class_acceptance = data["headline"].get("acceptance_by_class") or {}
+    if any(by_class_acceptance.get(c) is None for c in CLASSES):
+        raise MeasureError(f"{local} has no per-class acceptance for {CLASSES}: not recordable")
     return LocalRunFigures(
         fresh_clone=fresh_clone,
         wall_s=outcome.wall_s,
         phases_s=phases,
         e2e_speedup={c: _interval(by_class[c].speedup["e2e_ms"]["mean"]) for c in CLASSES},
         ttft_speedup={c: _interval(by_class[c].speedup["ttft_ms"]["mean"]) for c in CLASSES},
-        acceptance_by_class={c: headline["acceptance_by_class"][c] for c in CLASSES},
+        acceptance_by_class={c: by_class_acceptance[c] for c in CLASSES},
         lossless_exact_matches=summary.lossless.exact_matches,
         lossless_prompts=summary.lossless.prompts_compared,
         max_tokens=summary.run.request.max_tokens,
@@ -378,22 +380,14 @@ def run(measurement: Measurement, root: Path = ROOT, keep_clone: bool = False) -
             subprocess.run(["git", "clone", "--quiet", str(root), str(workdir)], check=True)
         env = {**os.environ, **measurement.env}
         began = time.monotonic()
-        proc = subprocess.run(
-            ["bash", "-c", measurement.command],
-            cwd=workdir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        returncode, output = _tee(["bash", "-c", measurement.command], workdir, env)
         wall_s = time.monotonic() - began
-        sys.stdout.write(proc.stdout[-4000:])
-        if proc.returncode != 0:
+        if returncode != 0:
             raise MeasureError(
-                f"`{measurement.command}` exited with {proc.returncode}: no record written"
+                f"`{measurement.command}` exited with {returncode}: no record written"
             )
         machine.finish()
-        figures = measurement.extract(Outcome(workdir, wall_s, proc.stdout, started))
+        figures = measurement.extract(Outcome(workdir, wall_s, output, started))
     finally:
         if scratch is not None and not keep_clone:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -406,6 +400,20 @@ def run(measurement: Measurement, root: Path = ROOT, keep_clone: bool = False) -
         provenance=Provenance(kind="measured", commit=head_commit(root)),
         figures=figures,
     )
+
+
+def _tee(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``argv``, showing its output as it comes (a make local takes minutes) and keeping
+    it for the extraction (pytest's count)."""
+    lines = []
+    with subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None  # stdout=PIPE
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            lines.append(line)
+    return proc.returncode, "".join(lines)
 
 
 def head_commit(root: Path) -> str | None:

@@ -127,6 +127,11 @@ def _phases(f: LocalRunFigures) -> str:
     return ", ".join(parts)
 
 
+def _caches(record: FigureRecord) -> str:
+    off = "PIP_NO_CACHE_DIR=1" in record.command and "UV_NO_CACHE=1" in record.command
+    return ", pip's and uv's download caches off" if off else ""
+
+
 def _passed(f: TestSuiteFigures, lead: str) -> str:
     return "" if f.passed is None else f"{lead}{f.passed} tests passed"
 
@@ -141,7 +146,7 @@ def readme_times(records: Records) -> str:
     ci_r, ci_run = need(records, "ci-run", TestSuiteFigures)
     return (
         f"`make local` takes **{dur(fresh.wall_s)} on a fresh clone** (measured end to end "
-        f"on {fresh_r.day}, {fresh_r.machine.text()}, pip's and uv's download caches off: "
+        f"on {fresh_r.day}, {fresh_r.machine.text()}{_caches(fresh_r)}: "
         f"{_phases(fresh)}) and **{dur(cached.wall_s)}** with the venv and models cached "
         f"({cached_r.day}); `make test` takes {dur(test.wall_s)} ({_passed(test, '')}"
         f"{', ' if test.passed is not None else ''}"

@@ -204,7 +204,9 @@ def test_a_quoted_figure_needs_a_source(tmp_path: Path) -> None:
 # --- measuring ----------------------------------------------------------------------------
 
 
-def test_measure_runs_the_command_and_records_what_it_printed(tmp_path: Path) -> None:
+def test_measure_runs_the_command_and_records_what_it_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     measurement = Measurement(
         "make-test",
         "echo '== 3 passed in 1s =='; echo 'test_2 passed'; echo '2 passed, 1 deselected'",
@@ -212,6 +214,7 @@ def test_measure_runs_the_command_and_records_what_it_printed(tmp_path: Path) ->
     )
     record = run(measurement, root=tmp_path)
     assert record.provenance.commit is None  # not a git tree
+    assert "3 passed in 1s" in capsys.readouterr().out  # shown while it ran
     assert record.figures.passed == 5  # type: ignore[union-attr]
     assert record.figures.wall_s > 0  # type: ignore[union-attr]
     assert record.provenance.kind == "measured"
@@ -305,6 +308,11 @@ def test_local_run_figures_come_from_the_runs_own_files(tmp_path: Path) -> None:
     assert figures.max_tokens == 20
     with pytest.raises(MeasureError, match="written by the measured command"):
         local_run_figures(Outcome(tmp_path, 50.0, "", 1e12), fresh_clone=False)
+    (run_dir / "local_run.json").write_text(
+        json.dumps({"headline": {"acceptance_by_class": {}}, "timings_s": {"total": 1.0}})
+    )
+    with pytest.raises(MeasureError, match="no per-class acceptance"):
+        local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
 
 
 def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
