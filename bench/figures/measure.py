@@ -1,0 +1,437 @@
+"""One command per record: run what the record measures, extract its figures, write it.
+
+``python -m bench.figures measure NAME`` runs the record's command (in this checkout, or in
+a fresh clone of its HEAD), times it, notes the machine around it, reads the figures from the
+outputs the command itself writes (local_run.json and summary.json, tune.json,
+stats_speed.json, pytest's summary line) and rewrites ``docs/records/NAME.json``.
+A run made by hand is not a record: its wall time and its machine were not taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from bench.figures.records import (
+    BENCH_RESULT_FILES,
+    ROOT,
+    ArmCostFigures,
+    BreakEven,
+    FigureRecord,
+    Figures,
+    HeldOutPoint,
+    Interval,
+    LoadCostPoint,
+    LocalRunFigures,
+    MiniatureFigures,
+    Provenance,
+    RecordMachine,
+    StatsSpeedFigures,
+    TestSuiteFigures,
+    TuneCost,
+    TuneFigures,
+    TuneRecommendation,
+)
+from loadtest.results import Interval as SummaryInterval
+from loadtest.results import RunSummary
+from local_run.machine import Machine
+
+CLASSES = ("structured", "open_ended")
+# The local run's own timings (local_run/run.py): what make spent before it is the install.
+LOCAL_RUN_PHASES = ("models", "server_startup", "load_test", "acceptance_by_class")
+
+
+class MeasureError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a measured command left: where it ran, how long it took, what it printed."""
+
+    workdir: Path
+    wall_s: float
+    output: str
+    started: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    command: str  # run with bash -c in the work directory
+    extract: Callable[[Outcome], Figures]
+    fresh_clone: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shown_command(self) -> str:
+        env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
+        run = f"{env} {self.command}".strip()
+        return f"git clone <repo> fresh && cd fresh && {run}" if self.fresh_clone else run
+
+
+def _interval(found: SummaryInterval) -> Interval:
+    if found.estimate is None:
+        raise MeasureError("summary.json has a speedup without an estimate")
+    return Interval(estimate=found.estimate, low=found.low, high=found.high, n=found.n)
+
+
+def newest(workdir: Path, pattern: str, since: float) -> Path:
+    found = [p for p in workdir.glob(pattern) if p.stat().st_mtime >= since - 1]
+    if not found:
+        raise MeasureError(f"no {pattern} under {workdir} written by the measured command")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
+    local = newest(outcome.workdir, "runs/*/local_run.json", outcome.started)
+    data = json.loads(local.read_text())
+    summary = RunSummary.model_validate_json((local.parent / "summary.json").read_text())
+    if summary.statistics is None:
+        raise MeasureError(f"{local.parent}/summary.json has no paired statistics")
+    by_class = summary.statistics.by_class
+    timings = data["timings_s"]
+    phases = {k: timings[k] for k in LOCAL_RUN_PHASES if k in timings}
+    # make's install step (and the interpreter's start) is the wall time local_run did not see
+    phases = {"install": max(outcome.wall_s - timings["total"], 0.0), **phases}
+    by_class_acceptance = data["headline"].get("acceptance_by_class") or {}
+    if any(by_class_acceptance.get(c) is None for c in CLASSES):
+        raise MeasureError(f"{local} has no per-class acceptance for {CLASSES}: not recordable")
+    return LocalRunFigures(
+        fresh_clone=fresh_clone,
+        wall_s=outcome.wall_s,
+        phases_s=phases,
+        e2e_speedup={c: _interval(by_class[c].speedup["e2e_ms"]["mean"]) for c in CLASSES},
+        ttft_speedup={c: _interval(by_class[c].speedup["ttft_ms"]["mean"]) for c in CLASSES},
+        acceptance_by_class={c: by_class_acceptance[c] for c in CLASSES},
+        lossless_exact_matches=summary.lossless.exact_matches,
+        lossless_prompts=summary.lossless.prompts_compared,
+        max_tokens=summary.run.request.max_tokens,
+        burst_gap_fraction={
+            arm: block.overall.burst_gap_fraction for arm, block in summary.arms.items()
+        },
+    )
+
+
+# pytest's closing line, "== 646 passed, 2 deselected in 713.2s ==" (or without the = in -q)
+PASSED = re.compile(r"^=*\s*(\d+) passed\b", re.M)
+
+
+def suite_figures(outcome: Outcome, fresh_clone: bool) -> TestSuiteFigures:
+    # make test may run pytest more than once (tiers): every summary line counts.
+    passed = [int(n) for n in PASSED.findall(outcome.output)]
+    if not passed:
+        raise MeasureError("the test command printed no pytest summary ('N passed')")
+    return TestSuiteFigures(fresh_clone=fresh_clone, wall_s=outcome.wall_s, passed=sum(passed))
+
+
+class _Loose(BaseModel):
+    # tune.json is tune's (bench may not import tune): read only the fields rendered.
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Measured(_Loose):
+    e2e_speedup: SummaryInterval
+
+
+class _Component(_Loose):
+    name: str
+    predicted: float
+    measured: float | None
+
+
+class _Check(_Loose):
+    draft: str
+    prompt_class: str
+    k: int
+    predicted_speedup: float
+    measured: _Measured
+    relative_error: float
+    within_tolerance: bool
+    components: list[_Component] = []
+
+
+class _Recommendation(_Loose):
+    scope: str
+    draft: str
+    k: int
+    predicted_speedup: float
+    measured: _Measured | None = None
+
+
+class _Setting(_Loose):
+    draft: str | None = None
+    k: int = 0
+
+
+class _BreakEven(_Loose):
+    prompt_class: str
+    setting: _Setting
+    points: list[tuple[int, _Measured]]
+    break_even_concurrency: float | None
+
+
+class _Basis(_Loose):
+    instance_type: str
+    arm_usd_per_hour: float
+    nominal: bool
+
+
+class _LoadCost(_Loose):
+    concurrency: int
+    output_throughput_tok_s: float | None
+    usd_per_million_output_tokens: float | None
+
+
+class _Optimal(_Loose):
+    concurrency: int
+
+
+class _ArmCost(_Loose):
+    setting: _Setting
+    points: list[_LoadCost]
+    optimal: _Optimal | None
+
+
+class _CostAtLoad(_Loose):
+    basis: _Basis
+    arms: list[_ArmCost]
+
+
+class _Plan(_Loose):
+    server_starts: int = 0
+
+
+class _Tune(_Loose):
+    tolerance: float
+    plan: _Plan | None = None
+    checks: list[_Check]
+    recommendations: list[_Recommendation]
+    break_even: list[_BreakEven] = []
+    cost: _CostAtLoad | None = None
+
+
+def _arm_name(setting: _Setting) -> str:
+    return f"{setting.draft} k={setting.k}" if setting.draft else "baseline"
+
+
+def _cost(cost: _CostAtLoad | None) -> TuneCost | None:
+    if cost is None:
+        return None
+    return TuneCost(
+        instance_type=cost.basis.instance_type,
+        arm_usd_per_hour=cost.basis.arm_usd_per_hour,
+        nominal=cost.basis.nominal,
+        arms=[
+            ArmCostFigures(
+                arm=_arm_name(arm.setting),
+                by_concurrency={
+                    p.concurrency: LoadCostPoint(
+                        usd_per_million_output_tokens=p.usd_per_million_output_tokens,
+                        output_throughput_tok_s=p.output_throughput_tok_s,
+                    )
+                    for p in arm.points
+                },
+                optimal_concurrency=arm.optimal.concurrency if arm.optimal else None,
+            )
+            for arm in cost.arms
+        ],
+    )
+
+
+def _pair(components: list[_Component], name: str) -> tuple[float, float] | None:
+    for c in components:
+        if c.name == name and c.measured is not None:
+            return (c.predicted, c.measured)
+    return None
+
+
+def tune_figures(outcome: Outcome) -> TuneFigures:
+    tune = _Tune.model_validate_json(
+        newest(outcome.workdir, "runs/figures/tune/tune.json", outcome.started).read_text()
+    )
+    return TuneFigures(
+        wall_s=outcome.wall_s,
+        server_starts=tune.plan.server_starts if tune.plan else 0,
+        tolerance=tune.tolerance,
+        held_out=[
+            HeldOutPoint(
+                draft=c.draft,
+                prompt_class=c.prompt_class,
+                k=c.k,
+                predicted=c.predicted_speedup,
+                measured=_interval(c.measured.e2e_speedup),
+                relative_error=c.relative_error,
+                within_tolerance=c.within_tolerance,
+                tau=_pair(c.components, "tokens_per_step"),
+                step_ms=_pair(c.components, "step_ms"),
+            )
+            for c in tune.checks
+        ],
+        recommendations=[
+            TuneRecommendation(
+                scope=r.scope,
+                draft=r.draft,
+                k=r.k,
+                predicted=r.predicted_speedup,
+                measured=_interval(r.measured.e2e_speedup) if r.measured else None,
+            )
+            for r in tune.recommendations
+        ],
+        break_even=[
+            BreakEven(
+                prompt_class=b.prompt_class,
+                draft=b.setting.draft or "none",
+                k=b.setting.k,
+                speedup_by_concurrency={
+                    level: _interval(m.e2e_speedup).estimate for level, m in b.points
+                },
+                break_even_concurrency=b.break_even_concurrency,
+            )
+            for b in tune.break_even
+        ],
+        cost=_cost(tune.cost),
+    )
+
+
+def stats_speed_figures(outcome: Outcome) -> StatsSpeedFigures:
+    data: dict[str, Any] = json.loads((outcome.workdir / "bench/stats_speed.json").read_text())
+    return StatsSpeedFigures(
+        requests_per_arm=data["requests_per_arm"],
+        resamples=data["resamples"],
+        paired_statistics_s=data["paired_statistics_s"],
+        summarize_s=data["summarize_s"],
+    )
+
+
+MINIATURE_OUT = "runs/figures/miniature.json"
+
+
+def miniature_figures(outcome: Outcome) -> MiniatureFigures:
+    data: dict[str, Any] = json.loads((outcome.workdir / MINIATURE_OUT).read_text())
+    return MiniatureFigures(
+        k=data["k"],
+        # the draft's directory is <name>-<cache key> (local_run/models.py)
+        draft=Path(data["draft"]).name.rsplit("-", 1)[0],
+        median_ms=data["median_ms"],
+        p90_ms=data["p90_ms"],
+        weight_mib={k: v / 2**20 for k, v in data["weight_bytes_per_step"].items()},
+        implied_read_gb_per_s=data["implied_read_gb_per_s"],
+    )
+
+
+NO_CACHES = {"PIP_NO_CACHE_DIR": "1", "UV_NO_CACHE": "1"}
+MEASUREMENTS: dict[str, Measurement] = {
+    m.name: m
+    for m in [
+        Measurement(
+            "make-local-fresh",
+            "make local",
+            lambda o: local_run_figures(o, fresh_clone=True),
+            fresh_clone=True,
+            env=NO_CACHES,
+        ),
+        Measurement("make-local", "make local", lambda o: local_run_figures(o, False)),
+        Measurement("make-test", "make test", lambda o: suite_figures(o, False)),
+        Measurement("ci-run", ".ci/run", lambda o: suite_figures(o, True), fresh_clone=True),
+        Measurement("tune-sweep", ".venv/bin/python -m tune --out runs/figures/tune", tune_figures),
+        Measurement(
+            "miniature",
+            f"mkdir -p runs/figures && .venv/bin/python -m bench.miniature --out {MINIATURE_OUT}",
+            miniature_figures,
+        ),
+        Measurement(
+            "stats-speed",
+            ".venv/bin/python -m bench.stats_speed --out bench/stats_speed.json",
+            stats_speed_figures,
+        ),
+    ]
+}
+
+
+def remeasure_command(name: str) -> str:
+    return f"python -m bench.figures measure {name}"
+
+
+def run(measurement: Measurement, root: Path = ROOT, keep_clone: bool = False) -> FigureRecord:
+    """Run ``measurement``'s command, time it and build its record."""
+    machine = Machine.at_start()
+    started = time.time()
+    scratch = None
+    if measurement.fresh_clone:
+        (root / "runs").mkdir(exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="figures-", dir=root / "runs"))
+    try:
+        workdir = root
+        if scratch is not None:
+            workdir = scratch / "fresh"
+            # HEAD as committed: what a reader's clone gets
+            subprocess.run(["git", "clone", "--quiet", str(root), str(workdir)], check=True)
+        env = {**os.environ, **measurement.env}
+        began = time.monotonic()
+        returncode, output = _tee(["bash", "-c", measurement.command], workdir, env)
+        wall_s = time.monotonic() - began
+        if returncode != 0:
+            raise MeasureError(
+                f"`{measurement.command}` exited with {returncode}: no record written"
+            )
+        machine.finish()
+        figures = measurement.extract(Outcome(workdir, wall_s, output, started))
+    finally:
+        if scratch is not None and not keep_clone:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return FigureRecord(
+        name=measurement.name,
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        machine=RecordMachine.of(machine),
+        command=measurement.shown_command(),
+        remeasure=remeasure_command(measurement.name),
+        provenance=Provenance(kind="measured", commit=head_commit(root)),
+        figures=figures,
+    )
+
+
+def _tee(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``argv``, showing its output as it comes (a make local takes minutes) and keeping
+    it for the extraction (pytest's count)."""
+    lines = []
+    with subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None  # stdout=PIPE
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            lines.append(line)
+    return proc.returncode, "".join(lines)
+
+
+def head_commit(root: Path) -> str | None:
+    """HEAD's short hash, with "+" when tracked files differ from it (None: not a git tree)."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return None
+    dirty = git("diff", "--quiet", "HEAD").returncode != 0
+    return head.stdout.strip() + ("+" if dirty else "")
+
+
+def run_bench(name: str, root: Path = ROOT) -> None:
+    """Measure a bench results file again: the bench writes the record itself."""
+    command = BENCH_RESULT_FILES[name][1]
+    proc = subprocess.run(["bash", "-c", command], cwd=root)
+    if proc.returncode != 0:
+        raise MeasureError(f"`{command}` exited with {proc.returncode}")

@@ -1,0 +1,332 @@
+"""Figure records: the measured figures the README and docs quote, one typed JSON file each.
+
+A record says what was measured (``figures``), when (``date``), on what (``machine``), with
+which command (``command``), how to measure it again (``remeasure``) and where it came from
+(``provenance``: measured by that command, or transcribed from the commit that first
+published the figures when the run's own outputs were never checked in).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from local_run.machine import Machine
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS_DIR = ROOT / "docs" / "records"
+# The bench writes its own results files (python -m bench): they are records as they stand,
+# with the command that measures each again.
+BENCH_RESULT_FILES: dict[str, tuple[str, str]] = {
+    "bench": ("bench/results.json", "make bench"),
+    "bench-workers": (
+        "bench/results_workers.json",
+        ".venv/bin/python -m bench --levels 64,256 --processes 1,2,4 --transports '' --no-vllm "
+        "--repeat 3 --results bench/results_workers.json --no-readme --out runs/bench-workers",
+    ),
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RecordMachine(_Model):
+    cpu: str
+    cores: int
+    load_average_start: float | None = None  # 1-minute load average
+    load_average_end: float | None = None
+
+    @classmethod
+    def of(cls, machine: Machine) -> RecordMachine:
+        end = machine.load_average_end
+        return cls(
+            cpu=machine.cpu,
+            cores=machine.cores,
+            load_average_start=machine.load_average_start[0],
+            load_average_end=end[0] if end else None,
+        )
+
+    def text(self) -> str:
+        load = ""
+        if self.load_average_start is not None:
+            load = f", load average {self.load_average_start:.1f}"
+            if self.load_average_end is not None:
+                load += f" to {self.load_average_end:.1f}"
+        return f"{self.cpu}, {self.cores} cores{load}"
+
+
+class Provenance(_Model):
+    kind: Literal["measured", "transcribed-from-commit"]
+    commit: str | None = None
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _commit_for_transcriptions(self) -> Provenance:
+        if self.kind == "transcribed-from-commit" and not self.commit:
+            raise ValueError("provenance.commit: a transcribed record names the commit it is from")
+        return self
+
+    def text(self) -> str:
+        if self.kind == "measured":
+            # commit: the tree measured (HEAD, "+" when the work tree had changes)
+            return f"measured at commit {self.commit}" if self.commit else "measured"
+        return f"transcribed from commit {self.commit}"
+
+
+class Interval(_Model):
+    """A point estimate with its 95% paired bootstrap interval and the pairs behind it."""
+
+    estimate: float
+    low: float | None = None
+    high: float | None = None
+    n: int
+
+
+class LocalRunFigures(_Model):
+    kind: Literal["local-run"] = "local-run"
+    fresh_clone: bool
+    wall_s: float
+    # install (make's venv step, whatever precedes local_run), models, server_startup,
+    # load_test, acceptance_by_class; transcriptions may split models into target and draft.
+    phases_s: dict[str, float]
+    e2e_speedup: dict[str, Interval]  # by prompt class
+    ttft_speedup: dict[str, Interval]
+    acceptance_by_class: dict[str, float]
+    lossless_exact_matches: int
+    lossless_prompts: int
+    max_tokens: int
+    burst_gap_fraction: dict[str, float | None]  # by arm
+
+
+class TestSuiteFigures(_Model):
+    kind: Literal["test-suite"] = "test-suite"
+    fresh_clone: bool
+    wall_s: float
+    passed: int | None  # None: the publication did not state it
+
+
+class HeldOutPoint(_Model):
+    draft: str
+    prompt_class: str
+    k: int
+    predicted: float
+    measured: Interval
+    relative_error: float
+    within_tolerance: bool
+    # tokens per step and step cost (ms), predicted / measured, when the sweep split them
+    tau: tuple[float, float] | None = None
+    step_ms: tuple[float, float] | None = None
+
+
+class TuneRecommendation(_Model):
+    scope: str
+    draft: str
+    k: int
+    predicted: float
+    measured: Interval | None = None
+
+
+class BreakEven(_Model):
+    prompt_class: str
+    draft: str
+    k: int
+    speedup_by_concurrency: dict[int, float]
+    break_even_concurrency: float | None  # None: pays at every level measured
+
+
+class LoadCostPoint(_Model):
+    usd_per_million_output_tokens: float | None
+    output_throughput_tok_s: float | None
+
+
+class ArmCostFigures(_Model):
+    arm: str  # "baseline" or "<draft> k=<k>"
+    by_concurrency: dict[int, LoadCostPoint]
+    optimal_concurrency: int | None
+
+
+class TuneCost(_Model):
+    instance_type: str
+    arm_usd_per_hour: float
+    nominal: bool
+    arms: list[ArmCostFigures]
+
+
+class TuneFigures(_Model):
+    kind: Literal["tune-sweep"] = "tune-sweep"
+    wall_s: float
+    server_starts: int
+    tolerance: float
+    held_out: list[HeldOutPoint]
+    recommendations: list[TuneRecommendation]
+    break_even: list[BreakEven] = []
+    cost: TuneCost | None = None
+
+
+class StatsSpeedFigures(_Model):
+    kind: Literal["stats-speed"] = "stats-speed"
+    requests_per_arm: int
+    resamples: int
+    paired_statistics_s: list[float]
+    summarize_s: list[float]
+
+
+class MiniatureFigures(_Model):
+    """``python -m bench.miniature``: step costs of the generated models (PyTorch)."""
+
+    kind: Literal["miniature"] = "miniature"
+    k: int
+    draft: str
+    # case -> ms: target_step_1, target_verify_<k+1>, draft_step_1, trained_target_step_1
+    median_ms: dict[str, float]
+    p90_ms: dict[str, float]
+    weight_mib: dict[str, float]  # read per step: target, draft, trained_target
+    implied_read_gb_per_s: float
+
+
+class BenchPoint(_Model):
+    """Signed error p50 / p99 (ms) of one instrument at one concurrency level."""
+
+    level: int
+    instrument: str
+    label: str
+    ttft_ms: tuple[float, float]
+    itl_token_ms: tuple[float, float]
+    # p99 of each repetition (the figures above are their medians)
+    ttft_p99_by_repetition: list[float] = []
+    itl_token_p99_by_repetition: list[float] = []
+    token_count_mismatches: int | None = None  # None: the instrument reported no counts
+    chunk_gap_ms: tuple[float, float] | None = None
+    e2e_ms: tuple[float, float] | None = None
+    tokens_per_s: float | None = None
+    client_cpu_cores: float | None = None
+    server_cpu_cores: float | None = None
+
+
+class BenchFigures(_Model):
+    kind: Literal["bench"] = "bench"
+    repetitions: int
+    duration_s: float | None = None
+    points: list[BenchPoint]
+
+    def point(self, level: int, instrument: str) -> BenchPoint:
+        for point in self.points:
+            if (point.level, point.instrument) == (level, instrument):
+                return point
+        raise KeyError(f"bench results have no {instrument} at {level} streams")
+
+
+Figures = Annotated[
+    LocalRunFigures
+    | TestSuiteFigures
+    | TuneFigures
+    | StatsSpeedFigures
+    | MiniatureFigures
+    | BenchFigures,
+    Field(discriminator="kind"),
+]
+
+
+class FigureRecord(_Model):
+    """docs/records/<name>.json."""
+
+    schema_version: Literal[1] = 1
+    name: str
+    date: str  # ISO 8601, UTC
+    machine: RecordMachine
+    command: str  # what was measured, exactly as run
+    remeasure: str  # the one command that measures it again and rewrites this record
+    provenance: Provenance
+    figures: Figures
+
+    @property
+    def day(self) -> str:
+        return self.date[:10]
+
+    def source_line(self) -> str:
+        return (
+            f"record `{self.name}`: {self.day}, {self.machine.text()}, `{self.command}`, "
+            f"{self.provenance.text()}"
+        )
+
+
+def record_path(name: str, records_dir: Path = RECORDS_DIR) -> Path:
+    return records_dir / f"{name}.json"
+
+
+def write_record(record: FigureRecord, records_dir: Path = RECORDS_DIR) -> Path:
+    path = record_path(record.name, records_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record.model_dump_json(indent=1) + "\n")
+    return path
+
+
+def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
+    """A results file of the bench (``python -m bench`` writes it) as a figure record."""
+    machine = results["machine"]
+    load_start, load_end = results.get("loadavg_start"), results.get("loadavg_end")
+    points = [
+        BenchPoint(
+            level=r["level"],
+            instrument=r["instrument"],
+            label=r["label"],
+            ttft_ms=(r["ttft_ms"]["p50"], r["ttft_ms"]["p99"]),
+            itl_token_ms=(r["itl_token_ms"]["p50"], r["itl_token_ms"]["p99"]),
+            # per_repetition keeps [p50, p99] of each (bench/repeat.py)
+            ttft_p99_by_repetition=[rep["ttft_ms"][1] for rep in r.get("per_repetition", [])],
+            itl_token_p99_by_repetition=[
+                rep["itl_token_ms"][1] for rep in r.get("per_repetition", [])
+            ],
+            chunk_gap_ms=(r["chunk_gap_ms"]["p50"], r["chunk_gap_ms"]["p99"]),
+            e2e_ms=(r["e2e_ms"]["p50"], r["e2e_ms"]["p99"]),
+            tokens_per_s=r["load"]["tokens_per_s"],
+            client_cpu_cores=r.get("client_cpu_cores"),
+            server_cpu_cores=r.get("server_cpu_cores"),
+            token_count_mismatches=(
+                r["token_count"]["mismatched_requests"]
+                if r["token_count"]["requests_with_count"]
+                else None
+            ),
+        )
+        for r in results["results"]
+        if "error" not in r
+    ]
+    return FigureRecord(
+        name=name,
+        date=results["started_at"],
+        machine=RecordMachine(
+            cpu=machine.get("cpu") or machine.get("platform") or "unknown",
+            cores=machine["cpus"],
+            load_average_start=load_start[0] if load_start else None,
+            load_average_end=load_end[0] if load_end else None,
+        ),
+        command=results["command"].strip(),
+        remeasure=f"python -m bench.figures measure {name}",
+        provenance=Provenance(kind="measured", note=BENCH_RESULT_FILES[name][0]),
+        figures=BenchFigures(
+            repetitions=results.get("repetitions", 1),
+            duration_s=results.get("duration_s"),
+            points=points,
+        ),
+    )
+
+
+def load_records(records_dir: Path = RECORDS_DIR, root: Path = ROOT) -> dict[str, FigureRecord]:
+    """Every record by name: docs/records/*.json, and the bench's results files."""
+    records: dict[str, FigureRecord] = {}
+    for path in sorted(records_dir.glob("*.json")):
+        try:
+            record = FigureRecord.model_validate_json(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"{path.name}: not a figure record: {err}") from err
+        if record.name != path.stem:
+            raise ValueError(f"{path.name}: its name is {record.name!r}; rename one of them")
+        records[record.name] = record
+    for name, (file, _) in BENCH_RESULT_FILES.items():
+        if (root / file).is_file():
+            records[name] = bench_record(name, json.loads((root / file).read_text()))
+    return records

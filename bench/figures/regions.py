@@ -1,0 +1,619 @@
+"""The marked regions of README.md and docs/*.md and how each is rendered from its records.
+
+A region is ``<!-- figures:NAME -->...<!-- /figures:NAME -->`` in a document; everything
+between the markers is the output of ``REGIONS[NAME]`` and is rewritten by
+``python -m bench.figures render``. A region may sit inside a paragraph (no newline
+around it) or hold whole blocks (a newline after the opening marker).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from bench.figures.records import (
+    BENCH_RESULT_FILES,
+    RECORDS_DIR,
+    ROOT,
+    BenchFigures,
+    BenchPoint,
+    FigureRecord,
+    Interval,
+    LocalRunFigures,
+    MiniatureFigures,
+    StatsSpeedFigures,
+    TestSuiteFigures,
+    TuneFigures,
+)
+
+Records = dict[str, FigureRecord]
+F = TypeVar("F")
+
+REGION = re.compile(
+    r"<!-- figures:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S
+)
+CLASSES = ("structured", "open_ended")
+
+
+class RegionError(ValueError):
+    pass
+
+
+def need(records: Records, name: str, kind: type[F]) -> tuple[FigureRecord, F]:
+    """The record ``name`` and its figures, which must be of ``kind``."""
+    record = records.get(name)
+    if record is None:
+        raise RegionError(
+            f"no record {name!r} in {RECORDS_DIR.relative_to(ROOT)}/: measure it with "
+            f"`python -m bench.figures measure {name}`"
+        )
+    if not isinstance(record.figures, kind):
+        raise RegionError(f"record {name!r} holds {record.figures.kind} figures, not {kind}")
+    return record, record.figures
+
+
+# Formatting: one way per kind of figure, so a re-render never changes the style.
+def dur(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
+
+
+def secs(seconds: float) -> str:
+    return f"{round(seconds)} s"
+
+
+def x(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def ci(interval: Interval) -> str:
+    if interval.low is None or interval.high is None:
+        return "[no interval]"
+    return f"[{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def pct(share: float) -> str:
+    return f"{share * 100:.1f}%"
+
+
+def ms(value: float) -> str:
+    return f"{value:.2f} ms"
+
+
+def span(values: list[float], digits: int = 2) -> str:
+    """ "0.02" when every value rounds alike, else "0.02-0.03"."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def _usd(value: float | None) -> str:
+    # two significant figures: the price itself is nominal
+    return "-" if value is None else f"${value:.3f}" if value < 0.1 else f"${value:.2f}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def signed_pct(share: float) -> str:
+    return f"{share * 100:+.1f}%"
+
+
+def _lossless(f: LocalRunFigures) -> str:
+    rate = f.lossless_exact_matches / f.lossless_prompts if f.lossless_prompts else 0.0
+    return f"{rate:.0%} of {f.lossless_prompts} prompts ({f.max_tokens} tokens each)"
+
+
+def _phases(f: LocalRunFigures) -> str:
+    names = {
+        "install": "install",
+        "models": "model generation",
+        "server_startup": "both servers' start-up",
+        "load_test": "load test",
+        "acceptance_by_class": "per-class acceptance",
+    }
+    parts = []
+    for key, label in names.items():
+        if key in f.phases_s:
+            parts.append(f"{label} {secs(f.phases_s[key])}")
+            if key == "models" and {"target", "draft"} <= f.phases_s.keys():
+                parts[-1] += (
+                    f" (target {secs(f.phases_s['target'])}, draft {secs(f.phases_s['draft'])})"
+                )
+    return ", ".join(parts)
+
+
+def _caches(record: FigureRecord) -> str:
+    off = "PIP_NO_CACHE_DIR=1" in record.command and "UV_NO_CACHE=1" in record.command
+    return ", pip's and uv's download caches off" if off else ""
+
+
+def _passed(f: TestSuiteFigures, lead: str) -> str:
+    return "" if f.passed is None else f"{lead}{f.passed} tests passed"
+
+
+# --- the regions -----------------------------------------------------------------------
+
+
+def readme_times(records: Records) -> str:
+    fresh_r, fresh = need(records, "make-local-fresh", LocalRunFigures)
+    cached_r, cached = need(records, "make-local", LocalRunFigures)
+    test_r, test = need(records, "make-test", TestSuiteFigures)
+    ci_r, ci_run = need(records, "ci-run", TestSuiteFigures)
+    return (
+        f"`make local` takes **{dur(fresh.wall_s)} on a fresh clone** (measured end to end "
+        f"on {fresh_r.day}, {fresh_r.machine.text()}{_caches(fresh_r)}: "
+        f"{_phases(fresh)}) and **{dur(cached.wall_s)}** with the venv and models cached "
+        f"({cached_r.day}); `make test` takes {dur(test.wall_s)} ({_passed(test, '')}"
+        f"{', ' if test.passed is not None else ''}"
+        f"cached models and venvs, {test_r.day}; {dur(ci_run.wall_s)}{_passed(ci_run, ' and ')} "
+        f"for `.ci/run` on a clean clone, which also installs both venvs and generates the "
+        f"models, {ci_r.day})"
+    )
+
+
+def readme_local_expected(records: Records) -> str:
+    fresh_r, f = need(records, "make-local-fresh", LocalRunFigures)
+    cached_r, c = need(records, "make-local", LocalRunFigures)
+    s, o = "structured", "open_ended"
+    return (
+        f"**Expected locally** (`make local`, measured {fresh_r.day} on a fresh clone, "
+        f"{fresh_r.machine.text()}): E2E speedup **{x(f.e2e_speedup[s].estimate)}** "
+        f"[95% CI {ci(f.e2e_speedup[s])[1:-1]}; {f.e2e_speedup[s].n} pairs] on structured "
+        f"prompts and **{x(f.e2e_speedup[o].estimate)}** {ci(f.e2e_speedup[o])} on "
+        f"open-ended ones; acceptance {pct(f.acceptance_by_class[s])} structured / "
+        f"{pct(f.acceptance_by_class[o])} open-ended; TTFT {x(f.ttft_speedup[s].estimate)} / "
+        f"{x(f.ttft_speedup[o].estimate)}; lossless {_lossless(f)}. The cached run of "
+        f"{cached_r.day}: {x(c.e2e_speedup[s].estimate)} / {x(c.e2e_speedup[o].estimate)}, "
+        f"TTFT {x(c.ttft_speedup[s].estimate)} / {x(c.ttft_speedup[o].estimate)}, lossless "
+        f"{c.lossless_exact_matches}/{c.lossless_prompts}."
+    )
+
+
+def readme_bench(records: Records) -> str:
+    _, b = need(records, "bench", BenchFigures)
+    ours64 = b.point(64, "locust_p1")
+    vllm64 = b.point(64, "vllm")
+    ours256 = b.point(256, "locust_p1")
+    workers256 = b.point(256, "locust_p2")
+    return (
+        f"At 64 concurrent streams from one Locust process on a {records['bench'].machine.cores}"
+        f"-core machine, TTFT error p99 is {ms(ours64.ttft_ms[1])} and per-token ITL error p99 "
+        f"{ms(ours64.itl_token_ms[1])} (`vllm bench serve` on the same workload: "
+        f"{ms(vllm64.ttft_ms[1])} and {ms(vllm64.itl_token_ms[1])}, the latter because it "
+        "counts a multi-token chunk's gap as one token's latency); at 256 streams, TTFT and "
+        f"per-token ITL error p99 are {ms(ours256.ttft_ms[1])} and "
+        f"{ms(ours256.itl_token_ms[1])} from one process and {ms(workers256.ttft_ms[1])} and "
+        f"{ms(workers256.itl_token_ms[1])} from two workers sharing the cores with the server "
+        f"(median of {b.repetitions} repetitions, {records['bench'].day})"
+    )
+
+
+def readme_tune(records: Records) -> str:
+    r, t = need(records, "tune-sweep", TuneFigures)
+    errors = [p.relative_error for p in t.held_out]
+    within = sum(p.within_tolerance for p in t.held_out)
+    return (
+        f"held-out prediction errors {signed_pct(min(errors))} to {signed_pct(max(errors))}, "
+        f"the {t.tolerance:.0%} goal met for {within} of {len(t.held_out)} held-out points "
+        f"(the sweep of {r.day}, {r.provenance.text()})"
+    )
+
+
+def local_run_expected(records: Records) -> str:
+    fresh_r, f = need(records, "make-local-fresh", LocalRunFigures)
+    cached_r, c = need(records, "make-local", LocalRunFigures)
+    s, o = "structured", "open_ended"
+    burst = f.burst_gap_fraction
+    base, spec = burst.get("baseline"), burst.get("speculative")
+    rows = [
+        "| | structured | open-ended | goal |",
+        "| --- | --- | --- | --- |",
+        f"| E2E mean speedup SD vs baseline [95% CI], n pairs | **{x(f.e2e_speedup[s].estimate)}"
+        f"** {ci(f.e2e_speedup[s])}, {f.e2e_speedup[s].n} | **{x(f.e2e_speedup[o].estimate)}** "
+        f"{ci(f.e2e_speedup[o])}, {f.e2e_speedup[o].n} | >= 2.0x / 0.8x-1.25x |",
+        f"| TTFT mean speedup [95% CI] | **{x(f.ttft_speedup[s].estimate)}** "
+        f"{ci(f.ttft_speedup[s])} | **{x(f.ttft_speedup[o].estimate)}** "
+        f"{ci(f.ttft_speedup[o])} | 0.75x-1.33x |",
+        f"| acceptance rate (one class at a time) | **{pct(f.acceptance_by_class[s])}** | "
+        f"**{pct(f.acceptance_by_class[o])}** | >= 60% / <= 35% |",
+        f"| lossless exact-match | {_lossless(f)} | | 100% |",
+        f"| share of baseline chunk gaps < 0.1 ms | "
+        f"{'-' if base is None else pct(base)} overall (SD "
+        f"{'-' if spec is None else pct(spec)}) | | < 5% |",
+    ]
+    return "\n".join(
+        [
+            f"A fresh clone, {fresh_r.day}, {fresh_r.machine.text()} (the load average counts "
+            "vLLM's own threads):",
+            "",
+            "```bash",
+            fresh_r.command,
+            "```",
+            "",
+            *rows,
+            "",
+            f"Wall time **{dur(f.wall_s)}** (goal: 8 min): {_phases(f)}.",
+            "",
+            f"`make local` again with the venv and models cached ({cached_r.day}, "
+            f"{cached_r.machine.text()}): **{dur(c.wall_s)}** (goal: 4 min), E2E "
+            f"**{x(c.e2e_speedup[s].estimate)}** structured and **{x(c.e2e_speedup[o].estimate)}"
+            f"** open-ended, TTFT {x(c.ttft_speedup[s].estimate)} / "
+            f"{x(c.ttft_speedup[o].estimate)}, acceptance {pct(c.acceptance_by_class[s])} / "
+            f"{pct(c.acceptance_by_class[o])}, lossless "
+            f"{c.lossless_exact_matches}/{c.lossless_prompts}.",
+        ]
+    )
+
+
+def tune_sweep(records: Records) -> str:
+    r, t = need(records, "tune-sweep", TuneFigures)
+    rows = [
+        "| draft / class | held-out k | predicted | measured (95% CI, n) | error "
+        "| tau pred / measured | T(k) ms pred / measured |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in sorted(t.held_out, key=lambda p: (p.draft, p.prompt_class, p.k)):
+        tau = f"{p.tau[0]:.2f} / {p.tau[1]:.2f}" if p.tau else "-"
+        step = f"{p.step_ms[0]:.1f} / {p.step_ms[1]:.1f}" if p.step_ms else "-"
+        rows.append(
+            f"| {p.draft} / {p.prompt_class} | {p.k} | {x(p.predicted)} | "
+            f"{x(p.measured.estimate)} {ci(p.measured)}, {p.measured.n} | "
+            f"{signed_pct(p.relative_error)} | {tau} | {step} |"
+        )
+    errors = [p.relative_error for p in t.held_out]
+    within = sum(p.within_tolerance for p in t.held_out)
+    tau_errors = [abs(p.tau[0] - p.tau[1]) / p.tau[1] for p in t.held_out if p.tau]
+    tau_text = f"; tokens per step within {max(tau_errors):.1%} everywhere" if tau_errors else ""
+    recs = []
+    for rec in t.recommendations:
+        measured = (
+            f"measured {x(rec.measured.estimate)} {ci(rec.measured)} (n={rec.measured.n})"
+            if rec.measured
+            else "not measured"
+        )
+        recs.append(f"{rec.scope}: {rec.draft} k={rec.k}, predicted {x(rec.predicted)}, {measured}")
+    note = f" {r.provenance.note}" if r.provenance.note else ""
+    breaks = []
+    for b in t.break_even:
+        levels = ", ".join(f"{x(v)} at {c}" for c, v in sorted(b.speedup_by_concurrency.items()))
+        where = (
+            f"stops paying above ~{b.break_even_concurrency:.1f} concurrent requests"
+            if b.break_even_concurrency is not None
+            else "pays at every level measured"
+        )
+        breaks.append(f"{b.prompt_class} ({b.draft} k={b.k}) {where} ({levels})")
+    cost = []
+    if t.cost:
+        label = "NOMINAL" if t.cost.nominal else "quoted"
+        cost.append(
+            f"Cost per 1M output tokens at the local price ({t.cost.instance_type}, "
+            f"${t.cost.arm_usd_per_hour:.2f}/h, labelled {label}):"
+        )
+        for arm in t.cost.arms:
+            concurrency = sorted(arm.by_concurrency)
+            usd = " / ".join(
+                _usd(arm.by_concurrency[c].usd_per_million_output_tokens) for c in concurrency
+            )
+            tok = " / ".join(
+                _num(arm.by_concurrency[c].output_throughput_tok_s) for c in concurrency
+            )
+            best = (
+                f", throughput-optimal at {arm.optimal_concurrency}"
+                if arm.optimal_concurrency is not None
+                else ""
+            )
+            cost.append(
+                f"{arm.arm} {usd} at concurrency {' / '.join(map(str, concurrency))} ({tok} output "
+                f"tokens/s{best});"
+            )
+        cost[-1] = cost[-1].rstrip(";") + "."
+    return "\n".join(
+        [
+            f"`{r.command}` on {r.day}, {r.machine.text()}: **{dur(t.wall_s)} wall** "
+            f"({t.server_starts} server starts); {r.provenance.text()}.{note}",
+            "",
+            *rows,
+            "",
+            f"**{within} of {len(t.held_out)} held-out k within the {t.tolerance:.0%} goal** "
+            f"(errors {signed_pct(min(errors))} to {signed_pct(max(errors))}){tau_text}. "
+            f"Recommendation: {'; '.join(recs)}."
+            + (f" Break-even: {'; '.join(breaks)}." if breaks else ""),
+            *(["", " ".join(cost)] if cost else []),
+        ]
+    )
+
+
+def stats_speed(records: Records) -> str:
+    r, s = need(records, "stats-speed", StatsSpeedFigures)
+
+    def cell(values: list[float]) -> str:
+        middle = sorted(values)[len(values) // 2]
+        each = ", ".join(f"{v:.2f}" for v in values)
+        return f"**{middle:.1f} s** ({each})"
+
+    return "\n".join(
+        [
+            f"`{r.command}` ({s.requests_per_arm:,} requests per arm, {s.resamples} resamples; "
+            f"{r.day}, {r.machine.text()}):",
+            "",
+            f"| step | median of {len(s.summarize_s)} (each repetition) |",
+            "|---|---|",
+            "| paired bootstrap of every figure (`loadtest.stats.paired_statistics`) | "
+            f"{cell(s.paired_statistics_s)} |",
+            f"| the whole `summarize(run_dir)` | {cell(s.summarize_s)} |",
+        ]
+    )
+
+
+def miniature(records: Records) -> str:
+    r, m = need(records, "miniature", MiniatureFigures)
+    verify = f"target_verify_{m.k + 1}"
+    med, p90 = m.median_ms, m.p90_ms
+    step = med["target_step_1"]
+    load = r.machine.load_average_start
+    when = f"{r.date[:16].replace('T', ' ')}, {r.machine.cpu}" + (
+        f", load average {load:.1f}" if load is not None else ""
+    )
+
+    def mib(name: str) -> str:
+        return f"{m.weight_mib[name]:.3g} MiB"
+
+    return "\n".join(
+        [
+            f"| models of the defaults ({when}) | median | p90 |",
+            "| --- | --- | --- |",
+            f"| target step, 1 token ({mib('target')} of weights) | {step:.1f} ms "
+            f"| {p90['target_step_1']:.1f} ms |",
+            f"| target verify step, k+1 = {m.k + 1} tokens | {med[verify]:.1f} ms "
+            f"(**{x(med[verify] / step)}** one step, not {m.k + 1}x) | {p90[verify]:.1f} ms |",
+            f"| draft `{m.draft}` step, 1 token ({mib('draft')}) | {med['draft_step_1']:.2f} ms "
+            f"(**{med['draft_step_1'] / step:.3f}** of a target step) "
+            f"| {p90['draft_step_1']:.2f} ms |",
+            f"| the trained target unpadded, 1 token ({mib('trained_target')}) "
+            f"| {med['trained_target_step_1']:.2f} ms (the padding makes a step "
+            f"{step / med['trained_target_step_1']:.1f}x dearer) "
+            f"| {p90['trained_target_step_1']:.2f} ms |",
+            "",
+            f"Implied weight read rate **{m.implied_read_gb_per_s:.1f} GB/s**; the draft's step "
+            f"is **{med['draft_step_1'] / step:.1%}** of the target's.",
+        ]
+    )
+
+
+def loadtest_workers(records: Records) -> str:
+    r, b = need(records, "bench-workers", BenchFigures)
+    at256 = [b.point(256, f"locust_p{n}") for n in (1, 2, 4)]
+    ttft = [p.ttft_ms[1] for p in at256]
+    itl = [p.itl_token_ms[1] for p in at256]
+    per_worker_128 = b.point(256, "locust_p2")
+    worst = max(per_worker_128.ttft_p99_by_repetition + per_worker_128.itl_token_p99_by_repetition)
+    return (
+        f"{r.day}, {r.machine.cores} cores shared with the server, median of {b.repetitions} "
+        f"repetitions: TTFT error p99 {span(ttft)} ms and per-token ITL error p99 {span(itl)} "
+        f"ms at 256 streams, with one process, two "
+        f"workers of 128 streams or four of 64; every repetition with 128 streams per worker "
+        f"stayed at or under {worst:.2f} ms"
+    )
+
+
+def bench_duration(records: Records) -> str:
+    r, b = need(records, "bench", BenchFigures)
+    if b.duration_s is None:
+        raise RegionError("bench/results.json has no duration_s: run make bench")
+    return f"{dur(b.duration_s)} on {r.machine.cores} cores, {r.day}"
+
+
+# Issue 6's bar for the load generator at 64 streams from one process (ms, |error|).
+BAR_P50_MS, BAR_P99_MS = 1.0, 2.0
+
+
+def bench_bar(records: Records) -> str:
+    _, b = need(records, "bench", BenchFigures)
+    ours, vllm = b.point(64, "locust_p1"), b.point(64, "vllm")
+
+    def reps(values: list[float]) -> str:
+        return f" (reps: {' / '.join(f'{v:.3f}' for v in values)})" if values else ""
+
+    def met(our: float, their: float, bar: float) -> str:
+        verdict = "yes" if abs(our) <= bar else "no"
+        return verdict if abs(their) <= bar else f"{verdict} (vllm: no)"
+
+    def row(
+        name: str,
+        index: int,
+        bar: float,
+        our: tuple[float, float],
+        their: tuple[float, float],
+        our_reps: list[float],
+        their_reps: list[float],
+    ) -> str:
+        return (
+            f"| {name} | {our[index]:.2f} ms{reps(our_reps)} | {their[index]:.2f} ms"
+            f"{reps(their_reps)} | ≤ {bar:g} ms | {met(our[index], their[index], bar)} |"
+        )
+
+    def count(point: BenchPoint) -> str:
+        if point.token_count_mismatches is None:
+            return "not reported"
+        return (
+            "exact" if point.token_count_mismatches == 0 else f"{point.token_count_mismatches} off"
+        )
+
+    return "\n".join(
+        [
+            "| at 64 streams, 1 process | ours | vllm bench serve | bar | met? |",
+            "|---|---:|---:|---:|---|",
+            row("TTFT error p50", 0, BAR_P50_MS, ours.ttft_ms, vllm.ttft_ms, [], []),
+            row(
+                "TTFT error p99",
+                1,
+                BAR_P99_MS,
+                ours.ttft_ms,
+                vllm.ttft_ms,
+                ours.ttft_p99_by_repetition,
+                vllm.ttft_p99_by_repetition,
+            ),
+            row(
+                "per-token ITL error p50",
+                0,
+                BAR_P50_MS,
+                ours.itl_token_ms,
+                vllm.itl_token_ms,
+                [],
+                [],
+            ),
+            row(
+                "per-token ITL error p99",
+                1,
+                BAR_P99_MS,
+                ours.itl_token_ms,
+                vllm.itl_token_ms,
+                ours.itl_token_p99_by_repetition,
+                vllm.itl_token_p99_by_repetition,
+            ),
+            f"| token count | {count(ours)} | {count(vllm)} | | "
+            f"{'yes' if ours.token_count_mismatches == 0 else 'no'} |",
+        ]
+    )
+
+
+def bench_workers(records: Records) -> str:
+    r, b = need(records, "bench-workers", BenchFigures)
+
+    def pair(values: tuple[float, float] | None) -> str:
+        return "-" if values is None else f"{values[0]:.2f} / {values[1]:.2f}"
+
+    def cores(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    machine = r.machine
+    load = (
+        f"load average {machine.load_average_start:.2f} at the start"
+        if machine.load_average_start is not None
+        else "load average not recorded"
+    )
+    if machine.load_average_end is not None:
+        load += f", {machine.load_average_end:.2f} at the end"
+    rows = [
+        f"Measured {r.date[:16].replace('T', ' ')} UTC on {machine.cores} CPUs ({load}; the "
+        f"truth server, the master and the workers share them). Median of {b.repetitions} "
+        f"interleaved repetitions; every repetition is in `bench/results_workers.json`:",
+        "",
+        "| streams | instrument | TTFT err p50 / p99 (ms) | per-token ITL err p50 / p99 (ms) "
+        "| chunk-gap err p50 / p99 (ms) | E2E err p50 / p99 (ms) | tokens/s "
+        "| client CPU (cores) | server CPU (cores) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in b.points:
+        tokens = "-" if p.tokens_per_s is None else f"{p.tokens_per_s:.0f}"
+        rows.append(
+            f"| {p.level} | {p.label} | {pair(p.ttft_ms)} | {pair(p.itl_token_ms)} "
+            f"| {pair(p.chunk_gap_ms)} | {pair(p.e2e_ms)} | {tokens} "
+            f"| {cores(p.client_cpu_cores)} | {cores(p.server_cpu_cores)} |"
+        )
+    two = b.point(256, "locust_p2")
+    rows += [
+        "",
+        "Per repetition at 256 streams with two workers: TTFT p99 "
+        + " / ".join(f"{v:.2f}" for v in two.ttft_p99_by_repetition)
+        + " ms, per-token ITL p99 "
+        + " / ".join(f"{v:.2f}" for v in two.itl_token_p99_by_repetition)
+        + " ms.",
+    ]
+    return "\n".join(rows)
+
+
+REGIONS: dict[str, Callable[[Records], str]] = {
+    "readme-times": readme_times,
+    "readme-local-expected": readme_local_expected,
+    "readme-bench": readme_bench,
+    "readme-tune": readme_tune,
+    "local-run-expected": local_run_expected,
+    "tune-sweep": tune_sweep,
+    "stats-speed": stats_speed,
+    "miniature": miniature,
+    "loadtest-workers": loadtest_workers,
+    "bench-duration": bench_duration,
+    "bench-bar": bench_bar,
+    "bench-workers": bench_workers,
+}
+
+
+@dataclass(frozen=True)
+class Region:
+    path: Path
+    name: str
+    body: str
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    """The documents whose measured figures are rendered: README.md and docs/*.md (but the
+    generated configuration reference, docs/config.md, which holds no measurement)."""
+    docs = sorted(p for p in (root / "docs").glob("*.md") if p.name != "config.md")
+    return [root / "README.md", *docs]
+
+
+def rendered_documents(root: Path = ROOT) -> list[Path]:
+    """The documents with regions: those above, and bench/README.md (whose prose the scan
+    leaves alone: its results table is the bench's own, written by python -m bench)."""
+    return [*documents(root), root / "bench" / "README.md"]
+
+
+def regions(path: Path, text: str) -> list[Region]:
+    return [Region(path, m["name"], m["body"]) for m in REGION.finditer(text)]
+
+
+def _sources(path: Path, names: list[str], records: Records) -> str:
+    links = []
+    for name in names:
+        bench = BENCH_RESULT_FILES.get(name)
+        target = ROOT / bench[0] if bench else RECORDS_DIR / f"{name}.json"
+        links.append(f"[{name}]({os.path.relpath(target, path.parent)})")
+    return ", ".join(links)
+
+
+def used_records(name: str, records: Records) -> list[str]:
+    """Which records a region reads (by rendering it against a recording mapping)."""
+    seen: list[str] = []
+
+    class Recording(dict[str, FigureRecord]):
+        def get(self, key: str, default: object = None) -> FigureRecord | None:  # type: ignore[override]
+            if key not in seen:
+                seen.append(key)
+            return super().get(key)
+
+        def __getitem__(self, key: str) -> FigureRecord:
+            if key not in seen:
+                seen.append(key)
+            return super().__getitem__(key)
+
+    REGIONS[name](Recording(records))
+    return seen
+
+
+def render_region(path: Path, name: str, inline: bool, records: Records) -> str:
+    if name not in REGIONS:
+        raise RegionError(
+            f"{path.name}: unknown figures region {name!r}; known: {sorted(REGIONS)} "
+            "(add a renderer to bench/figures/regions.py)"
+        )
+    body = REGIONS[name](records)
+    sources = _sources(path, used_records(name, records), records)
+    if inline:
+        return f"{body} (records: {sources})"
+    # a blank line after the opening marker: a table must not touch the comment's HTML block
+    return f"\n\n{body}\n\nRendered from records {sources} by `python -m bench.figures render`.\n"
+
+
+def render_document(path: Path, text: str, records: Records) -> str:
+    def replace(match: re.Match[str]) -> str:
+        inline = not match["body"].startswith("\n")
+        body = render_region(path, match["name"], inline, records)
+        return f"<!-- figures:{match['name']} -->{body}<!-- /figures:{match['name']} -->"
+
+    return REGION.sub(replace, text)

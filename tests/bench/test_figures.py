@@ -1,0 +1,441 @@
+"""bench.figures: README.md and docs/*.md carry the figures of the checked-in records, and no
+measured-looking figure stands outside a rendered region without a source."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.figures import rendered, stale
+from bench.figures.measure import (
+    MeasureError,
+    Measurement,
+    Outcome,
+    local_run_figures,
+    miniature_figures,
+    run,
+    suite_figures,
+    tune_figures,
+)
+from bench.figures.records import (
+    ROOT,
+    FigureRecord,
+    Provenance,
+    StatsSpeedFigures,
+    load_records,
+    write_record,
+)
+from bench.figures.regions import (
+    REGIONS,
+    RegionError,
+    documents,
+    regions,
+    render_document,
+    rendered_documents,
+    span,
+)
+from bench.figures.scan import Quoted, find_figures, read_quoted, unrendered
+
+GOLDEN_SUMMARY = ROOT / "tests" / "loadtest" / "summary_characterization.json"
+
+
+# --- the repository's own documents ------------------------------------------------------
+
+
+def test_documents_match_a_fresh_render_of_the_records() -> None:
+    assert stale() == [], "run: python -m bench.figures render"
+
+
+def test_every_region_is_used_and_every_used_region_exists() -> None:
+    used = {
+        region.name for path in rendered_documents() for region in regions(path, path.read_text())
+    }
+    assert used == set(REGIONS)
+
+
+def test_no_measured_figure_outside_a_region_without_a_source() -> None:
+    hits = [hit for path in documents() for hit in find_figures(path, path.read_text())]
+    missing, unused = unrendered(hits, read_quoted())
+    assert [str(h) for h in missing] == [], (
+        "render these from a record (bench/figures) or, if quoted, give their source in "
+        "docs/records/quoted.md"
+    )
+    assert unused == [], "docs/records/quoted.md rows that match no figure: remove them"
+
+
+def test_records_name_their_file_date_machine_and_command() -> None:
+    records = load_records()
+    assert {"make-local-fresh", "make-local", "make-test", "ci-run", "tune-sweep"} <= set(records)
+    for name, record in records.items():
+        assert record.name == name
+        assert record.date[:4].isdigit() and record.machine.cores > 0 and record.command
+        assert record.remeasure
+
+
+def test_the_stats_speed_record_agrees_with_its_results_file() -> None:
+    record = load_records()["stats-speed"]
+    results = json.loads((ROOT / "bench" / "stats_speed.json").read_text())
+    assert isinstance(record.figures, StatsSpeedFigures)
+    assert record.figures.summarize_s == results["summarize_s"]
+    assert record.figures.paired_statistics_s == results["paired_statistics_s"]
+
+
+def test_the_tuning_figures_are_the_last_sweeps() -> None:
+    # The README once said 3 of 8 held-out points were within 15% after the sweep had 8 of 8.
+    text = (ROOT / "README.md").read_text()
+    tune = load_records()["tune-sweep"].figures
+    within = sum(p.within_tolerance for p in tune.held_out)  # type: ignore[union-attr]
+    assert f"goal met for {within} of {len(tune.held_out)} held-out points" in text  # type: ignore[union-attr]
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def _records_with(name: str, **figures: object) -> dict[str, FigureRecord]:
+    records = load_records()
+    changed = records[name].figures.model_copy(update=figures)
+    records[name] = records[name].model_copy(update={"figures": changed})
+    return records
+
+
+def test_a_changed_record_changes_the_rendered_documents() -> None:
+    records = _records_with("make-test", wall_s=61.0, passed=7)
+    fresh = rendered(records=records)
+    readme = fresh[ROOT / "README.md"]
+    assert "`make test` takes 1 min 1 s (7 tests passed" in readme
+    assert readme != (ROOT / "README.md").read_text()
+
+
+def test_regions_inline_and_block_keep_their_markers() -> None:
+    doc = ROOT / "docs" / "x.md"  # never written: the path only places the links
+    text = (
+        "Before <!-- figures:readme-tune -->old<!-- /figures:readme-tune --> after.\n\n"
+        "<!-- figures:stats-speed -->\nold\n<!-- /figures:stats-speed -->\n"
+    )
+    out = render_document(doc, text, load_records())
+    assert out.startswith("Before <!-- figures:readme-tune -->held-out prediction errors ")
+    assert "<!-- /figures:readme-tune --> after." in out
+    assert "| the whole `summarize(run_dir)` | **5.0 s**" in out
+    assert "old" not in out
+    # links from the document to its records are relative to the document
+    assert "[stats-speed](records/stats-speed.json)" in out
+    assert render_document(doc, out, load_records()) == out  # idempotent
+
+
+def test_an_unknown_region_or_a_missing_record_is_named() -> None:
+    with pytest.raises(RegionError, match="unknown figures region 'nope'"):
+        render_document(ROOT / "README.md", "<!-- figures:nope --><!-- /figures:nope -->", {})
+    records = load_records()
+    del records["tune-sweep"]
+    with pytest.raises(RegionError, match=r"python -m bench\.figures measure tune-sweep"):
+        render_document(
+            ROOT / "README.md", "<!-- figures:readme-tune --><!-- /figures:readme-tune -->", records
+        )
+
+
+def test_a_transcribed_record_must_name_its_commit() -> None:
+    with pytest.raises(ValueError, match=r"provenance\.commit"):
+        Provenance(kind="transcribed-from-commit")
+
+
+def test_a_record_file_must_carry_its_own_name(tmp_path: Path) -> None:
+    record = load_records()["make-test"]
+    write_record(record.model_copy(update={"name": "other"}), tmp_path)
+    (tmp_path / "other.json").rename(tmp_path / "make-test.json")
+    with pytest.raises(ValueError, match="its name is 'other'"):
+        load_records(tmp_path, root=tmp_path)
+
+
+# --- the scan -----------------------------------------------------------------------------
+
+
+def test_the_scan_finds_measured_figures_and_skips_regions_and_code(tmp_path: Path) -> None:
+    doc = tmp_path / "README.md"
+    text = "\n".join(
+        [
+            "It ran 3.20x faster [2.38, 4.09] in 7 min 0 s, ± 2.",
+            "We measured 12.5 ms and 40% here.",
+            "Configured: 12.5 ms and 40% there.",
+            "A setting `[2, 8]` and `1.5x` in code.",
+            "```",
+            "make local   # 9.9x",
+            "```",
+            "<!-- figures:a -->4.4x<!-- /figures:a -->",
+            "trn2.48xlarge is no speedup",
+            "It took 11 min 14 s, then 3 s.",
+        ]
+    )
+    hits = find_figures(doc, text, root=tmp_path)
+    assert [(h.line, h.figure) for h in hits] == [
+        (1, "3.20x"),
+        (1, "[2.38, 4.09]"),
+        (1, "7 min 0 s"),
+        (1, "±"),
+        (2, "12.5 ms"),
+        (2, "40%"),
+        (10, "11 min 14 s"),
+        (10, "3 s"),
+    ]
+    missing, unused = unrendered(
+        hits, [Quoted("README.md", "3.20x", "s"), Quoted("README.md", "1.1x", "s")]
+    )
+    assert {h.figure for h in missing} == {
+        "[2.38, 4.09]",
+        "7 min 0 s",
+        "±",
+        "12.5 ms",
+        "40%",
+        "11 min 14 s",
+        "3 s",
+    }
+    assert [q.figure for q in unused] == ["1.1x"]
+
+
+def test_a_quoted_figure_needs_a_source(tmp_path: Path) -> None:
+    page = tmp_path / "quoted.md"
+    page.write_text("| file | figure | source |\n| --- | --- | --- |\n| README.md | 3x | |\n")
+    with pytest.raises(ValueError, match="has no source"):
+        read_quoted(page)
+
+
+# --- measuring ----------------------------------------------------------------------------
+
+
+def test_measure_runs_the_command_and_records_what_it_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measurement = Measurement(
+        "make-test",
+        "echo '== 3 passed in 1s =='; echo 'test_2 passed'; echo '2 passed, 1 deselected'",
+        lambda o: suite_figures(o, fresh_clone=False),
+    )
+    record = run(measurement, root=tmp_path)
+    assert record.provenance.commit is None  # not a git tree
+    assert "3 passed in 1s" in capsys.readouterr().out  # shown while it ran
+    assert record.figures.passed == 5  # type: ignore[union-attr]
+    assert record.figures.wall_s > 0  # type: ignore[union-attr]
+    assert record.provenance.kind == "measured"
+    assert record.machine.load_average_end is not None
+    assert record.remeasure == "python -m bench.figures measure make-test"
+
+
+def test_a_failing_command_writes_no_record(tmp_path: Path) -> None:
+    measurement = Measurement("x", "exit 3", lambda o: suite_figures(o, False))
+    with pytest.raises(MeasureError, match="exited with 3"):
+        run(measurement, root=tmp_path)
+    with pytest.raises(MeasureError, match="no pytest summary"):
+        run(Measurement("x", "echo ok", lambda o: suite_figures(o, False)), root=tmp_path)
+
+
+def test_a_fresh_clone_measures_the_committed_tree_and_is_removed(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    (repo / "committed").write_text("x")
+    subprocess.run([*git, "add", "committed"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], cwd=repo, check=True)
+    (repo / "uncommitted").write_text("x")
+    measurement = Measurement(
+        "ci-run",
+        'test -f committed && test ! -f uncommitted && echo "$MARK 1 passed"',
+        lambda o: suite_figures(o, fresh_clone=True),
+        fresh_clone=True,
+        env={"MARK": "=="},
+    )
+    record = run(measurement, root=repo)
+    assert record.figures.passed == 1  # type: ignore[union-attr]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    assert record.provenance.commit == head  # untracked files do not make it "+"
+    assert record.provenance.text() == f"measured at commit {head}"
+    assert record.command == "git clone <repo> fresh && cd fresh && MARK=== test -f committed " + (
+        '&& test ! -f uncommitted && echo "$MARK 1 passed"'
+    )
+    assert list((repo / "runs").iterdir()) == []
+
+
+def _summary_json() -> str:
+    golden = json.loads(GOLDEN_SUMMARY.read_text())
+    golden["run"] = {
+        "started_at": "2026-01-01T00:00:00Z",
+        "model": "m",
+        "urls": {"baseline": "http://b", "speculative": "http://s"},
+        "variant_labels": {"baseline": "Base", "speculative": "SD"},
+        "request": {
+            "model": "m",
+            "max_tokens": 20,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "seed": 0,
+            "api": "chat",
+            "timeout_s": 5.0,
+        },
+        "load_shape": {"concurrency": 2, "request_rate": None, "max_duration_s": 60.0},
+        "measured_requests": 40,
+        "warmup_requests": 3,
+        "seed": 0,
+        "slo": {"ttft_ms": 45.0, "tpot_ms": 12.0, "e2e_ms": 400.0},
+    }
+    return json.dumps(golden)
+
+
+def test_local_run_figures_come_from_the_runs_own_files(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(_summary_json())
+    (run_dir / "local_run.json").write_text(
+        json.dumps(
+            {
+                "headline": {"acceptance_by_class": {"structured": 0.7, "open_ended": 0.1}},
+                "timings_s": {"models": 10.0, "load_test": 20.0, "total": 40.0},
+            }
+        )
+    )
+    figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
+    golden = json.loads(GOLDEN_SUMMARY.read_text())
+    e2e = golden["statistics"]["by_class"]["structured"]["speedup"]["e2e_ms"]["mean"]
+    assert figures.e2e_speedup["structured"].estimate == e2e["estimate"]
+    assert figures.e2e_speedup["structured"].low == e2e["low"]
+    assert figures.e2e_speedup["structured"].n == e2e["n"]
+    assert figures.phases_s == {"install": 10.0, "models": 10.0, "load_test": 20.0}
+    assert figures.acceptance_by_class == {"structured": 0.7, "open_ended": 0.1}
+    assert figures.lossless_prompts == golden["lossless"]["prompts_compared"]
+    assert figures.max_tokens == 20
+    with pytest.raises(MeasureError, match="written by the measured command"):
+        local_run_figures(Outcome(tmp_path, 50.0, "", 1e12), fresh_clone=False)
+    (run_dir / "local_run.json").write_text(
+        json.dumps({"headline": {"acceptance_by_class": {}}, "timings_s": {"total": 1.0}})
+    )
+    with pytest.raises(MeasureError, match="no per-class acceptance"):
+        local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
+
+
+def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
+    interval = {"estimate": 1.5, "low": 1.2, "high": 1.8, "n": 16, "confidence": 0.95}
+    tune = {
+        "tolerance": 0.15,
+        "plan": {"server_starts": 10, "runs": []},
+        "checks": [
+            {
+                "draft": "small",
+                "prompt_class": "structured",
+                "k": 4,
+                "predicted_speedup": 1.6,
+                "measured": {"k": 4, "role": "holdout", "e2e_speedup": interval},
+                "relative_error": 0.0667,
+                "within_tolerance": True,
+                "components": [
+                    {"name": "tokens_per_step", "predicted": 4.1, "measured": 4.0, "source": ""},
+                    {"name": "step_ms", "predicted": 18.0, "measured": None, "source": ""},
+                ],
+            }
+        ],
+        "recommendations": [
+            {"scope": "overall", "draft": "small", "k": 3, "predicted_speedup": 1.4}
+        ],
+        "break_even": [
+            {
+                "prompt_class": "open_ended",
+                "setting": {"draft": "small", "k": 3},
+                "points": [[1, {"k": 3, "role": "break_even", "e2e_speedup": interval}]],
+                "break_even_concurrency": None,
+                "max_num_seqs": 4,
+            }
+        ],
+        "cost": {
+            "basis": {"instance_type": "m7i.large", "arm_usd_per_hour": 0.1, "nominal": True},
+            "arms": [
+                {
+                    "setting": {"draft": None, "k": 0},
+                    "points": [
+                        {
+                            "concurrency": 4,
+                            "output_tokens": 10,
+                            "wall_s": 1.0,
+                            "output_throughput_tok_s": 349.0,
+                            "usd_per_million_output_tokens": 0.08,
+                        }
+                    ],
+                    "optimal": {"concurrency": 4},
+                }
+            ],
+        },
+    }
+    out = tmp_path / "runs" / "figures" / "tune"
+    out.mkdir(parents=True)
+    (out / "tune.json").write_text(json.dumps(tune))
+    figures = tune_figures(Outcome(tmp_path, 443.0, "", 0.0))
+    point = figures.held_out[0]
+    assert (point.predicted, point.measured.estimate, point.measured.n) == (1.6, 1.5, 16)
+    assert point.tau == (4.1, 4.0) and point.step_ms is None
+    assert figures.server_starts == 10 and figures.recommendations[0].measured is None
+    assert figures.break_even[0].speedup_by_concurrency == {1: 1.5}
+    assert figures.cost is not None and figures.cost.arms[0].arm == "baseline"
+    assert figures.cost.arms[0].by_concurrency[4].output_throughput_tok_s == 349.0
+
+
+def test_miniature_figures_come_from_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "figures" / "miniature.json"
+    out.parent.mkdir(parents=True)
+    cases = ("target_step_1", "target_verify_8", "draft_step_1", "trained_target_step_1")
+    out.write_text(
+        json.dumps(
+            {
+                "k": 7,
+                "draft": "drafts/small-0123abcd",
+                "weight_bytes_per_step": {
+                    "target": 2**20 * 147,
+                    "draft": 2**20,
+                    "trained_target": 0,
+                },
+                "median_ms": dict(zip(cases, (18.9, 32.1, 1.36, 2.2), strict=True)),
+                "p90_ms": dict(zip(cases, (19.3, 32.6, 1.46, 2.27), strict=True)),
+                "implied_read_gb_per_s": 8.1,
+            }
+        )
+    )
+    figures = miniature_figures(Outcome(tmp_path, 1.0, "", 0.0))
+    assert figures.draft == "small" and figures.weight_mib["target"] == 147.0
+    records = load_records()
+    records["miniature"] = records["miniature"].model_copy(update={"figures": figures})
+    doc = render_document(
+        ROOT / "docs" / "x.md", "<!-- figures:miniature -->\n<!-- /figures:miniature -->", records
+    )
+    assert "| 32.1 ms (**1.70x** one step, not 8x) |" in doc
+
+
+def test_spans_collapse_when_the_figures_round_alike() -> None:
+    assert span([0.019, 0.016, 0.024]) == "0.02"
+    assert span([0.042, 0.049]) == "0.04-0.05"
+
+
+def test_bench_results_files_are_records_with_every_repetition() -> None:
+    workers = load_records()["bench-workers"]
+    results = json.loads((ROOT / "bench" / "results_workers.json").read_text())
+    assert workers.command == results["command"].strip()
+    point = workers.figures.point(256, "locust_p2")  # type: ignore[union-attr]
+    assert len(point.itl_token_p99_by_repetition) == results["repetitions"]
+
+
+def test_the_bench_bar_says_no_when_a_figure_misses_it() -> None:
+    records = load_records()
+    bench = records["bench"].figures
+    points = [
+        p.model_copy(update={"ttft_ms": (0.0, 2.5)}) if p.instrument == "locust_p1" else p
+        for p in bench.points  # type: ignore[union-attr]
+    ]
+    records["bench"] = records["bench"].model_copy(
+        update={"figures": bench.model_copy(update={"points": points})}
+    )
+    doc = render_document(
+        ROOT / "bench" / "README.md",
+        "<!-- figures:bench-bar --><!-- /figures:bench-bar -->",
+        records,
+    )
+    assert "| TTFT error p99 | 2.50 ms" in doc
+    assert "| ≤ 2 ms | no (vllm: no) |" in doc
