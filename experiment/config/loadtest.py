@@ -80,7 +80,7 @@ class MetricNames(Section):
     lossless_mismatches: str = Field(
         default="LosslessMismatches",
         description=(
-            "Prompts whose SD output differs from the baseline's, per run (no Variant dimension)."
+            "Prompts whose SD output differs from the baseline's, per run (published with Variant=SD)."
         ),
     )
     lossless_prefix_agreement: str = Field(
