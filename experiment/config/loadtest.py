@@ -80,7 +80,8 @@ class MetricNames(Section):
     lossless_mismatches: str = Field(
         default="LosslessMismatches",
         description=(
-            "Prompts whose SD output differs from the baseline's, per run (published with Variant=SD)."
+            "Prompts whose SD output differs from the baseline's, per run (published with "
+            "Variant=SD)."
         ),
     )
     lossless_prefix_agreement: str = Field(
