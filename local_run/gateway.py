@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
-from local_run.servers import POLL_INTERVAL_S, ServerError, port_is_free
+from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
 
 # Name of the aggregate cluster: the speculative server at priority 0, the baseline at 1.
 FALLBACK_CLUSTER = "speculative_then_baseline"
@@ -273,7 +273,8 @@ class EnvoyGateway:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # its own process group, stopped as one
+            preexec_fn=_die_with_parent,  # dies with us even if we are SIGKILLed
         )
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:

@@ -53,6 +53,7 @@ def test_killing_the_speculative_server_mid_run(tmp_path: Path) -> None:
         # completed by a retry (a started stream cannot be resumed).
         assert all(o.arm == Arm.SPECULATIVE.value and not o.ok for o in cut), cut
         reasons = Counter(o.reason for o in cut)
+        print(f"cut streams by reason: {dict(reasons)}")  # shown with -s
         assert sum(reasons.values()) == IN_FLIGHT and None not in reasons, reasons
         assert all(0 < o.chunks < 40 for o in cut), cut
 
