@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.render.decision import cost_rows, price_text, verdict_rows
+from loadtest.render.decision import cost_rows, price_text, routing_text, verdict_rows
 from loadtest.render.load_generator import load_generator_rows
 from loadtest.render.tables import summary_rows
 from loadtest.results import RunSummary
@@ -32,4 +32,7 @@ def render_summary_table(summary: RunSummary) -> str:
     verdict = verdict_rows(summary)
     if verdict[1]:
         parts.append(fixed_width(*verdict))
+    routing = routing_text(summary)
+    if routing is not None:
+        parts.append(routing)
     return "\n\n".join(parts)

@@ -6,7 +6,8 @@ interval and n. Missing values read ``n/a`` (never 0).
 
 from __future__ import annotations
 
-from loadtest.results import Interval, RunSummary, ScopeCost, ScopeStatistics
+from experiment.config import RoutingConfig, routing_override_line
+from loadtest.results import Decision, Interval, RunSummary, ScopeCost, ScopeStatistics
 
 Table = tuple[list[str], list[list[str]]]
 NOT_AVAILABLE = "n/a"
@@ -69,6 +70,22 @@ def verdict_rows(summary: RunSummary) -> Table:
         for v in summary.verdict
     ]
     return header, rows
+
+
+def routing_text(summary: RunSummary) -> str | None:
+    """The ``-c`` line that enacts the verdict in the tiered gateway (docs/routing.md): the
+    classes whose verdict is "use SD" to the speculative arm, every other class (including
+    "can't tell") to the baseline. Written against the default allow-list, so it also allows
+    a class that list lacks. None without a per-class verdict."""
+    classes = [v for v in summary.verdict if v.prompt_class != ALL]
+    if not classes:
+        return None
+    chosen = [v.prompt_class for v in classes if v.decision is Decision.USE_SD]
+    line = routing_override_line(RoutingConfig(), chosen)
+    return (
+        "Route by class (the classes where SD pays to the speculative arm, the rest to the "
+        f"baseline; docs/routing.md): `{line}`"
+    )
 
 
 def verdict_text(summary: RunSummary) -> str:

@@ -74,6 +74,8 @@ def render_html(summary: RunSummary, images: Mapping[str, bytes]) -> str:
         else:
             out.append(f"<h2>{title}</h2>")
         out += _body(section.body, images)
+        if section.note is not None:
+            out += _body(section.note, images)
         if section.folded:
             out.append("</details>")
         out.append("</section>")

@@ -34,6 +34,8 @@ def render_markdown(summary: RunSummary, plots: list[str]) -> str:
             parts.extend(f"![{name}]({name})" for name in body)
         else:
             parts.append(body)
+        if section.note is not None:
+            parts.append(section.note)
         if section.folded:
             parts.append("</details>")
     return "\n\n".join(parts) + "\n"

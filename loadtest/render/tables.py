@@ -18,6 +18,7 @@ from loadtest.render.decision import (
     interval_rows,
     interval_text,
     price_text,
+    routing_text,
     verdict_rows,
     verdict_text,
 )
@@ -333,6 +334,8 @@ class Section:
     body: Body
     folded: bool = False
     """Detail a reader opens on demand (<details> in HTML and Markdown)."""
+    note: str | None = None
+    """A line after the body (the verdict's routing override)."""
 
 
 def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
@@ -347,7 +350,9 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
     more_plots = [name for name in plots if name not in KEY_PLOTS]
     result = [
         Section(
-            "Verdict: use speculative decoding?", verdict if verdict[1] else verdict_text(summary)
+            "Verdict: use speculative decoding?",
+            verdict if verdict[1] else verdict_text(summary),
+            note=routing_text(summary),
         )
     ]
     if key_plots:

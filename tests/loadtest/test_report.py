@@ -239,3 +239,39 @@ def test_report_html_reads_top_down_and_stands_alone(fake_run_dir) -> None:
         "![per_class.png](per_class.png)",
     ]
     assert "<details><summary>Confidence intervals" in markdown
+
+
+def test_verdict_prints_the_routing_line_that_enacts_it(fake_run_dir) -> None:
+    """The classes whose verdict is "use SD" go to the speculative arm, the rest to the
+    baseline: the line is a valid -c override of the routing section."""
+    from experiment import build_config
+    from experiment.loading import context_from_pairs
+    from loadtest.render.decision import routing_text
+    from loadtest.results import ClassVerdict, Decision
+
+    summary = summarize(fake_run_dir)
+    template = ClassVerdict.model_validate(
+        {
+            "prompt_class": "x",
+            "decision": "can't tell",
+            "reason": "r",
+            "pairs": 16,
+            "cost_ratio": {"estimate": 1.0, "low": 0.9, "high": 1.1, "n": 16, "confidence": 0.95},
+        }
+    )
+    summary.verdict = [
+        template.model_copy(update={"prompt_class": "open_ended", "decision": Decision.DONT}),
+        template.model_copy(update={"prompt_class": "structured", "decision": Decision.USE_SD}),
+        template.model_copy(update={"prompt_class": "all", "decision": Decision.USE_SD}),
+    ]
+    text = routing_text(summary)
+    assert text is not None
+    line = text.split("`")[1]
+    assert line == "-c experiment.routing.speculative_classes=structured"
+    pairs = [part for part in line.split() if part != "-c"]
+    config = build_config(context_from_pairs(pairs))
+    assert config.routing.speculative_classes == ["structured"]
+    summary.verdict = [template.model_copy(update={"prompt_class": "structured"})]
+    assert "speculative_classes=[]" in (routing_text(summary) or "")
+    summary.verdict = []
+    assert routing_text(summary) is None
