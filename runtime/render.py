@@ -30,14 +30,18 @@ NEURON_FRAMEWORK = "neuronx-distributed-inference"
 FORK_SHARED_NEURON_OVERRIDES: dict[str, object] = {"save_sharded_checkpoint": True}
 # Fork only: draft and target compiled together, speculation on device (fused speculation).
 FORK_SPECULATIVE_NEURON_OVERRIDES: dict[str, object] = {"enable_fused_speculation": True}
+
+
 # vllm-neuron 1.x: Neuron options live under --additional-config '{"neuron_config": {...}}'
 # (vllm-project/vllm-neuron:docs/guides/features-guide.md, "Speculative decoding": the CLI
-# example passes on_device_sampling_config there). Greedy on device, as the plugin's EAGLE3
-# example does (docs/design/speculation/speculative_decoding_design.md: {"all_greedy": ...};
-# parsed by OnDeviceSamplingConfig in vllm_neuron/model/neuron_config.py): the comparison
-# runs at temperature 0 (loadtest/client.py), and the rejection step runs on device. The
-# same on both arms, so only decoding differs.
-PLUGIN_NEURON_CONFIG: dict[str, object] = {"on_device_sampling_config": {"all_greedy": True}}
+# example passes on_device_sampling_config there, which the rejection step needs on device).
+# Greedy on device when the load is greedy, as the plugin's EAGLE3 example does
+# (docs/design/speculation/speculative_decoding_design.md: {"all_greedy": ...}; parsed by
+# OnDeviceSamplingConfig in vllm_neuron/model/neuron_config.py). The same on both arms.
+def plugin_neuron_config(all_greedy: bool) -> dict[str, object]:
+    return {"on_device_sampling_config": {"all_greedy": all_greedy}}
+
+
 # vllm-neuron 1.x disables async scheduling whenever --speculative-config is set
 # (docs/guides/features-guide.md, "Speculative decoding": "Mutually exclusive with async
 # scheduling") and DFlash refuses to start without the flag (vllm_neuron/vllm/spec_decode/
@@ -152,7 +156,8 @@ def _render_neuron_plugin(spec: ServingSpec) -> VllmCommand:
         }
         args += ["--speculative-config", _json(speculative)]
         args += list(PLUGIN_SPECULATIVE_ONLY_FLAGS)
-    args += ["--additional-config", _json({"neuron_config": PLUGIN_NEURON_CONFIG})]
+    neuron_config = plugin_neuron_config(spec.all_greedy)
+    args += ["--additional-config", _json({"neuron_config": neuron_config})]
     return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), _neuron_env(spec))
 
 

@@ -54,6 +54,9 @@ class ServingSpec:
     # off (DFlash), in which case the baseline runs it off too.
     prefix_caching: bool = False
     chunked_prefill: bool | None = None
+    # Plugin generation only: on-device sampling fixed to greedy, as when the load test runs
+    # at temperature 0 (a sampled load needs it off, or the server would answer greedily).
+    all_greedy: bool = True
 
     @property
     def speculative(self) -> bool:
