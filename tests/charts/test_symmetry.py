@@ -47,8 +47,7 @@ def _vllm(manifests: list[Manifest]) -> dict[str, Any]:
         {},
         {"experiment.serving.num_speculative_tokens": 5},
         {"experiment.serving.replicas": 2, "experiment.serving.max_num_seqs": 8},
-        {"experiment.serving.generation": "neuron-plugin",
-         "experiment.serving.image": "registry.example.com/vllm-neuron:0.3"},
+        {"experiment.serving.profile": "new-deployment"},
     ],
 )  # fmt: skip
 def test_arms_differ_only_in_names_labels_and_decoding(overrides) -> None:
@@ -301,10 +300,7 @@ def test_the_serving_chart_deploys_every_candidate() -> None:
 
 
 # The plugin path (vllm-neuron 1.x): the one difference it imposes is named, not tolerated.
-PLUGIN = {
-    "experiment.serving.generation": "neuron-plugin",
-    "experiment.serving.image": "registry.example.com/vllm-neuron:1.2",
-}
+PLUGIN = {"experiment.serving.profile": "new-deployment"}
 
 
 def _command(manifests: list[Manifest]) -> str:

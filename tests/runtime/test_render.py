@@ -22,10 +22,7 @@ def _pair(config=None) -> tuple[VllmCommand, VllmCommand]:
 
 def _plugin_config():
     return build_config(
-        {
-            "experiment.serving.generation": "neuron-plugin",
-            "experiment.serving.image": "registry.example.com/vllm-neuron:0.3",
-        }
+        {"experiment.serving.profile": "new-deployment"}
     )
 
 
