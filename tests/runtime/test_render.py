@@ -21,9 +21,7 @@ def _pair(config=None) -> tuple[VllmCommand, VllmCommand]:
 
 
 def _plugin_config():
-    return build_config(
-        {"experiment.serving.profile": "new-deployment"}
-    )
+    return build_config({"experiment.serving.profile": "new-deployment"})
 
 
 def test_argv_is_python_module_then_args() -> None:
