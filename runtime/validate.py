@@ -79,12 +79,6 @@ def check_draft_is_not_target(target: str, draft: str, name: Namer = _plain) -> 
         )
 
 
-def looks_like_eagle_draft(draft: str) -> bool:
-    """EAGLE-family drafts are published under names that say so (RedHatAI/*.eagle3,
-    yuhuili/EAGLE3-*); a plain model's name never does."""
-    return "eagle" in draft.lower()
-
-
 def check_speculative_method(
     generation: Generation, method: str | None, draft: str, name: Namer = _plain
 ) -> None:
