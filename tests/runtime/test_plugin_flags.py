@@ -111,6 +111,11 @@ def test_every_rendered_flag_has_a_cited_source(which: str) -> None:
     assert set(command.env) == set(ENV_SOURCES)
 
 
+def test_the_server_module_is_the_one_the_plugin_docs_start() -> None:
+    # PLUGIN_DOCS: `python3 -m vllm.entrypoints.openai.api_server --model ...`
+    assert render(_spec()).module == "vllm.entrypoints.openai.api_server"
+
+
 @pytest.mark.parametrize("which", sorted(SPECS))
 def test_no_nxdi_only_key_anywhere(which: str) -> None:
     command = render(SPECS[which]())
