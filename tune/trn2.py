@@ -2,6 +2,11 @@
 them from the one VllmService construct), compiled once into its fingerprinted artifacts
 path, two arms per trn2.48xlarge (8 of its 16 devices each).
 
+The candidates follow the serving profile (serving.profile, experiment.config.PROFILES):
+the reproduction sweeps the fork's plain drafts over k, a new deployment its EAGLE3 drafter
+over k 3-7; the plan says which profile it is for, how far its drafter is validated and
+where its acceptance figures will come from.
+
 Nothing here talks to AWS: the plan is arithmetic over the configuration, printed before
 anything starts so the compiles, node-hours and cost are known up front.
 """
@@ -10,8 +15,9 @@ from __future__ import annotations
 
 import math
 
-from experiment.config import Arm, ExperimentConfig
+from experiment.config import PROFILES, Arm, ExperimentConfig
 from runtime.artifacts import compile_fingerprint
+from runtime.spec import Generation
 from tune.results import Setting, Trn2Plan
 
 
@@ -48,6 +54,7 @@ def trn2_plan(config: ExperimentConfig, already_compiled: set[str] | None = None
     arm_hours = compiles * tuning.compile_hours + arms * tuning.measure_hours
     node_hours = arm_hours / arms_per_node
     price = config.pricing.neuron[nodes.capacity_type]
+    low_k = PROFILES[config.serving.profile].k_range[0]
     return Trn2Plan(
         candidates=candidates(config),
         compiles=compiles,
@@ -58,19 +65,35 @@ def trn2_plan(config: ExperimentConfig, already_compiled: set[str] | None = None
         price_source=price.source,
         price_nominal=price.nominal,
         cost_usd=node_hours * price.usd_per_hour,
-        predicted_k=[k for k in range(1, tuning.predict_k_max + 1) if k not in tuning.measured_k],
+        # Within the profile's k range: a new deployment re-tunes k in 3-7, nothing below.
+        predicted_k=[
+            k for k in range(low_k, tuning.predict_k_max + 1) if k not in tuning.measured_k
+        ],
     )
+
+
+# What one candidate's compile builds, per generation.
+COMPILED = {
+    Generation.NEURON_FORK: "fused target+draft per candidate, NxD Inference",
+    Generation.NEURON_PLUGIN: "target + draft graphs per candidate, vllm-neuron",
+}
 
 
 def trn2_plan_text(plan: Trn2Plan, config: ExperimentConfig) -> str:
     nodes = config.cluster.neuron_nodes
+    serving = config.serving
+    profile = PROFILES[serving.profile]
     wall = math.ceil((len(plan.candidates) + 1) / plan.arms_per_node)
     lines = [
-        f"plan (trn2): {len(plan.candidates)} candidate arms + the baseline, "
-        f"{plan.arms_per_node} arms per {nodes.instance_type} "
-        f"({config.serving.neuron_devices} of {nodes.devices} devices each)",
+        f"plan (trn2, profile {serving.profile.value}): {len(plan.candidates)} candidate arms "
+        f"+ the baseline, {plan.arms_per_node} arms per {nodes.instance_type} "
+        f"({serving.neuron_devices} of {nodes.devices} devices each)",
+        f"  serving: {serving.generation.value}, {serving.image}",
+        f"  drafter: {profile.drafter}",
+        f"  acceptance: {profile.acceptance}",
+        f"  expected: {profile.expected}",
         *(f"  arm {s.label}" for s in plan.candidates),
-        f"  compiles: {plan.compiles} (fused target+draft per candidate; "
+        f"  compiles: {plan.compiles} ({COMPILED[serving.generation]}; "
         f"{plan.already_compiled} already in the store by fingerprint)",
         f"  node-hours: {plan.node_hours:.1f} ({config.tuning.compile_hours:g} h per compile, "
         f"{config.tuning.measure_hours:g} h per arm measured; at least {wall} rounds of "
@@ -79,7 +102,8 @@ def trn2_plan_text(plan: Trn2Plan, config: ExperimentConfig) -> str:
         f"({nodes.capacity_type.value}; {plan.price_source}"
         + (", NOMINAL" if plan.price_nominal else "")
         + ")",
-        f"  predicted, not measured: k = {plan.predicted_k}",
+        "  predicted, not measured: "
+        + (f"k = {plan.predicted_k}" if plan.predicted_k else "none, every k in range is measured"),
     ]
     if plan.node_hours > config.tuning.budget_node_hours:
         lines.append(

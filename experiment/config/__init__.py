@@ -49,13 +49,21 @@ from experiment.config.pricing import (
     LocalPrice,
     PricingConfig,
 )
+from experiment.config.profiles import (
+    FORK_IMAGE,
+    PLUGIN_DRAFT,
+    PLUGIN_IMAGE,
+    PROFILES,
+    ProfileDefaults,
+    ServingProfile,
+)
 from experiment.config.routing import (
     FallbackConfig,
     HealthConfig,
     RoutingConfig,
     routing_override_line,
 )
-from experiment.config.serving import FORK_IMAGE, PLUGIN_DEFAULTS, SecurityProfile, ServingConfig
+from experiment.config.serving import SecurityProfile, ServingConfig
 from experiment.config.stats import StatisticsConfig
 from experiment.config.tuning import TuningConfig
 
@@ -69,7 +77,9 @@ __all__ = [
     "NEURON_INSTANCE_TYPES",
     "NOMINAL_NEURON_SOURCE",
     "NOMINAL_NEURON_USD_PER_HOUR",
-    "PLUGIN_DEFAULTS",
+    "PLUGIN_DRAFT",
+    "PLUGIN_IMAGE",
+    "PROFILES",
     "Arm",
     "CapacityType",
     "ClusterConfig",
@@ -93,12 +103,14 @@ __all__ = [
     "NeuronNodeGroupConfig",
     "NodeGroupConfig",
     "PricingConfig",
+    "ProfileDefaults",
     "PromptSuiteConfig",
     "RoutingConfig",
     "SecurityProfile",
     "ServiceAccountName",
     "ServiceName",
     "ServingConfig",
+    "ServingProfile",
     "SloConfig",
     "StatisticsConfig",
     "SystemNodeGroupConfig",

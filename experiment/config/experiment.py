@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,6 +15,7 @@ from experiment.config.local import LocalConfig
 from experiment.config.model_store import ModelStoreConfig
 from experiment.config.network import NetworkConfig
 from experiment.config.pricing import PricingConfig
+from experiment.config.profiles import PROFILES, ServingProfile
 from experiment.config.routing import RoutingConfig
 from experiment.config.serving import ServingConfig
 from experiment.config.stats import StatisticsConfig
@@ -67,6 +69,23 @@ class ExperimentConfig(Section):
         default_factory=RoutingConfig,
         description="Prompt classes sent to the speculative arm by header, and the fallback.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_tuning_defaults(cls, data: Any) -> Any:
+        # The trn2 plan follows the serving profile (which drafts, which k) unless the tuning
+        # section names its own.
+        if not isinstance(data, dict):
+            return data
+        serving, tuning = data.get("serving", {}), data.get("tuning", {})
+        if not isinstance(tuning, dict):
+            return data
+        given = serving.get("profile") if isinstance(serving, dict) else serving.profile
+        try:
+            profile = ServingProfile(given or ServingProfile.REPRODUCE)
+        except ValueError:
+            return data  # serving.profile's own validation names the allowed values
+        return {**data, "tuning": {**PROFILES[profile].tuning_defaults(), **tuning}}
 
     @field_validator("account", mode="before")
     @classmethod
@@ -201,6 +220,9 @@ class ExperimentConfig(Section):
             claimed_logical_cores=self.claimed_logical_cores,
             compiled_artifacts_path=self.compiled_artifacts_path(arm),
             compiled_max_model_len=serving.compiled_max_model_len or serving.max_model_len,
+            prefix_caching=serving.prefix_caching,
+            chunked_prefill=serving.chunked_prefill,
+            all_greedy=self.loadtest.temperature == 0,
         )
 
     def local_serving_spec(self, arm: Arm, target_dir: str, draft_dir: str) -> ServingSpec:

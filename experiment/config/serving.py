@@ -9,20 +9,9 @@ from pydantic import Field, field_validator, model_validator
 
 from experiment.config.base import Arm, NamespaceName, Section, ServiceName, apply_rule, error_at
 from experiment.config.cluster import CONNECTED_DEVICE_GROUP_SIZES
+from experiment.config.profiles import FORK_IMAGE, PLUGIN_IMAGE, PROFILES, ServingProfile
 from runtime import validate as rules
 from runtime.spec import Generation
-
-# The plugin generation's own draft and method: an EAGLE3 speculator trained for Qwen3-32B
-# (huggingface.co/RedHatAI/Qwen3-32B-speculator.eagle3, built with vllm-project/speculators),
-# run with the method vllm-neuron's releases after 0.2.x accept (runtime/validate.py).
-# The Neuron DLC the published experiment ran: vLLM 0.9 with the NxD Inference fork.
-FORK_IMAGE = (
-    "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04"
-)
-PLUGIN_DEFAULTS: dict[str, str] = {
-    "draft_model": "RedHatAI/Qwen3-32B-speculator.eagle3",
-    "speculative_method": "eagle3",
-}
 
 
 class SecurityProfile(StrEnum):
@@ -48,18 +37,24 @@ class ServingConfig(Section):
         default="qwen-sd-vllm",
         description="Service (and Deployment) name of the speculative-decoding arm.",
     )
-    generation: Generation = Field(
-        default=Generation.NEURON_FORK,
+    profile: ServingProfile = Field(
+        default=ServingProfile.REPRODUCE,
         description=(
-            "Which vLLM on Neuron serves: neuron-fork (the published vLLM 0.9 NxD "
-            "Inference fork) or neuron-plugin (vllm-neuron on vLLM >= 0.11)."
+            "The one choice of serving stack. reproduce: the published experiment (vLLM "
+            "0.9.1 NxD Inference fork, fused plain-draft speculation, frozen, acceptance "
+            "estimated client-side). new-deployment: vllm-neuron 1.x with the EAGLE3 drafter "
+            "RedHatAI/Qwen3-32B-speculator.eagle3 (validated on GPU vLLM, not on Neuron), k "
+            "re-tuned in 3-7, real acceptance counters. Sets image, draft_model, "
+            "speculative_method, num_speculative_tokens and the trn2 tuning sweep "
+            "(experiment/config/profiles.py); a value set explicitly wins."
         ),
     )
+    # Defaults below are the reproduce profile's; new-deployment's come in _profile_defaults.
     image: str = Field(
         default=FORK_IMAGE,
         description=(
-            "Container image of both vLLM services; with neuron-plugin, an image with"
-            " vllm-neuron (not the fork's DLC)."
+            "Container image of both vLLM services; default: the profile's DLC (reproduce: "
+            "the fork's SDK 2.26.1 DLC; new-deployment: the SDK 2.33 vllm-neuron 1.2 DLC)."
         ),
     )
     target_model: str = Field(
@@ -73,20 +68,36 @@ class ServingConfig(Section):
         default="Qwen/Qwen3-1.7B",
         description=(
             "Hugging Face id of the draft model of the speculative arm; not the "
-            "target. neuron-plugin defaults to an EAGLE3 speculator."
+            "target. new-deployment defaults to an EAGLE3 speculator."
         ),
     )
     speculative_method: str | None = Field(
         default=None,
         description=(
-            "vLLM speculative method; null: the generation's default (the fork "
-            "renders 'eagle'). neuron-plugin defaults to 'eagle3'."
+            "vLLM speculative method; null: the fork's 'eagle' (reproduce). "
+            "new-deployment: 'eagle3' (default) or 'dflash' (vllm-neuron 1.x takes no other)."
         ),
     )
     num_speculative_tokens: int = Field(
         default=7,
         description=(
-            "k, the tokens the draft proposes per step (runtime/validate.py gives the range)."
+            "k, the tokens the draft proposes per step (runtime/validate.py gives the range); "
+            "default: the profile's (reproduce 7, new-deployment 5, to re-tune in 3-7)."
+        ),
+    )
+    prefix_caching: bool = Field(
+        default=False,
+        description=(
+            "vLLM prefix caching, set the same on both arms. Off: the published arms ran "
+            "without it (the fork's V0 engine), while vllm-neuron 1.x turns it on unless told; "
+            "on only with new-deployment and a method that allows it (not dflash)."
+        ),
+    )
+    dflash_block_size: Annotated[int, Field(ge=2)] | None = Field(
+        default=None,
+        description=(
+            "speculative_method 'dflash' only: the drafter's trained proposal block size "
+            "(block_size in its config.json); num_speculative_tokens must equal it minus 1."
         ),
     )
     tensor_parallel_size: Annotated[int, Field(ge=1)] = Field(
@@ -158,12 +169,25 @@ class ServingConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _generation_defaults(cls, data: Any) -> Any:
-        # `generation: neuron-plugin` alone must give a servable arm: the plugin speculates
-        # only with EAGLE-family drafts, so it brings its own draft and method unless named.
-        if isinstance(data, dict) and data.get("generation") == Generation.NEURON_PLUGIN:
-            return {**PLUGIN_DEFAULTS, **data}
+    def _profile_defaults(cls, data: Any) -> Any:
+        # `profile: new-deployment` alone must give a servable pair: the profile brings its
+        # image, drafter, method and k unless they are named.
+        if isinstance(data, dict) and "profile" in data:
+            try:
+                profile = ServingProfile(data["profile"])
+            except ValueError:
+                return data  # the field's own validation names the allowed values
+            return {**PROFILES[profile].serving_defaults(), **data}
         return data
+
+    @property
+    def generation(self) -> Generation:
+        return PROFILES[self.profile].generation
+
+    @property
+    def chunked_prefill(self) -> bool | None:
+        """None (the server's default) unless the method needs it off: then on both arms."""
+        return False if self.speculative_method == "dflash" else None
 
     @field_validator("num_speculative_tokens")
     @classmethod
@@ -216,13 +240,58 @@ class ServingConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _plugin_generation_has_a_plugin_image(self) -> ServingConfig:
-        if self.generation == Generation.NEURON_PLUGIN and self.image == FORK_IMAGE:
+    def _image_fits_the_profile(self) -> ServingConfig:
+        if self.profile == ServingProfile.NEW_DEPLOYMENT and self.image == FORK_IMAGE:
             raise error_at(
                 ("image",),
-                "serving.image is the vLLM 0.9 fork's DLC, which has no vllm-neuron plugin; "
-                "with generation 'neuron-plugin' set serving.image to an image with vllm-neuron "
-                "on vLLM >= 0.11 (docs/serving.md, moving to the plugin generation)",
+                "serving.image is the vLLM 0.9 fork's DLC, which has no vllm-neuron 1.x; with "
+                f"serving.profile 'new-deployment' leave serving.image unset ({PLUGIN_IMAGE}) "
+                "or name another image with vllm-neuron 1.x",
+            )
+        if self.profile == ServingProfile.REPRODUCE and self.image == PLUGIN_IMAGE:
+            raise error_at(
+                ("image",),
+                "serving.image is the vllm-neuron 1.x DLC, which has no NxD Inference fork; with "
+                "serving.profile 'reproduce' leave serving.image unset, or set serving.profile "
+                "to 'new-deployment'",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _plugin_only_settings_stay_off_the_fork(self) -> ServingConfig:
+        apply_rule(
+            lambda name: rules.check_plugin_only_settings(
+                self.generation, self.prefix_caching, self.chunked_prefill, name
+            ),
+            "serving",
+        )
+        return self
+
+    @model_validator(mode="after")
+    def _plugin_arms_run_alike(self) -> ServingConfig:
+        # What the speculative method needs off (DFlash: prefix caching, chunked prefill) is
+        # off on the baseline too, or the arms would differ in more than decoding.
+        if self.generation == Generation.NEURON_PLUGIN:
+            apply_rule(
+                lambda name: rules.check_plugin_arms(
+                    self.speculative_method,
+                    self.prefix_caching,
+                    self.chunked_prefill,
+                    self.tensor_parallel_size,
+                    name,
+                ),
+                "serving",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _dflash_k_is_its_block_size_minus_one(self) -> ServingConfig:
+        if self.generation == Generation.NEURON_PLUGIN and self.speculative_method == "dflash":
+            apply_rule(
+                lambda name: rules.check_dflash_k(
+                    self.num_speculative_tokens, self.dflash_block_size, name
+                ),
+                "serving",
             )
         return self
 

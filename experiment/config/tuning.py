@@ -7,6 +7,11 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from experiment.config.base import Section
+from experiment.config.profiles import PROFILES, ServingProfile
+
+# Defaults are the serving profile's (ExperimentConfig._profile_tuning_defaults); these are
+# the reproduce profile's, for a tuning section built on its own.
+_REPRODUCE = PROFILES[ServingProfile.REPRODUCE]
 
 
 class TuningConfig(Section):
@@ -18,28 +23,32 @@ class TuningConfig(Section):
     """
 
     drafts: list[str] = Field(
-        default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"],
+        default_factory=lambda: list(_REPRODUCE.tuning_drafts),
         description=(
-            "trn2 draft candidates, distinct (each (draft, k) is one fused compile); "
-            "the local run uses local.generator.drafts instead."
+            "trn2 draft candidates, distinct (each (draft, k) is one compile); default: the "
+            "serving profile's; the local run uses local.generator.drafts instead."
         ),
     )
     fit_k: list[int] = Field(
-        default_factory=lambda: [2, 8],
+        default_factory=lambda: list(_REPRODUCE.fit_k),
         description=(
             "Values of k that calibrate the step-cost model: 2 or more, distinct, "
             "1-15; the largest also gives per-position acceptance."
         ),
     )
     holdout_k: list[int] = Field(
-        default_factory=lambda: [4, 6],
+        default_factory=lambda: list(_REPRODUCE.holdout_k),
         description=(
             "Values of k predicted without their data, then measured: the check. "
             "Distinct, 1-15, none in fit_k, each below max(fit_k)."
         ),
     )
     predict_k_max: Annotated[int, Field(ge=1, le=15)] = Field(
-        default=10, description="Every k from 1 to this gets a prediction; 1-15."
+        default=_REPRODUCE.k_range[1],
+        description=(
+            "Every k from the profile's lowest (reproduce 1, new-deployment 3) to this gets a "
+            "prediction; 1-15."
+        ),
     )
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 2, 4],

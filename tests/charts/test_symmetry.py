@@ -47,8 +47,7 @@ def _vllm(manifests: list[Manifest]) -> dict[str, Any]:
         {},
         {"experiment.serving.num_speculative_tokens": 5},
         {"experiment.serving.replicas": 2, "experiment.serving.max_num_seqs": 8},
-        {"experiment.serving.generation": "neuron-plugin",
-         "experiment.serving.image": "registry.example.com/vllm-neuron:0.3"},
+        {"experiment.serving.profile": "new-deployment"},
     ],
 )  # fmt: skip
 def test_arms_differ_only_in_names_labels_and_decoding(overrides) -> None:
@@ -298,3 +297,60 @@ def test_the_serving_chart_deploys_every_candidate() -> None:
     assert len(chart.candidates) == 8
     deployments = [o for o in chart.to_json() if o["kind"] == "Deployment"]
     assert len(deployments) == 10
+
+
+# The plugin path (vllm-neuron 1.x): the one difference it imposes is named, not tolerated.
+PLUGIN = {"experiment.serving.profile": "new-deployment"}
+
+
+def _command(manifests: list[Manifest]) -> str:
+    annotations = _kind(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    return str(annotations[COMMAND_ANNOTATION])
+
+
+def _set_command(manifests: list[Manifest], command: str) -> None:
+    annotations = _kind(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    annotations[COMMAND_ANNOTATION] = command
+
+
+def test_plugin_async_scheduling_is_the_named_allowed_difference() -> None:
+    from charts.symmetry import allowed_differences
+    from runtime.spec import Generation
+
+    baseline, speculative = _arms(build_config(PLUGIN))
+    assert "--no-async-scheduling" in _command(speculative)
+    assert "--no-async-scheduling" not in _command(baseline)
+    assert arm_asymmetries(baseline, speculative) == []
+    # Named with its source, for the plugin only.
+    reasons = allowed_differences(Generation.NEURON_PLUGIN)
+    assert set(reasons) == {"--no-async-scheduling"}
+    assert "features-guide.md" in reasons["--no-async-scheduling"]
+    assert allowed_differences(Generation.NEURON_FORK) == {}
+
+
+def test_async_scheduling_off_is_not_allowed_on_the_fork_or_on_the_baseline() -> None:
+    baseline, speculative = _arms()
+    _set_command(speculative, _command(speculative) + " --no-async-scheduling")
+    assert any("--no-async-scheduling only on the speculative arm" in p
+               for p in arm_asymmetries(baseline, speculative))  # fmt: skip
+    plugin_base, plugin_spec = _arms(build_config(PLUGIN))
+    _set_command(plugin_base, _command(plugin_base) + " --no-async-scheduling")
+    _set_command(plugin_spec, _command(plugin_spec).replace(" --no-async-scheduling", ""))
+    assert arm_asymmetries(plugin_base, plugin_spec) != []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("--no-enable-prefix-caching", "--enable-prefix-caching"),
+        ('"all_greedy":true', '"all_greedy":false'),
+        ("--no-enable-prefix-caching", "--no-enable-prefix-caching --no-enable-chunked-prefill"),
+    ],
+)
+@pytest.mark.parametrize("arm", list(Arm))
+def test_plugin_prefix_caching_and_neuron_config_must_match(old: str, new: str, arm: Arm) -> None:
+    baseline, speculative = _arms(build_config(PLUGIN))
+    target = baseline if arm == Arm.BASELINE else speculative
+    assert old in _command(target)
+    _set_command(target, _command(target).replace(old, new))
+    assert arm_asymmetries(baseline, speculative) != [], f"{new} on {arm} went unnoticed"

@@ -7,10 +7,20 @@ from __future__ import annotations
 import pytest
 
 from experiment import ConfigError, build_config
+from experiment.config import FORK_IMAGE, PLUGIN_IMAGE, PROFILES, ServingProfile
 from experiment.loading import cdk_json_context, context_from_pairs
 
-# Any image with vllm-neuron: the plugin generation refuses the fork's DLC.
-PLUGIN_IMAGE = "serving.image=registry.example.com/vllm-neuron:0.3"
+NEW = "serving.profile=new-deployment"
+# A DFlash pair the plugin accepts: TP 4 (one device at LNC 2), k = block_size - 1.
+DFLASH = [
+    NEW,
+    "serving.speculative_method=dflash",
+    "serving.draft_model=z-lab/Qwen3-32B-DFlash-b16",
+    "serving.dflash_block_size=16",
+    "serving.num_speculative_tokens=15",
+    "serving.neuron_devices=1",
+    "serving.tensor_parallel_size=4",
+]
 
 BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
     # The lossless alarm's tolerance is a share of the output: (0, 1].
@@ -104,21 +114,52 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         r"serving\.draft_model is the target itself",
     ),
     "plugin-with-a-plain-draft": (
-        ["serving.generation=neuron-plugin", "serving.draft_model=Qwen/Qwen3-1.7B"],
-        r"serving\.draft_model Qwen/Qwen3-1\.7B is a plain model, but generation "
-        r"'neuron-plugin'.*use generation 'neuron-fork'",
+        [NEW, "serving.draft_model=Qwen/Qwen3-1.7B"],
+        r"serving\.draft_model Qwen/Qwen3-1\.7B is a plain model .*serving\.speculative_method "
+        r"is 'eagle3': vllm-neuron 1\.x has no plain draft-model speculation",
     ),
     "plugin-with-the-fork-method": (
-        ["serving.generation=neuron-plugin", "serving.speculative_method=draft_model"],
-        r"serving\.speculative_method is 'draft_model'.*one of \['eagle', 'eagle3'\]",
+        [NEW, "serving.speculative_method=draft_model"],
+        r"serving\.speculative_method is 'draft_model'.*only with \['eagle3', 'dflash'\]",
+    ),
+    "plugin-with-the-0.2.x-method": (
+        [NEW, "serving.speculative_method=eagle"],
+        r"serving\.speculative_method is 'eagle'.*only with \['eagle3', 'dflash'\]",
     ),
     "plugin-with-the-fork-image": (
-        ["serving.generation=neuron-plugin"],
-        r"serving\.image is the vLLM 0\.9 fork's DLC, which has no vllm-neuron plugin",
+        [NEW, f"serving.image={FORK_IMAGE}"],
+        r"serving\.image is the vLLM 0\.9 fork's DLC, which has no vllm-neuron 1\.x",
     ),
-    "plugin-eagle3-draft-with-eagle-method": (
-        ["serving.generation=neuron-plugin", "serving.speculative_method=eagle"],
-        r"is an EAGLE3 draft but serving\.speculative_method is 'eagle'; set it to 'eagle3'",
+    "reproduce-with-the-plugin-image": (
+        [f"serving.image={PLUGIN_IMAGE}"],
+        r"serving\.image is the vllm-neuron 1\.x DLC.*serving\.profile",
+    ),
+    "unknown-profile": (
+        ["serving.profile=plugin"],
+        r"serving\.profile: Input should be 'reproduce' or 'new-deployment'",
+    ),
+    "dflash-k-not-block-size-minus-one": (
+        [*DFLASH, "serving.num_speculative_tokens=7"],
+        r"serving\.num_speculative_tokens is 7, but a DFlash drafter with block_size 16 needs "
+        r"exactly 15",
+    ),
+    "dflash-without-its-block-size": (
+        [part for part in DFLASH if "dflash_block_size" not in part],
+        r"serving\.dflash_block_size is not set",
+    ),
+    "dflash-at-tp-32": (
+        [*DFLASH[:5]],
+        r"serving\.tensor_parallel_size is 32, but DFlash on Neuron is validated for \[4, 8\]",
+    ),
+    # DFlash turns prefix caching off; on for the baseline only would make the arms differ.
+    "prefix-caching-differing-between-arms": (
+        [*DFLASH, "serving.prefix_caching=true"],
+        r"serving\.prefix_caching is on, but DFlash on Neuron refuses prefix caching .*arms "
+        r"must run it alike",
+    ),
+    "prefix-caching-on-the-frozen-fork": (
+        ["serving.prefix_caching=true"],
+        r"serving\.prefix_caching is on, but only the plugin generation renders it",
     ),
     "namespace-not-a-dns-label": (
         ["serving.namespace=Qwen_Serving"],
@@ -171,28 +212,79 @@ def test_config_rejects(name: str) -> None:
         build_config({**cdk_json_context(), **context_from_pairs(pairs)})
 
 
-def test_plugin_generation_alone_brings_its_eagle3_draft_and_method() -> None:
-    serving = build_config(
-        context_from_pairs(["serving.generation=neuron-plugin", PLUGIN_IMAGE])
-    ).serving
-    assert serving.draft_model == "RedHatAI/Qwen3-32B-speculator.eagle3"
-    assert serving.speculative_method == "eagle3"
-    # The fork keeps the published experiment's plain draft.
-    assert build_config({}).serving.draft_model == "Qwen/Qwen3-1.7B"
+def test_the_profile_alone_sets_image_drafter_method_k_and_tuning() -> None:
+    config = build_config(context_from_pairs([NEW]))
+    serving, tuning = config.serving, config.tuning
+    assert serving.generation == "neuron-plugin"
+    assert serving.image == PLUGIN_IMAGE
+    assert (serving.draft_model, serving.speculative_method) == (
+        "RedHatAI/Qwen3-32B-speculator.eagle3",
+        "eagle3",
+    )
+    assert 3 <= serving.num_speculative_tokens <= 7
+    assert tuning.drafts == ["RedHatAI/Qwen3-32B-speculator.eagle3"]
+    assert tuning.measured_k == [3, 4, 5, 6, 7]
+    assert tuning.predict_k_max == 7
+    # The default profile keeps the published experiment.
+    default = build_config({})
+    assert default.serving.profile == ServingProfile.REPRODUCE
+    assert default.serving.generation == "neuron-fork"
+    assert (default.serving.image, default.serving.draft_model) == (FORK_IMAGE, "Qwen/Qwen3-1.7B")
+    assert default.tuning.drafts == list(PROFILES[ServingProfile.REPRODUCE].tuning_drafts)
 
 
-def test_plugin_with_an_eagle1_draft_and_method_is_accepted() -> None:
-    serving = build_config(
+def test_a_value_set_explicitly_wins_over_the_profile() -> None:
+    config = build_config(
         context_from_pairs(
-            [
-                "serving.generation=neuron-plugin",
-                PLUGIN_IMAGE,
-                "serving.draft_model=my-org/Qwen3-32B-EAGLE",
-                "serving.speculative_method=eagle",
-            ]
+            [NEW, "serving.num_speculative_tokens=3", "serving.image=example.com/vllm-neuron:1.2",
+             "tuning.fit_k=[3, 5]", "tuning.holdout_k=[4]"]
         )
-    ).serving
-    assert (serving.draft_model, serving.speculative_method) == ("my-org/Qwen3-32B-EAGLE", "eagle")
+    )  # fmt: skip
+    assert config.serving.num_speculative_tokens == 3
+    assert config.serving.image == "example.com/vllm-neuron:1.2"
+    assert config.tuning.measured_k == [3, 4, 5]
+
+
+def test_profiles_say_how_acceptance_is_known_and_how_far_the_drafter_is_validated() -> None:
+    new = PROFILES[ServingProfile.NEW_DEPLOYMENT]
+    assert "not on Neuron" in new.drafter and "GPU vLLM" in new.drafter
+    assert "counters" in new.acceptance
+    assert "client-side" in PROFILES[ServingProfile.REPRODUCE].acceptance
+    assert new.k_range == (3, 7)
+
+
+def test_a_valid_dflash_pair_runs_chunked_prefill_off_on_both_arms() -> None:
+    from experiment import Arm
+    from runtime.render import render
+
+    config = build_config(context_from_pairs(DFLASH))
+    base, spec = (render(config.serving_spec(arm)).flags() for arm in Arm)
+    for flags in (base, spec):
+        assert "--no-enable-chunked-prefill" in flags
+        assert "--no-enable-prefix-caching" in flags
+    assert "--no-async-scheduling" in spec
+
+
+def test_eagle3_with_prefix_caching_on_runs_it_on_both_arms() -> None:
+    from experiment import Arm
+    from runtime.render import render
+
+    config = build_config(context_from_pairs([NEW, "serving.prefix_caching=true"]))
+    for arm in Arm:
+        assert "--enable-prefix-caching" in render(config.serving_spec(arm)).flags()
+
+
+@pytest.mark.parametrize(("temperature", "greedy"), [("0", True), ("0.7", False)])
+def test_on_device_sampling_is_greedy_only_for_a_greedy_load(temperature, greedy) -> None:
+    import json
+
+    from experiment import Arm
+    from runtime.render import render
+
+    config = build_config(context_from_pairs([NEW, f"loadtest.temperature={temperature}"]))
+    for arm in Arm:
+        extra = json.loads(render(config.serving_spec(arm)).flags()["--additional-config"] or "")
+        assert extra["neuron_config"]["on_device_sampling_config"]["all_greedy"] is greedy
 
 
 def test_local_k_is_used_as_given_and_defaults_to_the_deployment_k() -> None:

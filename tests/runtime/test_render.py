@@ -21,12 +21,7 @@ def _pair(config=None) -> tuple[VllmCommand, VllmCommand]:
 
 
 def _plugin_config():
-    return build_config(
-        {
-            "experiment.serving.generation": "neuron-plugin",
-            "experiment.serving.image": "registry.example.com/vllm-neuron:0.3",
-        }
-    )
+    return build_config({"experiment.serving.profile": "new-deployment"})
 
 
 def test_argv_is_python_module_then_args() -> None:
@@ -55,15 +50,22 @@ def test_fork_method_defaults_to_the_published_experiments_and_config_overrides_
     assert json.loads(custom.flags()["--speculative-config"])["method"] == "draft_model"
 
 
-@pytest.mark.parametrize("make_config", [lambda: build_config({}), _plugin_config])
-def test_arms_share_every_other_flag(make_config) -> None:
+@pytest.mark.parametrize(
+    ("make_config", "speculative_only"),
+    [
+        (lambda: build_config({}), SPECULATIVE_FLAGS),
+        # The plugin turns async scheduling off on a speculating server (charts/symmetry.py).
+        (_plugin_config, SPECULATIVE_FLAGS | {"--no-async-scheduling"}),
+    ],
+)
+def test_arms_share_every_other_flag(make_config, speculative_only) -> None:
     base, spec = _pair(make_config())
     base_flags, spec_flags = base.flags(), spec.flags()
-    assert set(spec_flags) - set(base_flags) == SPECULATIVE_FLAGS
+    assert set(spec_flags) - set(base_flags) == speculative_only
     assert set(base_flags) <= set(spec_flags)
     for flag, value in base_flags.items():
-        if flag in ("--override-neuron-config", "--additional-config"):
-            continue  # compared below: only the fused-speculation key may differ
+        if flag == "--override-neuron-config":
+            continue  # compared below: only the fork's fused-speculation key may differ
         assert spec_flags[flag] == value, flag
     # Environment: only where the compiled artifacts live differs (one set per arm).
     differing = {key for key in base.env if base.env[key] != spec.env.get(key)}
@@ -83,8 +85,11 @@ def test_plugin_uses_additional_config_and_block_override() -> None:
     base, spec = _pair(_plugin_config())
     assert "--override-neuron-config" not in spec.flags()
     extra = json.loads(spec.flags()["--additional-config"])
-    assert extra["override_neuron_config"]["enable_fused_speculation"] is True
+    assert extra == {"neuron_config": {"on_device_sampling_config": {"all_greedy": True}}}
     assert json.loads(spec.flags()["--speculative-config"])["method"] == "eagle3"
+    # Prefix caching off on both arms, as on the fork (vllm-neuron 1.x defaults it on).
+    assert "--no-enable-prefix-caching" in base.flags()
+    assert "--no-enable-prefix-caching" in spec.flags()
     # ceil(1024 / 32) * 4 sequences
     assert base.flags()["--num-gpu-blocks-override"] == "128"
     assert spec.flags()["--num-gpu-blocks-override"] == "128"

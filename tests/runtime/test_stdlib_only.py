@@ -39,7 +39,13 @@ def test_scan_catches_a_third_party_import() -> None:
 
 
 @pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="needs a system Python 3.11+")
-def test_shipped_files_run_without_site_packages(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [("reproduce", "enable_fused_speculation"), ("new-deployment", '"neuron_config"')],
+)
+def test_shipped_files_run_without_site_packages(
+    tmp_path: Path, profile: str, expected: str
+) -> None:
     """What the ConfigMap ships renders a spec under `python -S` (no site-packages)."""
     package = tmp_path / PACKAGE_DIR.name
     package.mkdir()
@@ -49,7 +55,8 @@ def test_shipped_files_run_without_site_packages(tmp_path: Path) -> None:
     from experiment.config import Arm
 
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(build_config({}).serving_spec(Arm.SPECULATIVE).to_json())
+    config = build_config({"experiment.serving.profile": profile})
+    spec_file.write_text(config.serving_spec(Arm.SPECULATIVE).to_json())
     result = subprocess.run(
         [str(SYSTEM_PYTHON), "-S", "-m", "runtime.serve", "--spec", str(spec_file),
          "--dry-run", "--skip-file-checks"],
@@ -58,4 +65,4 @@ def test_shipped_files_run_without_site_packages(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "--speculative-config" in result.stdout
-    assert "enable_fused_speculation" in result.stdout
+    assert expected in result.stdout

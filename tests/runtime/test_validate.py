@@ -12,7 +12,13 @@ from experiment import build_config
 from experiment.config import Arm
 from runtime.render import render
 from runtime.spec import Generation
-from runtime.validate import SpecError, check_draft_compatibility, validate_spec
+from runtime.validate import (
+    SpecError,
+    check_dflash_draft,
+    check_dflash_k,
+    check_draft_compatibility,
+    validate_spec,
+)
 
 
 @pytest.fixture
@@ -71,35 +77,106 @@ def test_neuron_needs_artifacts_path(spec) -> None:
         validate_spec(dataclasses.replace(spec, compiled_artifacts_path=None))
 
 
-@pytest.mark.parametrize("method", [None, "draft_model"])
-def test_plugin_rejects_methods_it_does_not_know(spec, method) -> None:
+@pytest.mark.parametrize("method", [None, "draft_model", "eagle"])
+def test_plugin_rejects_methods_1x_does_not_take(spec, method) -> None:
+    # "eagle" was 0.1.x-0.2.x's; 1.x's proposers assert "eagle3" or "dflash".
     plugin = dataclasses.replace(
         spec, generation=Generation.NEURON_PLUGIN, speculative_method=method
     )
-    with pytest.raises(SpecError, match="speculates only with EAGLE-family drafts: set it to"):
+    with pytest.raises(SpecError, match=r"speculates only with \['eagle3', 'dflash'\]"):
         render(plugin)
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+@pytest.mark.parametrize("method", ["eagle3", "dflash"])
 def test_plugin_rejects_a_plain_draft_whatever_the_method(spec, method) -> None:
     # The default spec's draft is the fork's plain Qwen3-1.7B.
     plugin = dataclasses.replace(
         spec, generation=Generation.NEURON_PLUGIN, speculative_method=method
     )
-    with pytest.raises(SpecError, match=r"Qwen3-1\.7B is a plain model"):
+    with pytest.raises(SpecError, match=r"Qwen3-1\.7B is a plain model.*no plain draft-model"):
         render(plugin)
 
 
-def test_plugin_accepts_its_default_eagle3_draft() -> None:
-    config = build_config(
-        {"serving.generation": "neuron-plugin", "serving.image": "example.com/vllm-neuron:0.3"}
-    )
-    spec = config.serving_spec(Arm.SPECULATIVE)
-    validate_spec(spec)
-    assert spec.speculative_method == "eagle3"
-    assert spec.draft_model and spec.draft_model.endswith("RedHatAI/Qwen3-32B-speculator.eagle3")
-    with pytest.raises(SpecError, match=r"EAGLE3 draft but .*speculative_method is 'eagle'"):
-        validate_spec(dataclasses.replace(spec, speculative_method="eagle"))
+def _plugin_spec(spec, **changes):
+    values = {
+        "generation": Generation.NEURON_PLUGIN,
+        "draft_model": "/m/RedHatAI/Qwen3-32B-speculator.eagle3",
+        "speculative_method": "eagle3",
+        **changes,
+    }
+    return dataclasses.replace(spec, **values)
+
+
+def _dflash_spec(spec, **changes):
+    values = {
+        "draft_model": "/m/z-lab/Qwen3-4B-DFlash-b16",
+        "speculative_method": "dflash",
+        "tensor_parallel_size": 8,
+        "claimed_logical_cores": 8,
+        "chunked_prefill": False,
+        **changes,
+    }
+    return _plugin_spec(spec, **values)
+
+
+def test_plugin_accepts_an_eagle3_and_a_dflash_draft(spec) -> None:
+    validate_spec(_plugin_spec(spec))
+    validate_spec(_dflash_spec(spec))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"prefix_caching": True}, r"prefix_caching is on, but DFlash .* set prefix_caching"),
+        ({"chunked_prefill": None}, r"chunked_prefill is None.*set chunked_prefill to false"),
+        ({"chunked_prefill": True}, r"chunked_prefill is True"),
+        (
+            {"tensor_parallel_size": 32, "claimed_logical_cores": 32},
+            r"tensor_parallel_size is 32, but DFlash on Neuron is validated for \[4, 8\]",
+        ),
+    ],
+)
+def test_dflash_refuses_what_its_proposer_refuses(spec, changes, message) -> None:
+    with pytest.raises(SpecError, match=message):
+        validate_spec(_dflash_spec(spec, **changes))
+
+
+def test_eagle3_allows_prefix_caching_if_both_arms_have_it(spec) -> None:
+    validate_spec(_plugin_spec(spec, prefix_caching=True))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"prefix_caching": True}, r"prefix_caching is on, but only the plugin generation"),
+        ({"chunked_prefill": False}, r"chunked_prefill is set, but only the plugin"),
+    ],
+)
+def test_the_fork_stays_as_published(spec, changes, message) -> None:
+    with pytest.raises(SpecError, match=message):
+        validate_spec(dataclasses.replace(spec, **changes))
+
+
+@pytest.mark.parametrize(
+    ("k", "block_size", "message"),
+    [
+        (7, 16, r"num_speculative_tokens is 7, but a DFlash drafter with block_size 16 needs "
+                r"exactly 15"),
+        (15, None, r"dflash_block_size is not set"),
+    ],
+)  # fmt: skip
+def test_dflash_k_is_the_drafters_block_size_minus_one(k, block_size, message) -> None:
+    check_dflash_k(15, 16)
+    with pytest.raises(SpecError, match=message):
+        check_dflash_k(k, block_size)
+
+
+def test_serve_reads_the_dflash_block_size_from_the_drafter(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"block_size": 10}))
+    assert check_dflash_draft(tmp_path, 9) == []
+    with pytest.raises(SpecError, match="needs exactly 9"):
+        check_dflash_draft(tmp_path, 15)
+    assert "not checked" in check_dflash_draft(tmp_path / "absent", 15)[0]
 
 
 def test_local_cpu_rejects_other_methods_and_tp() -> None:

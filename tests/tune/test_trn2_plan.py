@@ -53,3 +53,27 @@ def test_plan_over_budget_says_what_to_change() -> None:
 def test_bad_tuning_config_is_rejected_with_what_to_change(override, message) -> None:
     with pytest.raises(ConfigError, match=message):
         build_config(override)
+
+
+def test_the_plan_follows_the_new_deployment_profile() -> None:
+    config = build_config({"experiment.serving.profile": "new-deployment"})
+    plan = trn2_plan(config)
+    drafter = "RedHatAI/Qwen3-32B-speculator.eagle3"
+    assert [(s.draft, s.k) for s in plan.candidates] == [(drafter, k) for k in range(3, 8)]
+    assert plan.compiles == 6  # 5 candidates + the baseline
+    # (6 compiles x 2 h + 6 arms x 0.5 h) / 2 arms per node.
+    assert plan.node_hours == pytest.approx(7.5)
+    assert plan.predicted_k == []  # nothing outside the profile's 3-7 is predicted
+    text = trn2_plan_text(plan, config)
+    assert "profile new-deployment" in text
+    assert "neuron-plugin" in text and config.serving.image in text
+    assert "not on Neuron" in text  # the drafter's validation is said up front
+    assert "spec_decode" in text and "target + draft graphs" in text
+    assert "none, every k in range is measured" in text
+
+
+def test_the_default_plan_is_for_the_reproduction() -> None:
+    config = build_config({})
+    text = trn2_plan_text(trn2_plan(config), config)
+    assert "profile reproduce" in text and "neuron-fork" in text
+    assert "client-side" in text and "fused target+draft" in text
