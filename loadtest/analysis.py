@@ -26,6 +26,9 @@ from loadtest.results import (
 from loadtest.stats import paired_statistics
 from loadtest.verdict import MorePairs, verdicts
 
+# The local CPU servers are bit-exact: the local bar is 100% exact match.
+LOCAL_LOSSLESS_AGREEMENT = 1.0
+
 
 def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> AnalysisInfo:
     """What run.json records for the analysis; the local servers get the local price and k."""
@@ -41,6 +44,9 @@ def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> Analysis
     )
     return AnalysisInfo(
         num_speculative_tokens=k,
+        lossless_min_prefix_agreement=(
+            LOCAL_LOSSLESS_AGREEMENT if local else config.guardrails.lossless_min_prefix_agreement
+        ),
         statistics=config.statistics,
         price=price_basis(config, local=local),
         pairs_setting=pairs_setting,
@@ -53,6 +59,21 @@ class Analysis:
     statistics: PairedStatistics | None = None
     cost: CostSummary | None = None
     verdict: list[ClassVerdict] = field(default_factory=list)
+
+
+def lossless_failures_by_class(lossless: Lossless, min_agreement: float) -> dict[str, int]:
+    """Prompts per class whose SD output diverged before ``min_agreement`` of it: every
+    mismatch at the local bar of 1.0 (bit-exact CPU), only early ones on Neuron
+    (guardrails.lossless_min_prefix_agreement: its greedy outputs can drift late)."""
+    if not lossless.applicable:
+        return {}
+    return dict(
+        Counter(
+            m.prompt_class
+            for m in lossless.mismatches
+            if m.agreement is None or m.agreement < min_agreement
+        )
+    )
 
 
 def analyse(
@@ -87,11 +108,9 @@ def analyse(
         if info.pairs_setting is not None and info.requests_per_prompt is not None
         else None
     )
-    mismatches = (
-        Counter(m.prompt_class for m in lossless.mismatches) if lossless.applicable else Counter()
-    )
+    mismatches = lossless_failures_by_class(lossless, info.lossless_min_prefix_agreement)
     return Analysis(
         statistics=statistics,
         cost=cost,
-        verdict=verdicts(statistics, cost, dict(mismatches), info.statistics, more_pairs),
+        verdict=verdicts(statistics, cost, mismatches, info.statistics, more_pairs),
     )

@@ -486,6 +486,10 @@ class AnalysisInfo(_Result):
     """What the statistics and cost of a run need beyond its records (written to run.json)."""
 
     num_speculative_tokens: int
+    lossless_min_prefix_agreement: float = 1.0
+    """A lossless mismatch decides "don't" for its class when SD diverged before this share
+    of the prompt's output: 1.0 (any mismatch) locally, guardrails.lossless_min_prefix_agreement
+    on Neuron."""
     statistics: StatisticsConfig
     """The run's config.statistics, as it was: the one copy of the bootstrap settings."""
     price: PriceBasis

@@ -2,7 +2,9 @@
 
 Rules, in order (docs/costs-and-statistics.md):
 
-1. SD changed the output of a prompt of the class at temperature 0 -> don't (not lossless).
+1. SD changed the output of a prompt of the class at temperature 0 -> don't (not lossless);
+   on Neuron only a divergence before guardrails.lossless_min_prefix_agreement of the output
+   counts (loadtest.analysis.lossless_failures_by_class), locally every one.
 2. Fewer pairs than ``statistics.min_pairs_for_verdict`` -> can't tell: below it even the
    expanded interval (loadtest.stats) is a guess.
 3. Cost per 1M output tokens, SD / baseline: the whole interval below 1 -> use SD;

@@ -68,6 +68,13 @@ def _problems(summary: RunSummary) -> list[str]:
                 f"{arm.value}: {overall.succeeded} of {overall.requests} requests "
                 f"succeeded ({overall.failures_by_reason})"
             )
+    lossless = summary.lossless
+    if lossless.applicable and lossless.exact_matches != lossless.prompts_compared:
+        # The local CPU servers are bit-exact: 100% exact match is the local bar.
+        problems.append(
+            f"lossless: {lossless.exact_matches} of {lossless.prompts_compared} prompts exact; "
+            "the local run is bit-exact and must match every prompt"
+        )
     return problems
 
 

@@ -169,6 +169,19 @@ def test_failed_requests_are_problems() -> None:
     assert problems[0].startswith("baseline: 14 of 16 requests succeeded")
 
 
+def test_any_lossless_mismatch_is_a_local_problem() -> None:
+    """The local CPU run is bit-exact: its bar is 100% exact, whatever the Neuron tolerance."""
+    data = summary()
+    data.lossless = data.lossless.model_copy(
+        update={"applicable": True, "prompts_compared": 16, "exact_matches": 15}
+    )
+    assert _problems(data) == [
+        "lossless: 15 of 16 prompts exact; the local run is bit-exact and must match every prompt"
+    ]
+    data.lossless = data.lossless.model_copy(update={"exact_matches": 16})
+    assert _problems(data) == []
+
+
 def test_run_dirs_are_unique(tmp_path: Path) -> None:
     config = build_config({"experiment.local.runs_dir": str(tmp_path)})
     first, second = new_run_dir(config), new_run_dir(config)
