@@ -49,6 +49,12 @@ from experiment.config.pricing import (
     LocalPrice,
     PricingConfig,
 )
+from experiment.config.routing import (
+    FallbackConfig,
+    HealthConfig,
+    RoutingConfig,
+    routing_override_line,
+)
 from experiment.config.serving import FORK_IMAGE, PLUGIN_DEFAULTS, SecurityProfile, ServingConfig
 from experiment.config.stats import StatisticsConfig
 from experiment.config.tuning import TuningConfig
@@ -71,7 +77,9 @@ __all__ = [
     "DraftShape",
     "EndpointAccess",
     "ExperimentConfig",
+    "FallbackConfig",
     "GuardrailConfig",
+    "HealthConfig",
     "InstancePrice",
     "LoadTestConfig",
     "LoadTestPodConfig",
@@ -86,6 +94,7 @@ __all__ = [
     "NodeGroupConfig",
     "PricingConfig",
     "PromptSuiteConfig",
+    "RoutingConfig",
     "SecurityProfile",
     "ServiceAccountName",
     "ServiceName",
@@ -97,4 +106,5 @@ __all__ = [
     "TargetShape",
     "TinyModelShape",
     "TuningConfig",
+    "routing_override_line",
 ]

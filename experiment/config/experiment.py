@@ -14,6 +14,7 @@ from experiment.config.local import LocalConfig
 from experiment.config.model_store import ModelStoreConfig
 from experiment.config.network import NetworkConfig
 from experiment.config.pricing import PricingConfig
+from experiment.config.routing import RoutingConfig
 from experiment.config.serving import ServingConfig
 from experiment.config.stats import StatisticsConfig
 from experiment.config.tuning import TuningConfig
@@ -62,6 +63,10 @@ class ExperimentConfig(Section):
         default_factory=StatisticsConfig, description="The paired bootstrap of every ratio."
     )
     tuning: TuningConfig = Field(default_factory=TuningConfig, description="The (draft, k) sweeps.")
+    routing: RoutingConfig = Field(
+        default_factory=RoutingConfig,
+        description="Prompt classes sent to the speculative arm by header, and the fallback.",
+    )
 
     @field_validator("account", mode="before")
     @classmethod

@@ -29,6 +29,17 @@ class LocalConfig(Section):
     speculative_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
         default=8102, description="Port of the local speculative server."
     )
+    tiered: bool = Field(
+        default=False,
+        description=(
+            "Also start a local Envoy gateway in front of both servers, routing by the "
+            "routing section (the tiered arm)."
+        ),
+    )
+    gateway_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=8103,
+        description="Port of the local Envoy gateway (local.tiered); differs from both servers'.",
+    )
     max_model_len: Annotated[int, Field(ge=16)] = Field(
         default=512,
         description=(
@@ -103,6 +114,11 @@ class LocalConfig(Section):
     def _ports_differ(self) -> LocalConfig:
         if self.baseline_port == self.speculative_port:
             raise ValueError("local.baseline_port and local.speculative_port must differ")
+        if self.gateway_port in (self.baseline_port, self.speculative_port):
+            raise ValueError(
+                f"local.gateway_port {self.gateway_port} is a server's port; choose one that "
+                "differs from local.baseline_port and local.speculative_port"
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,241 @@
+"""``routing``: which prompt classes the speculative arm serves, and how requests fall back.
+
+One section, rendered twice: into the local Envoy bootstrap (``local_run/gateway.py``) and,
+in a later step, into Envoy Gateway resources on EKS. ``RoutingConfig.arm_for`` is the rule
+both renderings must enact, written once so a test can hold each rendering to it.
+
+The rollback thresholds that already exist are not repeated here: the failure-share ceiling
+is ``guardrails.max_failed_request_share`` and the lossless tolerance is
+``guardrails.max_lossless_mismatches``; only the acceptance floor can differ per class.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from experiment.config.base import Arm, Section
+
+# RFC 9110 section 5.1: a field name is a token (tchar+). Lower case only: HTTP/2 and HTTP/3
+# require lower-case names on the wire, and Envoy matches names as lower case.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# Headers a proxy rewrites or that frame the message: routing on them would be routing on
+# something the client does not choose freely or the proxy itself changes.
+_RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "connection",
+        "content-length",
+        "content-type",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# A class name is matched exactly against the header's value: no commas (a list), no
+# whitespace (trimmed by HTTP parsers), no upper case (case variants are a different value).
+_CLASS_NAME = re.compile(r"[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?")
+# Retry triggers both Envoy (x-envoy-retry-on, router_filter.rst) and Envoy Gateway's
+# BackendTrafficPolicy (retry.retryOn.triggers) accept under these names. All of them fire
+# only before the first response byte reaches the client: a started stream is never retried.
+RetryTrigger = Literal["connect-failure", "reset", "5xx", "gateway-error", "refused-stream"]
+_DEFAULT_TRIGGERS: list[RetryTrigger] = ["connect-failure", "reset", "5xx"]
+
+
+def _class_names(value: list[str]) -> list[str]:
+    for name in value:
+        if not _CLASS_NAME.fullmatch(name):
+            raise ValueError(
+                f"prompt class {name!r} is not a class name: lower-case letters, digits, '_' "
+                "and '-', starting and ending with a letter or digit, at most 64 characters "
+                "(the `class` field of loadtest/prompts/*.jsonl, such as 'structured')"
+            )
+    duplicates = sorted({name for name in value if value.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"prompt classes {duplicates} are listed more than once")
+    return value
+
+
+ClassNames = Annotated[list[str], AfterValidator(_class_names)]
+
+
+class FallbackConfig(Section):
+    """A failed speculative attempt is retried once on the baseline, before the first byte."""
+
+    retries: Annotated[int, Field(ge=0, le=1)] = Field(
+        default=1,
+        description=(
+            "Retries of a request whose speculative attempt failed before its first response "
+            "byte; each goes to the baseline. 0 (errors reach the client) or 1: a second "
+            "retry would have no untried arm left and go back to the speculative one."
+        ),
+    )
+    retry_on: list[RetryTrigger] = Field(
+        default_factory=lambda: list(_DEFAULT_TRIGGERS),
+        description=(
+            "Failures that trigger the retry: connect-failure, reset, 5xx, gateway-error "
+            "(502/503/504), refused-stream. Only before the first byte: a stream cut "
+            "mid-response cannot be resumed and fails."
+        ),
+    )
+
+    @field_validator("retry_on")
+    @classmethod
+    def _retry_on_not_repeated(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"routing.fallback.retry_on {value} lists a trigger twice")
+        return value
+
+    @model_validator(mode="after")
+    def _retries_have_triggers(self) -> FallbackConfig:
+        if self.retries and not self.retry_on:
+            raise ValueError(
+                "routing.fallback.retry_on is empty while routing.fallback.retries is "
+                f"{self.retries}; list triggers such as connect-failure,reset,5xx or set "
+                "retries to 0"
+            )
+        return self
+
+
+class HealthConfig(Section):
+    """Passive health checks (outlier detection) of the speculative arm's endpoints."""
+
+    consecutive_5xx: Annotated[int, Field(ge=1)] = Field(
+        default=3,
+        description=(
+            "Consecutive 5xx answers or connect failures after which an endpoint is ejected "
+            "and its classes go straight to the baseline; at least 1."
+        ),
+    )
+    interval_s: Annotated[float, Field(ge=0.1, le=300)] = Field(
+        default=10.0,
+        description="Seconds between ejection sweeps (ejections expire at a sweep); 0.1-300.",
+    )
+    base_ejection_time_s: Annotated[float, Field(ge=0.1, le=3600)] = Field(
+        default=30.0,
+        description=(
+            "Seconds an endpoint stays ejected the first time (times the ejection count "
+            "after that); 0.1-3600. Traffic follows the policy again when it ends."
+        ),
+    )
+
+
+class RoutingConfig(Section):
+    """Which prompt classes go to the speculative arm, by a request header, and the fallback."""
+
+    class_header: str = Field(
+        default="x-prompt-class",
+        description=(
+            "Request header carrying the prompt class: a lower-case HTTP field name (RFC "
+            "9110 token), not one the proxy rewrites such as host or content-length."
+        ),
+    )
+    allowed_classes: ClassNames = Field(
+        default_factory=lambda: ["structured", "open_ended"],
+        description=(
+            "Class names the header may carry. A request whose header is missing, repeated, "
+            "or not exactly one of these goes to the baseline."
+        ),
+    )
+    speculative_classes: ClassNames = Field(
+        default_factory=lambda: ["structured"],
+        description=(
+            "Classes sent to the speculative arm (each one of allowed_classes); every other "
+            "request goes to the baseline. [] sends everything to the baseline."
+        ),
+    )
+    acceptance_floors: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=dict,
+        description=(
+            "Per allowed class, the acceptance rate below which it is rolled back to "
+            "the baseline; above 0, at most 1. A class not listed uses "
+            "guardrails.min_acceptance_rate. The failure ceiling and lossless tolerance are "
+            "guardrails.max_failed_request_share and guardrails.max_lossless_mismatches."
+        ),
+    )
+    fallback: FallbackConfig = Field(
+        default_factory=FallbackConfig,
+        description="Retry of a failed speculative attempt on the baseline.",
+    )
+    health: HealthConfig = Field(
+        default_factory=HealthConfig,
+        description="Passive health checks ejecting a failing speculative endpoint.",
+    )
+
+    @field_validator("class_header", mode="before")
+    @classmethod
+    def _header_name(cls, value: object) -> object:
+        if isinstance(value, str):
+            if not _HEADER_NAME.fullmatch(value):
+                raise ValueError(
+                    f"routing.class_header {value!r} is not a lower-case HTTP header name "
+                    "(letters, digits and !#$%&'*+-.^_`|~), such as 'x-prompt-class'"
+                )
+            if value in _RESERVED_HEADERS:
+                raise ValueError(
+                    f"routing.class_header {value!r} is a header proxies rewrite or use to "
+                    "frame the message; choose your own, such as 'x-prompt-class'"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _speculative_classes_are_allowed(self) -> RoutingConfig:
+        unknown = [name for name in self.speculative_classes if name not in self.allowed_classes]
+        if unknown:
+            raise ValueError(
+                f"routing.speculative_classes {unknown} are not in routing.allowed_classes "
+                f"{self.allowed_classes}; add them there or remove them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _floors_name_allowed_classes(self) -> RoutingConfig:
+        # Allowed rather than speculative: a floor set for a class stays valid when a
+        # verdict moves that class to the baseline.
+        unknown = sorted(set(self.acceptance_floors) - set(self.allowed_classes))
+        if unknown:
+            raise ValueError(
+                f"routing.acceptance_floors names {unknown}, not in routing.allowed_classes "
+                f"{self.allowed_classes}; a floor guards one of those classes"
+            )
+        return self
+
+    def acceptance_floor(self, prompt_class: str, default: float) -> float:
+        """The floor of ``prompt_class``; ``default`` is guardrails.min_acceptance_rate."""
+        return self.acceptance_floors.get(prompt_class, default)
+
+    def arm_for(self, header_values: Sequence[str]) -> Arm:
+        """The arm a request goes to, given every value of its class header as received.
+
+        The speculative arm only for exactly one value that, without the surrounding
+        whitespace HTTP does not count as part of a field value (RFC 9110 section 5.5), equals
+        a speculative class. Missing, repeated, unknown, case variants and lists go to the
+        baseline.
+        """
+        if len(header_values) != 1:
+            return Arm.BASELINE
+        value = header_values[0].strip(" \t")
+        return Arm.SPECULATIVE if value in self.speculative_classes else Arm.BASELINE
+
+
+def routing_override_line(routing: RoutingConfig, speculative_classes: Iterable[str]) -> str:
+    """The ``-c`` overrides (experiment/loading.py syntax) that send exactly
+    ``speculative_classes`` to the speculative arm, such as
+    ``-c experiment.routing.speculative_classes=structured``; a class not yet allowed is
+    added to ``routing.allowed_classes`` too, so the line is valid on its own."""
+    chosen = list(dict.fromkeys(speculative_classes))
+    _class_names(chosen)
+    parts = []
+    missing = [name for name in chosen if name not in routing.allowed_classes]
+    if missing:
+        allowed = ",".join([*routing.allowed_classes, *missing])
+        parts.append(f"-c experiment.routing.allowed_classes={allowed}")
+    # An empty list is written as JSON: `key=` alone would parse as null.
+    parts.append(f"-c experiment.routing.speculative_classes={','.join(chosen) or '[]'}")
+    return " ".join(parts)
