@@ -9,6 +9,7 @@ The servers are stopped on every path out, including Ctrl-C and SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from experiment.loading import PROJECT_ROOT
 from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
+from local_run.gateway import EnvoyGateway, local_gateway
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
 from local_run.servers import LocalServers, sigterm_raises
@@ -37,6 +39,7 @@ class LocalRunResult:
     ok: bool
     headline: Headline | None = None
     problems: list[str] = field(default_factory=list)
+    gateway_url: str | None = None  # the tiered gateway's, when local.tiered
 
 
 def runs_root(config: ExperimentConfig) -> Path:
@@ -78,9 +81,11 @@ def _write_local_report(
     numbers: Headline,
     table: str,
     problems: list[str],
+    gateway_url: str | None = None,
 ) -> None:
     data = {
         "headline": numbers.model_dump(mode="json"),
+        "gateway_url": gateway_url,
         "problems": problems,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "server_ready_after_s": {s.name: s.ready_after_s for s in servers.servers},
@@ -141,12 +146,23 @@ def run_local(
     log(f"local run: writing to {run_dir}")
     servers = arm_servers(config, pair.target_dir, pair.draft_dir, run_dir / SERVER_LOGS)
     write_commands(servers, run_dir / "commands.json")
+    # local.tiered: Envoy in front of both servers, rendered from `routing`. Driving a tiered
+    # arm through the load test is a later step; for now the run reports the gateway's URL.
+    tiered: contextlib.AbstractContextManager[EnvoyGateway | None] = (
+        local_gateway(config, run_dir / SERVER_LOGS / "gateway")
+        if config.local.tiered
+        else contextlib.nullcontext()
+    )
     with (
         sigterm_raises(),
         LocalServers(servers, config.local.startup_timeout_s, log) as running,
+        tiered as gateway,
     ):
         timings["server_startup"] = running.startup_seconds or 0.0
         urls = {Arm(s.name): s.url for s in running.servers}
+        gateway_url = gateway.url if gateway is not None else None
+        if gateway_url:
+            log(f"local run: tiered gateway (Envoy) at {gateway_url}")
         if smoke_only:
             checks = smoke_check(config, urls)
             result = {arm.value: check.to_dict() for arm, check in checks.items()}
@@ -159,7 +175,7 @@ def run_local(
                 )
             for problem in problems:
                 log(f"smoke problem: {problem}")
-            return LocalRunResult(run_dir, not problems, problems=problems)
+            return LocalRunResult(run_dir, not problems, problems=problems, gateway_url=gateway_url)
         served = describe_pair(pair)  # the headers of report.md and local_run.md
         loadtest_started = time.monotonic()
         summary = run_comparison(
@@ -180,7 +196,9 @@ def run_local(
     table = render_summary_table(summary)
     numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
     problems = _problems(summary)
-    _write_local_report(run_dir, pair, served, running, timings, host, numbers, table, problems)
+    _write_local_report(
+        run_dir, pair, served, running, timings, host, numbers, table, problems, gateway_url
+    )
     log("")
     log(table)
     log("")
@@ -193,4 +211,4 @@ def run_local(
         f"report: {run_dir / LOCAL_RUN_MD} and {run_dir / 'report.md'} "
         f"({timings['total']:.0f}s in total)"
     )
-    return LocalRunResult(run_dir, not problems, numbers, problems)
+    return LocalRunResult(run_dir, not problems, numbers, problems, gateway_url)

