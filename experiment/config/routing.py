@@ -44,6 +44,7 @@ _CLASS_NAME = re.compile(r"[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?")
 # Retry triggers both Envoy (x-envoy-retry-on, router_filter.rst) and Envoy Gateway's
 # BackendTrafficPolicy (retry.retryOn.triggers) accept under these names. All of them fire
 # only before the first response byte reaches the client: a started stream is never retried.
+_RELEASE_TAG = re.compile(r"v\d+\.\d+\.\d+")
 RetryTrigger = Literal["connect-failure", "reset", "5xx", "gateway-error", "refused-stream"]
 _DEFAULT_TRIGGERS: list[RetryTrigger] = ["connect-failure", "reset", "5xx"]
 
@@ -175,6 +176,28 @@ class EksRoutingConfig(Section):
         ),
         min_length=1,
     )
+
+    @field_validator("envoy_gateway_version")
+    @classmethod
+    def _envoy_gateway_tag(cls, value: str) -> str:
+        # The chart is published under the release tag, 'v' included (envoyproxy/gateway
+        # tools/make/helm.mk: CHART_VERSION is RELEASE_VERSION).
+        if not _RELEASE_TAG.fullmatch(value):
+            raise ValueError(
+                f"routing.eks.envoy_gateway_version {value!r} is not an Envoy Gateway release "
+                "tag such as 'v1.9.0'"
+            )
+        return value
+
+    @field_validator("rollouts_chart_version")
+    @classmethod
+    def _rollouts_chart_version(cls, value: str) -> str:
+        if not _RELEASE_TAG.fullmatch(f"v{value}"):
+            raise ValueError(
+                f"routing.eks.rollouts_chart_version {value!r} is not an argo-rollouts chart "
+                "version such as '2.41.0' (no 'v')"
+            )
+        return value
 
 
 class RoutingConfig(Section):
