@@ -123,6 +123,28 @@ class TieredRouting(Construct):
         # Credentials exist before the controller first queries CloudWatch.
         self.rollouts.node.add_dependency(self.rollouts_association)
 
+        self.operator_entries = self._operator_access(cluster, config)
+
+    def _operator_access(
+        self, cluster: eks.Cluster, config: ExperimentConfig
+    ) -> list[eks.CfnAccessEntry]:
+        """Each operator principal joins ``operators_group`` and gets nothing else: the
+        routing chart's Role is its only grant (abort and retry, never promote)."""
+        eks_routing = config.routing.eks
+        entries = []
+        for index, arn in enumerate(eks_routing.operator_principal_arns):
+            entries.append(
+                eks.CfnAccessEntry(
+                    self,
+                    f"OperatorAccess{index}",
+                    cluster_name=cluster.cluster_name,
+                    principal_arn=arn,
+                    kubernetes_groups=[eks_routing.operators_group],
+                    type="STANDARD",
+                )
+            )
+        return entries
+
     @property
     def charts(self) -> list[eks.HelmChart]:
         return [self.envoy_gateway, self.rollouts]

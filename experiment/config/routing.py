@@ -45,6 +45,7 @@ _CLASS_NAME = re.compile(r"[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?")
 # BackendTrafficPolicy (retry.retryOn.triggers) accept under these names. All of them fire
 # only before the first response byte reaches the client: a started stream is never retried.
 _RELEASE_TAG = re.compile(r"v\d+\.\d+\.\d+")
+_IAM_PRINCIPAL_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/.+")
 RetryTrigger = Literal["connect-failure", "reset", "5xx", "gateway-error", "refused-stream"]
 _DEFAULT_TRIGGERS: list[RetryTrigger] = ["connect-failure", "reset", "5xx"]
 
@@ -176,6 +177,24 @@ class EksRoutingConfig(Section):
         ),
         min_length=1,
     )
+    operator_principal_arns: list[str] = Field(
+        default_factory=list,
+        description=(
+            "IAM role or user ARNs put in operators_group through an EKS access entry (no "
+            "other access); not ones in cluster.admin_principal_arns, which have an entry."
+        ),
+    )
+
+    @field_validator("operator_principal_arns")
+    @classmethod
+    def _operator_arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not _IAM_PRINCIPAL_ARN.fullmatch(arn):
+                raise ValueError(
+                    f"routing.eks.operator_principal_arns: {arn!r} is not an IAM role or user "
+                    "ARN like 'arn:aws:iam::123456789012:role/Oncall'"
+                )
+        return value
 
     @field_validator("envoy_gateway_version")
     @classmethod

@@ -26,3 +26,16 @@ def test_bad_eks_routing_settings_name_the_key(key: str, value: str, message: st
 def test_defaults_are_the_verified_pins() -> None:
     eks = build_config({}).routing.eks
     assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.0", "2.41.0")
+
+
+def test_operator_principals_must_be_iam_arns_and_not_admins() -> None:
+    with pytest.raises(ConfigError, match=r"routing\.eks\.operator_principal_arns.*Oncall"):
+        build_config({"experiment.routing.eks.operator_principal_arns": '["oncall"]'})
+    arn = "arn:aws:iam::123456789012:role/Admin"
+    with pytest.raises(ConfigError, match=r"cluster\.admin_principal_arns"):
+        build_config(
+            {
+                "experiment.routing.eks.operator_principal_arns": f'["{arn}"]',
+                "experiment.cluster.admin_principal_arns": f'["{arn}"]',
+            }
+        )

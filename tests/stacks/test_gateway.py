@@ -82,3 +82,24 @@ def test_the_rollouts_role_may_only_read_metric_data(synth) -> None:
     assert statements == [
         {"Action": "cloudwatch:GetMetricData", "Effect": "Allow", "Resource": "*"}
     ]
+
+
+def test_operators_get_an_access_entry_in_their_group_only(synth, synth_options) -> None:
+    """No operator entry without operators; with one, the entry grants the group and no
+    access policy (the routing chart's Role is its only permission)."""
+    assert not [
+        r
+        for r in synth.templates["Cluster"]["Resources"].values()
+        if r["Type"] == "AWS::EKS::AccessEntry" and "KubernetesGroups" in r["Properties"]
+    ]
+    config = synth_options.config
+    entries = [
+        r["Properties"]
+        for r in synth_options.templates["Cluster"]["Resources"].values()
+        if r["Type"] == "AWS::EKS::AccessEntry"
+        and r["Properties"]["PrincipalArn"] in config.routing.eks.operator_principal_arns
+    ]
+    assert len(entries) == 1
+    (entry,) = entries
+    assert entry["KubernetesGroups"] == [config.routing.eks.operators_group]
+    assert "AccessPolicies" not in entry
