@@ -6,6 +6,8 @@
   first start, then serves). With ``tuning.deploy`` the same construct also makes one arm
   per tuning candidate (draft, k), each with its own fingerprinted artifacts path.
 - ``<project>-loadtest``: the load-test service account and Job (depends on serving).
+- ``<project>-routing``: the tiered-routing gateway and the guardrail rollback's analysis and
+  RBAC (``charts/gateway.py``, ``charts/rollout.py``; depends on serving).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import cdk8s
 from constructs import Construct
 
 from charts.dra import resource_claim_template
+from charts.gateway import gateway_manifests
 from charts.inputs import ClusterInputs
 from charts.loadtest_job import loadtest_manifests
 from charts.model_store import model_store_volumes
 from charts.naming import labels
 from charts.network_policy import network_policies
 from charts.objects import api_object
+from charts.rollout import rollout_manifests
 from charts.symmetry import arm_asymmetries, fleet_asymmetries
 from charts.vllm_service import VllmService, arm_manifests, runtime_configmap
 from experiment.config import Arm, ExperimentConfig
@@ -152,6 +156,13 @@ class LoadTestChart(cdk8s.Chart):
             api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
 
 
+class RoutingChart(cdk8s.Chart):
+    def __init__(self, scope: Construct, construct_id: str, config: ExperimentConfig):
+        super().__init__(scope, construct_id)
+        for body in [*gateway_manifests(config), *rollout_manifests(config)]:
+            api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
+
+
 def build_charts(
     app: cdk8s.App, config: ExperimentConfig, inputs: ClusterInputs
 ) -> list[cdk8s.Chart]:
@@ -159,4 +170,6 @@ def build_charts(
     serving = ServingChart(app, f"{config.project}-serving", config, inputs)
     loadtest = LoadTestChart(app, f"{config.project}-loadtest", config, inputs)
     loadtest.add_dependency(serving)
-    return [serving, loadtest]
+    routing = RoutingChart(app, f"{config.project}-routing", config)
+    routing.add_dependency(serving)
+    return [serving, loadtest, routing]

@@ -18,6 +18,7 @@ from constructs import Construct, IConstruct
 from experiment import ExperimentConfig
 from experiment.config import EndpointAccess
 from stacks.addons import ClusterAddons
+from stacks.gateway import TieredRouting
 from stacks.log_encryption import EncryptLogGroups
 from stacks.nag import acknowledge, managed_policy_finding
 from stacks.neuron_dra import add_neuron_dra_driver
@@ -169,6 +170,8 @@ class ClusterStack(cdk.Stack):
             role=self.loadtest_role,
         )
 
+        self.routing = TieredRouting(self, "TieredRouting", cluster=self.cluster, config=config)
+        self.routing.node.add_dependency(self.system_nodes)
         self.loadtest_image = loadtest_image(self, config)
         self.charts = add_experiment_charts(
             self.cluster,
@@ -179,6 +182,7 @@ class ClusterStack(cdk.Stack):
                 *self.addons.addons,
                 self.neuron_dra,
                 self.loadtest_association,
+                *self.routing.charts,  # the routing chart's CRDs
             ],
         )
         self._acknowledge_eks_internals()

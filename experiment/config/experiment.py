@@ -127,6 +127,19 @@ class ExperimentConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _operators_are_not_admins(self) -> ExperimentConfig:
+        # EKS allows one access entry per principal; an admin may abort and retry already.
+        both = set(self.routing.eks.operator_principal_arns) & set(
+            self.cluster.admin_principal_arns
+        )
+        if both:
+            raise ValueError(
+                f"routing.eks.operator_principal_arns {sorted(both)} are also in "
+                "cluster.admin_principal_arns; remove them from one of the two"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _reservation_az_is_a_network_az(self) -> ExperimentConfig:
         nodes = self.cluster.neuron_nodes
         if nodes.availability_zone and (

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from experiment.config.base import Arm, Section
+from experiment.config.base import Arm, NamespaceName, Section
 
 # RFC 9110 section 5.1: a field name is a token (tchar+). Lower case only: HTTP/2 and HTTP/3
 # require lower-case names on the wire, and Envoy matches names as lower case.
@@ -44,6 +44,8 @@ _CLASS_NAME = re.compile(r"[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?")
 # Retry triggers both Envoy (x-envoy-retry-on, router_filter.rst) and Envoy Gateway's
 # BackendTrafficPolicy (retry.retryOn.triggers) accept under these names. All of them fire
 # only before the first response byte reaches the client: a started stream is never retried.
+_RELEASE_TAG = re.compile(r"v\d+\.\d+\.\d+")
+_IAM_PRINCIPAL_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/.+")
 RetryTrigger = Literal["connect-failure", "reset", "5xx", "gateway-error", "refused-stream"]
 _DEFAULT_TRIGGERS: list[RetryTrigger] = ["connect-failure", "reset", "5xx"]
 
@@ -126,6 +128,97 @@ class HealthConfig(Section):
     )
 
 
+class EksRoutingConfig(Section):
+    """The gateway and rollback controller ``cdk deploy`` installs (stacks/gateway.py)."""
+
+    # envoyproxy/gateway site/content/en/news/releases/matrix.md: v1.9 supports Kubernetes
+    # 1.33-1.36 and compiles in Gateway API v1.6.1; the chart of tag v1.9.0 ships those CRDs.
+    envoy_gateway_chart: str = Field(
+        default="oci://docker.io/envoyproxy/gateway-helm",
+        description="OCI address of the Envoy Gateway Helm chart (with the Gateway API CRDs).",
+    )
+    envoy_gateway_version: str = Field(
+        default="v1.9.0",
+        description="Envoy Gateway Helm chart version (its release tag, with the 'v').",
+    )
+    namespace: NamespaceName = Field(
+        default="envoy-gateway-system",
+        description="Namespace of Envoy Gateway and of the Envoy pods it runs for the gateway.",
+    )
+    gateway_class: NamespaceName = Field(
+        default="envoy-gateway", description="Name of the GatewayClass served by Envoy Gateway."
+    )
+    # argoproj/argo-helm charts/argo-rollouts/Chart.yaml: chart 2.41.0 is appVersion v1.9.0.
+    rollouts_chart_repository: str = Field(
+        default="https://argoproj.github.io/argo-helm",
+        description="Helm repository of the argo-rollouts chart.",
+    )
+    rollouts_chart_version: str = Field(
+        default="2.41.0", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.0)."
+    )
+    rollouts_namespace: NamespaceName = Field(
+        default="argo-rollouts", description="Namespace of the Argo Rollouts controller."
+    )
+    rollouts_service_account: NamespaceName = Field(
+        default="argo-rollouts",
+        description="Service account of the Argo Rollouts controller (the chart's full name).",
+    )
+    analysis_window_periods: Annotated[int, Field(ge=1, le=288)] = Field(
+        default=3,
+        description=(
+            "Guardrail periods (guardrails.period_minutes) each analysis query looks back; 1-288."
+        ),
+    )
+    operators_group: str = Field(
+        default="specdecode-rollout-operators",
+        description=(
+            "Kubernetes group allowed to abort and retry the rollback (map it to an IAM role "
+            "with an EKS access entry); nobody may promote."
+        ),
+        min_length=1,
+    )
+    operator_principal_arns: list[str] = Field(
+        default_factory=list,
+        description=(
+            "IAM role or user ARNs put in operators_group through an EKS access entry (no "
+            "other access); not ones in cluster.admin_principal_arns, which have an entry."
+        ),
+    )
+
+    @field_validator("operator_principal_arns")
+    @classmethod
+    def _operator_arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not _IAM_PRINCIPAL_ARN.fullmatch(arn):
+                raise ValueError(
+                    f"routing.eks.operator_principal_arns: {arn!r} is not an IAM role or user "
+                    "ARN like 'arn:aws:iam::123456789012:role/Oncall'"
+                )
+        return value
+
+    @field_validator("envoy_gateway_version")
+    @classmethod
+    def _envoy_gateway_tag(cls, value: str) -> str:
+        # The chart is published under the release tag, 'v' included (envoyproxy/gateway
+        # tools/make/helm.mk: CHART_VERSION is RELEASE_VERSION).
+        if not _RELEASE_TAG.fullmatch(value):
+            raise ValueError(
+                f"routing.eks.envoy_gateway_version {value!r} is not an Envoy Gateway release "
+                "tag such as 'v1.9.0'"
+            )
+        return value
+
+    @field_validator("rollouts_chart_version")
+    @classmethod
+    def _rollouts_chart_version(cls, value: str) -> str:
+        if not _RELEASE_TAG.fullmatch(f"v{value}"):
+            raise ValueError(
+                f"routing.eks.rollouts_chart_version {value!r} is not an argo-rollouts chart "
+                "version such as '2.41.0' (no 'v')"
+            )
+        return value
+
+
 class RoutingConfig(Section):
     """Which prompt classes go to the speculative arm, by a request header, and the fallback."""
 
@@ -166,6 +259,10 @@ class RoutingConfig(Section):
     health: HealthConfig = Field(
         default_factory=HealthConfig,
         description="Passive health checks ejecting a failing speculative endpoint.",
+    )
+    eks: EksRoutingConfig = Field(
+        default_factory=EksRoutingConfig,
+        description="Envoy Gateway and Argo Rollouts as cdk deploy installs them.",
     )
 
     @field_validator("class_header", mode="before")

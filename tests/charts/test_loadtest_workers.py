@@ -120,10 +120,14 @@ def distributed_documents(tmp_path_factory: pytest.TempPathFactory) -> list[dict
 @pytest.mark.infra
 def test_distributed_manifests_pass_strict_schemas(distributed_documents) -> None:
     version = f"{CONFIG.cluster.kubernetes_version}.0"
+    # Custom resources are validated against their CRDs in test_crd_schemas.py.
+    custom_groups = {"gateway.networking.k8s.io", "gateway.envoyproxy.io", "argoproj.io"}
     for doc in distributed_documents:
-        kubernetes_validate.validate(doc, version, strict=True)
+        if doc["apiVersion"].split("/")[0] not in custom_groups:
+            kubernetes_validate.validate(doc, version, strict=True)
     kinds = [d["kind"] for d in distributed_documents]
-    assert kinds.count("Job") == 2 and kinds.count("NetworkPolicy") == 3
+    # three load-test policies and the gateway-to-vLLM one (charts/gateway.py)
+    assert kinds.count("Job") == 2 and kinds.count("NetworkPolicy") == 4
 
 
 @pytest.mark.integration

@@ -12,10 +12,14 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize({}, tmp_path_factory.mktemp("cdk.out"))
 
 
+OPERATOR_ARN = "arn:aws:iam::123456789012:role/Oncall"
+
+
 @pytest.fixture(scope="session")
 def synth_options(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """Every non-default option at once: Capacity Block in one AZ, EFA, placement group,
-    public endpoint restricted to a CIDR, an explicit account, an admin principal."""
+    public endpoint restricted to a CIDR, an explicit account, an admin principal, a
+    rollout operator."""
     overrides = {
         "experiment.account": "123456789012",
         "experiment.cluster.neuron_nodes.capacity_type": "capacity-block",
@@ -26,6 +30,7 @@ def synth_options(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         "experiment.cluster.endpoint_access": "public-and-private",
         "experiment.cluster.public_access_cidrs": '["203.0.113.0/24"]',
         "experiment.cluster.admin_principal_arns": '["arn:aws:iam::123456789012:role/Admin"]',
+        "experiment.routing.eks.operator_principal_arns": f'["{OPERATOR_ARN}"]',
         "experiment.model_store.retain_on_delete": "false",
     }
     return synthesize(overrides, tmp_path_factory.mktemp("cdk.out-options"))

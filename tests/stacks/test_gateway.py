@@ -1,0 +1,105 @@
+"""The tiered-routing controllers in the synthesized cluster stack: pinned Helm releases,
+the routing chart applied after them, and a CloudWatch read-only role for the rollback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cdk_synth import decode_manifest
+
+from stacks.gateway import (
+    ENVOY_GATEWAY_RELEASE,
+    ROLLOUTS_RELEASE,
+    envoy_gateway_values,
+    rollouts_values,
+)
+
+pytestmark = pytest.mark.infra
+
+HELM = "Custom::AWSCDK-EKS-HelmChart"
+
+
+def _helm(synth) -> dict[str, tuple[str, dict]]:
+    return {
+        r["Properties"]["Release"]: (k, r)
+        for k, r in synth.templates["Cluster"]["Resources"].items()
+        if r["Type"] == HELM
+    }
+
+
+def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
+    eks = synth.config.routing.eks
+    charts = _helm(synth)
+    _, envoy = charts[ENVOY_GATEWAY_RELEASE]
+    assert envoy["Properties"]["Repository"] == eks.envoy_gateway_chart
+    assert envoy["Properties"]["Chart"] == "gateway-helm"
+    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.0"
+    assert envoy["Properties"]["Namespace"] == eks.namespace
+    values = json.loads(envoy["Properties"]["Values"])
+    assert values == envoy_gateway_values()
+    assert values["config"]["envoyGateway"]["extensionApis"]["enableBackend"] is True
+    _, rollouts = charts[ROLLOUTS_RELEASE]
+    assert rollouts["Properties"]["Repository"] == eks.rollouts_chart_repository
+    assert rollouts["Properties"]["Version"] == eks.rollouts_chart_version == "2.41.0"
+    assert rollouts["Properties"]["Namespace"] == eks.rollouts_namespace
+    values = json.loads(rollouts["Properties"]["Values"])
+    assert values == rollouts_values(synth.config)
+    assert {"name": "AWS_REGION", "value": synth.config.region} in values["controller"]["extraEnv"]
+
+
+def test_the_routing_chart_applies_after_both_controllers(synth) -> None:
+    resources = synth.templates["Cluster"]["Resources"]
+    routing = [
+        (k, r)
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        and any(obj["kind"] == "HTTPRoute" for obj in decode_manifest(r["Properties"]["Manifest"]))
+    ]
+    assert len(routing) == 1
+    (_, chart), helm = routing[0], _helm(synth)
+    depends = set(chart.get("DependsOn", []))
+    assert {helm[ENVOY_GATEWAY_RELEASE][0], helm[ROLLOUTS_RELEASE][0]} <= depends
+
+
+def test_the_rollouts_role_may_only_read_metric_data(synth) -> None:
+    resources = synth.templates["Cluster"]["Resources"]
+    eks = synth.config.routing.eks
+    (association,) = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+        and r["Properties"]["Namespace"] == eks.rollouts_namespace
+    ]
+    assert association["ServiceAccount"] == eks.rollouts_service_account
+    role_id = association["RoleArn"]["Fn::GetAtt"][0]
+    statements = [
+        statement
+        for r in resources.values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert statements == [
+        {"Action": "cloudwatch:GetMetricData", "Effect": "Allow", "Resource": "*"}
+    ]
+
+
+def test_operators_get_an_access_entry_in_their_group_only(synth, synth_options) -> None:
+    """No operator entry without operators; with one, the entry grants the group and no
+    access policy (the routing chart's Role is its only permission)."""
+    assert not [
+        r
+        for r in synth.templates["Cluster"]["Resources"].values()
+        if r["Type"] == "AWS::EKS::AccessEntry" and "KubernetesGroups" in r["Properties"]
+    ]
+    config = synth_options.config
+    entries = [
+        r["Properties"]
+        for r in synth_options.templates["Cluster"]["Resources"].values()
+        if r["Type"] == "AWS::EKS::AccessEntry"
+        and r["Properties"]["PrincipalArn"] in config.routing.eks.operator_principal_arns
+    ]
+    assert len(entries) == 1
+    (entry,) = entries
+    assert entry["KubernetesGroups"] == [config.routing.eks.operators_group]
+    assert "AccessPolicies" not in entry
