@@ -6,7 +6,7 @@ both renderings must enact, written once so a test can hold each rendering to it
 
 The rollback thresholds that already exist are not repeated here: the failure-share ceiling
 is ``guardrails.max_failed_request_share`` and the lossless tolerance is
-``guardrails.max_lossless_mismatches``; only the acceptance floor can differ per class.
+``guardrails.lossless_min_prefix_agreement``; only the acceptance floor can differ per class.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class RoutingConfig(Section):
             "Per allowed class, the acceptance rate below which it is rolled back to "
             "the baseline; above 0, at most 1. A class not listed uses "
             "guardrails.min_acceptance_rate. The failure ceiling and lossless tolerance are "
-            "guardrails.max_failed_request_share and guardrails.max_lossless_mismatches."
+            "guardrails.max_failed_request_share and guardrails.lossless_min_prefix_agreement."
         ),
     )
     fallback: FallbackConfig = Field(
