@@ -365,7 +365,7 @@ def wait_for_models(
         time.sleep(poll_s)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m runtime.model_import", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("import", help="pull models from the hub into --dest")
@@ -378,7 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     wait.add_argument("--spec", required=True, help="path of the ServingSpec JSON")
     wait.add_argument("--timeout-s", type=float, required=True, help="give up after this")
     wait.add_argument("--poll-s", type=float, default=WAIT_POLL_S, help="seconds between looks")
-    options = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = argument_parser().parse_args(argv)
 
     def log(message: str) -> None:
         print(f"runtime.model_import: {message}", flush=True)
