@@ -228,11 +228,12 @@ def _check_deadline(deadline: float) -> None:
 def _fetch(
     hub: Hub, model: str, commit: str, file: RemoteFile, target: Path, deadline: float
 ) -> None:
-    """Stream one file to ``target`` (new file, written front to back), verifying it."""
+    """Stream one file to ``target`` (new file, written front to back), verifying it. Opened
+    like shutil.copyfile opens (``wb``), as precompile's publish already does on Mountpoint."""
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = _Digest(file)
     written = 0
-    with hub.download(model, commit, file.path) as response, target.open("xb") as out:
+    with hub.download(model, commit, file.path) as response, target.open("wb") as out:
         while chunk := response.read(CHUNK_BYTES):
             _check_deadline(deadline)
             out.write(chunk)
