@@ -233,12 +233,17 @@ def _fetch(
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = _Digest(file)
     written = 0
-    with hub.download(model, commit, file.path) as response, target.open("wb") as out:
-        while chunk := response.read(CHUNK_BYTES):
-            _check_deadline(deadline)
-            out.write(chunk)
-            digest.update(chunk)
-            written += len(chunk)
+    try:
+        with hub.download(model, commit, file.path) as response, target.open("wb") as out:
+            while chunk := response.read(CHUNK_BYTES):
+                _check_deadline(deadline)
+                out.write(chunk)
+                digest.update(chunk)
+                written += len(chunk)
+    except BaseException:
+        # Mountpoint uploads whatever was written on close: leave no partial object behind.
+        target.unlink(missing_ok=True)
+        raise
     if written != file.size or not digest.matches():
         target.unlink()
         raise HubImportError(

@@ -222,9 +222,11 @@ def test_a_bad_model_id_is_refused_before_any_request(hub, tmp_path) -> None:
     assert hub.requests == []
 
 
-def test_the_deadline_bounds_an_import(hub, tmp_path) -> None:
+def test_the_deadline_bounds_an_import_and_leaves_no_partial_file(hub, tmp_path) -> None:
     with pytest.raises(TimeoutError):
         run_import(_endpoint(hub), tmp_path, ["Org/Target"], -1, log=lambda _: None)
+    model_dir = tmp_path / "Org/Target"
+    assert not [p for p in model_dir.rglob("*") if p.is_file()]
 
 
 def _spec(tmp_path: Path, draft: bool) -> Path:
