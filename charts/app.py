@@ -1,9 +1,10 @@
 """The cdk8s charts of the experiment, built from the one configuration.
 
 - ``<project>-serving``: namespace, the runtime package and both arms' specs, the Neuron
-  DRA claim template, the S3 model-store volumes, and ``qwen-vllm`` / ``qwen-sd-vllm``
-  from the one ``VllmService`` construct (each pod precompiles its arm into the store on
-  first start, then serves). With ``tuning.deploy`` the same construct also makes one arm
+  DRA claim template, the S3 model-store volumes, the model-import Job (checkpoints from the
+  hub; ``charts/model_import_job.py``), and ``qwen-vllm`` / ``qwen-sd-vllm`` from the one
+  ``VllmService`` construct (each pod waits for its models, precompiles its arm into the
+  store on first start, then serves). With ``tuning.deploy`` the same construct also makes one arm
   per tuning candidate (draft, k), each with its own fingerprinted artifacts path.
 - ``<project>-loadtest``: the load-test service account and Job (depends on serving).
 - ``<project>-routing``: the tiered-routing gateway and the guardrail rollback's analysis and
@@ -22,6 +23,7 @@ from charts.dra import resource_claim_template
 from charts.gateway import gateway_manifests
 from charts.inputs import ClusterInputs
 from charts.loadtest_job import loadtest_manifests
+from charts.model_import_job import model_import_manifests
 from charts.model_store import model_store_volumes
 from charts.naming import labels
 from charts.network_policy import network_policies
@@ -116,6 +118,7 @@ def shared_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[di
         resource_claim_template(config),
         *model_store_volumes(config, inputs),
         *network_policies(config),
+        *model_import_manifests(config, inputs.bucket_name),
     ]
 
 

@@ -1,7 +1,9 @@
 """Static Mountpoint-for-S3 volumes: the whole store read-only, compiled/ writable.
 
 Serving containers only ever see the read-only volume; the writable one (prefix
-``compiled/``, no overwrite or delete) is mounted only where artifacts are published.
+``compiled/``, no overwrite or delete) is mounted only where artifacts are published. The
+model-import Job's ``checkpoints/`` volume is built by the same functions
+(``charts/model_import_job.py``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,22 @@ CSI_DRIVER = "s3.csi.aws.com"
 NOMINAL_CAPACITY = "1Ti"
 
 
-def _pv(
-    config: ExperimentConfig, name: str, inputs: ClusterInputs, access: str, options: list[str]
+def persistent_volume(
+    config: ExperimentConfig,
+    name: str,
+    bucket_name: str,
+    access: str,
+    options: list[str],
+    *,
+    authentication_source: str | None = None,
 ) -> dict[str, Any]:
+    """A static Mountpoint PV reserved for the PVC of the same name (``claimRef``: no other
+    claim can bind it; awslabs/mountpoint-s3-csi-driver docs/CONFIGURATION.md, "Static
+    Provisioning"). ``authentication_source`` "pod": the mounting pod's Pod Identity role
+    instead of the driver's (same document, "Pod-Level Credentials")."""
+    attributes = {"bucketName": bucket_name}
+    if authentication_source is not None:
+        attributes["authenticationSource"] = authentication_source
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -29,17 +44,18 @@ def _pv(
             "accessModes": [access],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
+            "claimRef": {"namespace": config.serving.namespace, "name": name},
             "mountOptions": options,
             "csi": {
                 "driver": CSI_DRIVER,
                 "volumeHandle": name,  # unique per PV
-                "volumeAttributes": {"bucketName": inputs.bucket_name},
+                "volumeAttributes": attributes,
             },
         },
     }
 
 
-def _pvc(config: ExperimentConfig, name: str, access: str) -> dict[str, Any]:
+def persistent_volume_claim(config: ExperimentConfig, name: str, access: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -58,9 +74,14 @@ def model_store_volumes(config: ExperimentConfig, inputs: ClusterInputs) -> list
     read_only = models_pv_name(config)
     writable = compiled_pv_name(config)
     prefix = f"prefix {config.model_store.compiled_prefix}/"
+    bucket = inputs.bucket_name
     return [
-        _pv(config, read_only, inputs, "ReadOnlyMany", [region, "read-only", "allow-other"]),
-        _pvc(config, read_only, "ReadOnlyMany"),
-        _pv(config, writable, inputs, "ReadWriteMany", [region, prefix, "allow-other"]),
-        _pvc(config, writable, "ReadWriteMany"),
+        persistent_volume(
+            config, read_only, bucket, "ReadOnlyMany", [region, "read-only", "allow-other"]
+        ),
+        persistent_volume_claim(config, read_only, "ReadOnlyMany"),
+        persistent_volume(
+            config, writable, bucket, "ReadWriteMany", [region, prefix, "allow-other"]
+        ),
+        persistent_volume_claim(config, writable, "ReadWriteMany"),
     ]

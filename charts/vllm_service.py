@@ -13,6 +13,7 @@ from typing import Any
 from constructs import Construct
 
 from charts import dra
+from charts.model_import_job import wait_command
 from charts.naming import (
     RUNTIME_DIR,
     SPEC_DIR,
@@ -115,6 +116,30 @@ def _probe(config: ExperimentConfig, period: int, failures: int) -> dict[str, An
     }
 
 
+# The checkpoint wait only polls the read-only store.
+WAIT_RESOURCES = {"cpu": "100m", "memory": "128Mi"}
+
+
+def wait_checkpoints_container(config: ExperimentConfig) -> dict[str, Any]:
+    """Waits for the model-import Job's finished import of this arm's models (first init
+    container, before the precompile one reads them)."""
+    return {
+        "name": "wait-checkpoints",
+        "image": config.serving.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": wait_command(config),
+        "env": _env(),
+        "resources": {"requests": dict(WAIT_RESOURCES), "limits": dict(WAIT_RESOURCES)},
+        "securityContext": _container_security(config),
+        "volumeMounts": [m for m in _mounts(config) if m["name"] != "shm"],
+    }
+
+
+def init_containers(config: ExperimentConfig) -> list[dict[str, Any]]:
+    waits = [wait_checkpoints_container(config)] if config.model_store.import_checkpoints else []
+    return [*waits, precompile_container(config)]
+
+
 def precompile_container(config: ExperimentConfig) -> dict[str, Any]:
     """Compiles the arm once into the store if its artifacts are not there yet."""
     serving = config.serving
@@ -177,7 +202,7 @@ def pod_spec(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
         "resourceClaims": [
             {"name": dra.CLAIM_NAME, "resourceClaimTemplateName": claim_template_name(config)}
         ],
-        "initContainers": [precompile_container(config)],
+        "initContainers": init_containers(config),
         "containers": [vllm_container(config)],
         "volumes": [
             {"name": "runtime", "configMap": {"name": runtime_configmap_name(config)}},

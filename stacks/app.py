@@ -48,6 +48,7 @@ def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
         logs_key=network.logs_key,
         bucket_name=store.bucket.bucket_name,
         mountpoint_role=store.mountpoint_role,
+        model_import_role=store.model_import_role,
         env=env,
         stack_name=f"{prefix}-cluster",
         tags=tags,

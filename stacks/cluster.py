@@ -70,6 +70,7 @@ class ClusterStack(cdk.Stack):
         logs_key: kms.IKey,
         bucket_name: str,
         mountpoint_role: iam.IRole,
+        model_import_role: iam.IRole | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -170,8 +171,23 @@ class ClusterStack(cdk.Stack):
             role=self.loadtest_role,
         )
 
+        # The import Job's volume mounts with its service account's credentials (pod-level).
+        self.model_import_association = (
+            associate(
+                self,
+                "ModelImportIdentity",
+                cluster=cluster_ref,
+                namespace=config.serving.namespace,
+                service_account=config.model_store.import_service_account,
+                role=model_import_role,
+            )
+            if model_import_role is not None
+            else None
+        )
+
         self.routing = TieredRouting(self, "TieredRouting", cluster=self.cluster, config=config)
         self.routing.node.add_dependency(self.system_nodes)
+
         self.loadtest_image = loadtest_image(self, config)
         self.charts = add_experiment_charts(
             self.cluster,
@@ -183,6 +199,7 @@ class ClusterStack(cdk.Stack):
                 self.neuron_dra,
                 self.loadtest_association,
                 *self.routing.charts,  # the routing chart's CRDs
+                *filter(None, [self.model_import_association]),
             ],
         )
         self._acknowledge_eks_internals()

@@ -5,7 +5,14 @@ problem detector, scheduler extension and UltraServer operator are disabled and 
 driver is enabled. The chart creates the ``neuron.aws.com`` DeviceClass that the serving pods'
 ResourceClaimTemplates name.
 
-Sources (checked for chart 1.10.0, the pin in ``cluster.neuron_helm_chart_version``):
+Chart 1.10.0 (the pin in ``cluster.neuron_helm_chart_version``) installs Neuron DRA driver
+1.2.0 (``public.ecr.aws/neuron/neuron-dra-driver``; the chart's values.yaml,
+``draDriver.image.tag: "1.2.0"``, as pulled from the chart 1.10.0 OCI artifact); 1.9.0 installed
+1.1.0 (aws-neuron/neuron-helm-charts, release notes of 1.9.0, "Component image tags"). The driver
+needs Kubernetes 1.34 or newer and names no upper bound (EKS user guide,
+device-management-neuron; Neuron docs, deploy/eks/dra).
+
+Sources (checked for chart 1.10.0):
 - values: ``helm show values oci://public.ecr.aws/neuron/neuron-helm-chart --version 1.10.0``
   (draDriver/devicePlugin/npd/scheduler/ultraserverOperator keys, ``draDriver.namespaceOverride``
   defaulting to ``neuron-dra-driver``); install flags as in the EKS user guide

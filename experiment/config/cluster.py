@@ -210,11 +210,16 @@ class ClusterConfig(Section):
             "letter, at most 39 characters."
         ),
     )
+    # 1.35: EKS standard support to 2027-03-27, 1.34's ends 2026-12-02 (endoflife.date/amazon-eks);
+    # AL2023_x86_64_NEURON node AMIs are published for it (awslabs/amazon-eks-ami releases, e.g.
+    # v20260728: amazon-eks-node-al2023-x86_64-neuron-1.35-*); the Neuron DRA driver needs 1.34
+    # or newer (EKS user guide, device-management-neuron). The kubectl layer follows the minor.
     kubernetes_version: str = Field(
-        default="1.34",
+        default="1.35",
         description=(
             "Kubernetes version of the cluster, '1.<minor>'; 1.34 or newer (the "
-            "Neuron DRA driver needs it)."
+            "Neuron DRA driver needs it); the infra extra must carry "
+            "aws-cdk.lambda-layer-kubectl-v<minor>."
         ),
     )
     admin_principal_arns: list[str] = Field(
@@ -255,7 +260,7 @@ class ClusterConfig(Section):
         default="1.10.0",
         description=(
             "Neuron Helm chart version; a DRA-capable release (aws-neuron/neuron-"
-            "helm-charts 1.9.0, 1.10.0)."
+            "helm-charts 1.9.0 carries DRA driver 1.1.0, 1.10.0 carries 1.2.0)."
         ),
     )
     neuron_namespace: NamespaceName = Field(
@@ -282,7 +287,7 @@ class ClusterConfig(Section):
         if not match or (1, int(match.group(1))) < MIN_KUBERNETES_VERSION:
             raise ValueError(
                 f"cluster.kubernetes_version {value!r}: the Neuron DRA driver needs Kubernetes "
-                "1.34 or newer; set e.g. '1.34'"
+                "1.34 or newer; set e.g. '1.35'"
             )
         return value
 

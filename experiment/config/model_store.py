@@ -7,7 +7,9 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from experiment.config.base import Section
+from experiment.config.base import Section, ServiceAccountName
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ModelStoreConfig(Section):
@@ -37,6 +39,56 @@ class ModelStoreConfig(Section):
         default="/models",
         description="Absolute path the bucket is mounted at inside the serving pods.",
     )
+    import_checkpoints: bool = Field(
+        default=True,
+        description=(
+            "cdk deploy runs a Job that pulls the target and draft(s) from the model hub into "
+            "checkpoints/<id>/, and the serving pods wait for it; false: upload them yourself."
+        ),
+    )
+    hub_endpoint: Annotated[str, Field(pattern=r"^https://[^\s/]+(/[^\s]*)?$")] = Field(
+        default="https://huggingface.co",
+        description="Base URL of the model hub the import Job pulls from (HTTPS, port 443).",
+    )
+    hub_token_secret: str | None = Field(
+        default=None,
+        description=(
+            "Name of a Secret in serving.namespace whose key 'token' holds a hub token, for "
+            "gated or private models; you create it, no manifest contains the token. null: "
+            "no token."
+        ),
+    )
+    hub_revisions: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Model id -> hub revision (branch, tag or commit) to import; unlisted models "
+            "import 'main'. A commit makes the import reproducible."
+        ),
+    )
+    import_timeout_minutes: Annotated[int, Field(ge=1)] = Field(
+        default=240,
+        description=(
+            "Minutes the import Job may run (activeDeadlineSeconds), also how long the serving "
+            "pods wait for it; 1 or more."
+        ),
+    )
+    import_retries: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=2,
+        description="The import Job's backoffLimit (0-10); a retry keeps the verified files.",
+    )
+    import_service_account: ServiceAccountName = Field(
+        default="model-import",
+        description=(
+            "Service account of the import Job; Pod Identity binds it to the role that may "
+            "write only under checkpoints/ of the bucket."
+        ),
+    )
+    import_cpu: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="CPUs of the import pod (request = limit); 1 or more."
+    )
+    import_memory_gib: Annotated[int, Field(ge=1)] = Field(
+        default=8, description="Memory of the import pod in GiB (request = limit); 1 or more."
+    )
 
     @field_validator("bucket_name")
     @classmethod
@@ -45,5 +97,17 @@ class ModelStoreConfig(Section):
             raise ValueError(
                 f"model_store.bucket_name {value!r} is not a valid S3 bucket name "
                 "(3-63 lowercase letters, digits, dots, hyphens)"
+            )
+        return value
+
+    @field_validator("hub_token_secret")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        # A Secret's name is a DNS subdomain (kubernetes.io/docs/concepts/configuration/secret).
+        if value is not None and not (len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value)):
+            raise ValueError(
+                f"model_store.hub_token_secret {value!r} is not a valid Kubernetes Secret "
+                "name: use lowercase letters, digits, '-' and '.', starting and ending with a "
+                "letter or digit"
             )
         return value

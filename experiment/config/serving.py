@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from experiment.config.base import Arm, NamespaceName, Section, ServiceName, apply_rule, error_at
 from experiment.config.cluster import CONNECTED_DEVICE_GROUP_SIZES
+from experiment.config.models import image_problem, serving_problems
 from experiment.config.profiles import FORK_IMAGE, PLUGIN_IMAGE, PROFILES, ServingProfile
 from runtime import validate as rules
 from runtime.spec import Generation
@@ -293,6 +294,31 @@ class ServingConfig(Section):
                 ),
                 "serving",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _image_is_pinned(self) -> ServingConfig:
+        problem = image_problem(self.image)
+        if problem:
+            raise error_at(
+                ("image",),
+                f"serving.image {self.image!r} cannot be pulled reproducibly: {problem}; "
+                "give a tag (name:tag) or a digest (name@sha256:...)",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _models_fit_the_model_table(self) -> ServingConfig:
+        # Offline-knowable: tokenizer family, EAGLE3 verifier, context window
+        # (experiment/config/models.py); unknown models only warn.
+        for field, message in serving_problems(
+            self.target_model,
+            self.draft_model,
+            self.speculative_method,
+            self.max_model_len,
+            self.compiled_max_model_len,
+        ):
+            raise error_at((field,), message)
         return self
 
     def service_name(self, arm: Arm) -> str:

@@ -68,6 +68,8 @@ def test_cluster_version_logging_encryption_and_private_endpoint(synth) -> None:
     props = next(iter(clusters.values()))["Properties"]
     assert props["Name"] == settings.name
     assert props["Version"] == settings.kubernetes_version
+    # The default stays in EKS standard support: 1.34's ends 2026-12-02.
+    assert tuple(int(part) for part in props["Version"].split(".")) >= (1, 35)
     enabled = props["Logging"]["ClusterLogging"]["EnabledTypes"]
     assert sorted(t["Type"] for t in enabled) == sorted(settings.control_plane_log_types)
     assert props["EncryptionConfig"][0]["Resources"] == ["secrets"]
@@ -188,6 +190,7 @@ def test_addons_and_pod_identity_associations(synth) -> None:
             synth.config.routing.eks.rollouts_namespace,
             synth.config.routing.eks.rollouts_service_account,
         ),
+        (synth.config.serving.namespace, synth.config.model_store.import_service_account),
     }
     csi_config = json.loads(addons[S3_CSI_DRIVER]["Properties"]["ConfigurationValues"])
     assert {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in csi_config[
@@ -310,16 +313,36 @@ def test_no_s3_star_and_no_full_access_policies(synth, synth_options) -> None:
                 assert "FullAccess" not in managed, (stack, logical_id)
 
 
-def test_model_store_role_is_scoped_to_the_bucket(synth) -> None:
-    policies = synth.resources("ModelStore", "AWS::IAM::Policy")
-    assert len(policies) == 1
-    statements = next(iter(policies.values()))["Properties"]["PolicyDocument"]["Statement"]
-    actions = sorted(
-        a
-        for s in statements
-        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
-    )
-    assert actions == sorted(
+def _policy_statements(synth, logical_prefix: str) -> list[dict]:
+    policies = {
+        k: p
+        for k, p in synth.resources("ModelStore", "AWS::IAM::Policy").items()
+        if k.startswith(logical_prefix)
+    }
+    assert len(policies) == 1, logical_prefix
+    return next(iter(policies.values()))["Properties"]["PolicyDocument"]["Statement"]
+
+
+def _object_pattern(resource) -> str:
+    """``<bucket ARN>/<pattern>`` (a Fn::Join) -> the pattern's text; anything else as JSON."""
+    if isinstance(resource, dict) and "Fn::Join" in resource:
+        return resource["Fn::Join"][1][-1]
+    return json.dumps(resource)
+
+
+def _grants(statements: list[dict]) -> dict[str, list[str]]:
+    """action -> the object patterns (or other resources, as JSON) it is allowed on."""
+    grants: dict[str, list[str]] = {}
+    for statement in statements:
+        actions = statement["Action"]
+        for action in [actions] if isinstance(actions, str) else actions:
+            grants.setdefault(action, []).append(_object_pattern(statement["Resource"]))
+    return grants
+
+
+def test_model_store_role_reads_the_bucket_and_writes_only_compiled(synth) -> None:
+    grants = _grants(_policy_statements(synth, "MountpointAccess"))
+    assert sorted(grants) == sorted(
         [
             "s3:ListBucket",
             "s3:GetObject",
@@ -330,8 +353,50 @@ def test_model_store_role_is_scoped_to_the_bucket(synth) -> None:
             "kms:GenerateDataKey",
         ]
     )
-    for statement in statements:
-        assert statement["Resource"] != "*"
+    assert grants["s3:GetObject"] == ["/*"]  # every object of the one bucket
+    compiled = f"/{synth.config.model_store.compiled_prefix}/*"
+    for action in ("s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"):
+        assert grants[action] == [compiled], action
+    for resources in grants.values():
+        assert '"*"' not in resources
+
+
+def test_model_import_role_lists_reads_and_writes_only_checkpoints(synth) -> None:
+    statements = _policy_statements(synth, "ModelImportAccess")
+    grants = _grants(statements)
+    checkpoints = f"{synth.config.model_store.checkpoints_prefix}/*"
+    for action in ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"):
+        assert grants[action] == [f"/{checkpoints}"], action
+    (listing,) = [s for s in statements if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [checkpoints]}}
+    assert sorted(grants) == sorted(
+        ["s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
+         "s3:DeleteObject", "kms:Decrypt", "kms:GenerateDataKey"]
+    )  # fmt: skip
+    roles = synth.resources("ModelStore", "AWS::IAM::Role")
+    trust = [
+        r["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        for k, r in roles.items()
+        if k.startswith("ModelImportRole")
+    ]
+    assert len(trust) == 1
+    assert {p for s in trust[0] for p in [s["Principal"]["Service"]]} == {"pods.eks.amazonaws.com"}
+
+
+def test_the_import_job_applies_after_its_pod_identity_association(synth) -> None:
+    resources = synth.templates["Cluster"]["Resources"]
+    (association,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+        and r["Properties"]["ServiceAccount"] == synth.config.model_store.import_service_account
+    ]
+    serving = [
+        r
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "serving" in k.lower()
+    ]
+    assert serving and all(association in r.get("DependsOn", []) for r in serving)
 
 
 def test_loadtest_role_can_only_put_metrics_in_its_namespace(synth) -> None:
