@@ -31,8 +31,7 @@ def test_the_defaults_and_the_plugin_profile_pass_without_warnings() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnknownModelWarning)
         build_config({})
-        build_config({"experiment.serving.generation": "neuron-plugin",
-                      "experiment.serving.image": f"{IMAGE}:0.29.0.1.2.0-neuronx"})  # fmt: skip
+        build_config({"experiment.serving.profile": "new-deployment"})
 
 
 @pytest.mark.parametrize(
@@ -75,7 +74,7 @@ def test_a_draft_of_another_tokenizer_family_is_refused(monkeypatch) -> None:
 
 
 def test_an_eagle3_head_drafts_only_for_its_verifier_and_only_as_eagle3() -> None:
-    plugin = {"serving.generation": "neuron-plugin", "serving.image": f"{IMAGE}:1.2.0"}
+    plugin = {"serving.profile": "new-deployment"}
     _reject(
         {**plugin, "serving.target_model": "Qwen/Qwen3-8B"},
         "serving.draft_model",
