@@ -22,7 +22,7 @@ def analysed_run_dir(fake_run_dir):
     config = build_config({})
     run_file = fake_run_dir / "run.json"
     run = json.loads(run_file.read_text())
-    run["analysis"] = analysis_info(config, run["urls"]).model_dump(mode="json")
+    run["analysis"] = analysis_info(config).model_dump(mode="json")
     run_file.write_text(json.dumps(run))
     return fake_run_dir
 

@@ -163,9 +163,7 @@ def run_dir(tmp_path: Path, write_run_json) -> Path:
         tmp_path,
         variant_labels={arm.value: lt.variant_labels[arm] for arm in Arm},
         prompt_files=list(lt.prompts.files),
-        analysis=analysis_info(
-            config, {"baseline": "http://b", "speculative": "http://s"}
-        ).model_dump(mode="json"),
+        analysis=analysis_info(config).model_dump(mode="json"),
     )
     for arm, per_chunk in (("baseline", 1), ("speculative", 4)):
         records = [
