@@ -22,8 +22,8 @@ from typing import Any
 from bench.accuracy import Observation
 from bench.scripted_server import DEFAULT_MODEL_NAME
 from bench.workload import Workload, tag_of
+from experiment.loading import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = DEFAULT_MODEL_NAME  # what the truth server answers to
 
 
@@ -207,7 +207,7 @@ def run_locust(
     return observations, {
         "processes": processes,
         "transport": transport,
-        "locust": [{k: meta.get(k) for k in keys}],
+        "locust": [meta.model_dump(mode="json", include=set(keys))],
     }
 
 
