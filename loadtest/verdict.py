@@ -15,6 +15,7 @@ it moves with throughput, so it does not decide on its own.
 
 from __future__ import annotations
 
+from loadtest.metrics import ALL_CLASSES
 from loadtest.results import (
     ClassVerdict,
     CostSummary,
@@ -24,8 +25,6 @@ from loadtest.results import (
     ScopeCost,
     ScopeStatistics,
 )
-
-ALL_CLASSES = "all"
 
 
 def _span(interval: Interval) -> str:
