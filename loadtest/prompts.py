@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from experiment.loading import PROJECT_ROOT
 
 
 @dataclass(frozen=True)
