@@ -10,22 +10,16 @@ Overrides use the same layers and syntax as ``cdk synth`` (see experiment/loadin
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from experiment.loading import ConfigError, config_from_arguments, config_parser
 from local_run.arms import local_experiment
 from local_run.models import ensure_models
 from local_run.servers import exit_code_of, go_offline
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m local_run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_config_arguments(parser)  # --config FILE, -c KEY=VALUE: as every CLI of the project
+    parser = config_parser("python -m local_run", __doc__)  # --config, -c as everywhere
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--smoke",

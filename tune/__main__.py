@@ -24,17 +24,13 @@ import time
 from pathlib import Path
 
 from experiment.config import ExperimentConfig
-from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from experiment.loading import ConfigError, config_from_arguments, config_parser
 from tune.render.markdown import speedup_text
 from tune.results import TuneResult, tune_json_schema
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tune",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = config_parser("python -m tune", __doc__)  # --config, -c as everywhere
     parser.add_argument(
         "command", nargs="?", default="run", choices=["run", "report", "schema", "fit"]
     )
@@ -56,7 +52,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny sweep for tests and smoke")
     parser.add_argument("--plan-only", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--out", type=Path, help="output directory (default runs/tune-<time>)")
-    add_config_arguments(parser)
     return parser
 
 
