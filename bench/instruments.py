@@ -181,7 +181,7 @@ def run_locust(
     transport: str = "httptools",
 ) -> tuple[list[Observation], dict[str, Any]]:
     """``processes`` > 1: the load test's own distributed mode (a Locust master and that
-    many workers over one schedule, ``loadtest run --workers``), exactly what users run."""
+    many workers over one schedule, ``loadtest.workers``), exactly what users run."""
     from loadtest import runner
     from loadtest.records import read_records
 

@@ -19,7 +19,7 @@ is its settings file) and writes raw records to ``--records-dir`` (default
   exact TTFT/ITL are in the records, Locust's own timer would stop at the headers).
 
 Distributed (``--master --expect-workers N`` plus N ``--worker`` processes, Locust's own
-engine; ``python -m loadtest run --workers N`` starts them): the master holds the plan and
+engine; ``python -m loadtest run -c loadtest.workers=N`` starts them): the master holds the plan and
 sends it to the workers; worker ``i`` executes the measured items ``i, i+N, ...``
 (loadtest/distributed.py), streams its finished records to the master, which writes the
 arm's one records file, scrapes ``/metrics`` around the window and writes the window file.
@@ -500,7 +500,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         # Forked workers would not get the plan from the master's command line.
         raise SystemExit(
             "loadtest/locustfile.py: drop --processes; run --master --expect-workers N and N "
-            "--worker processes (python -m loadtest run --workers N does)"
+            "--worker processes (python -m loadtest run -c loadtest.workers=N does)"
         )
     if getattr(options, "worker", False):
         _setup_worker(environment)  # the plan arrives from the master
