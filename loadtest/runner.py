@@ -12,7 +12,7 @@ summary and report, marked ``cancelled_by``.
 
 Run directory layout::
 
-    run.json                      what was run (config excerpt, URLs, load shape, overrides)
+    run.json                      what was run (config excerpt, URLs, load shape, api, cap)
     plan_<arm>.json               the exact schedule and request parameters of each arm
     records_<arm>.jsonl           raw per-request records (warm-up included, flagged; with
                                   workers: every worker's, written by the master)
@@ -30,12 +30,9 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from experiment.config import Arm, ExperimentConfig, LoadTestConfig
 from loadtest.analysis import analysis_info
@@ -50,10 +47,12 @@ from loadtest.launch import (
     wait_ready,
     worker_command,
 )
-from loadtest.plan import Overrides, RunPlan, build_plan
+from loadtest.plan import RunPlan, build_plan
+from loadtest.processes import signals_raise
 from loadtest.report import write_report
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, SloInfo
 from loadtest.summary import RUN_JSON, summarize, write_summary
+from loadtest.window import WindowMeta
 
 __all__ = ["Cancelled", "NotReady", "run_arm", "run_comparison", "summarize"]
 
@@ -74,25 +73,10 @@ class NotReady(RuntimeError):
     """A service did not report healthy within the readiness wait."""
 
 
-@contextmanager
-def _cancel_on_signals() -> Iterator[None]:
+def _cancel_on_signals() -> AbstractContextManager[None]:
     """SIGINT and SIGTERM raise Cancelled in the main thread while the run is under way;
     a second signal while the load is being stopped is ignored (the stop is bounded)."""
-    received: list[int] = []
-
-    def handler(signum: int, _: FrameType | None) -> None:
-        if received:
-            LOG.warning("%s again: already stopping", signal.Signals(signum).name)
-            return
-        received.append(signum)
-        raise Cancelled(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return signals_raise((signal.SIGINT, signal.SIGTERM), Cancelled, once=True)
 
 
 def run_arm(
@@ -104,8 +88,8 @@ def run_arm(
     local_workers: bool = True,
     master_port: int = LoadTestConfig().master_port,
     workers_connect_timeout_s: int = LoadTestConfig().workers_connect_timeout_s,
-) -> dict[str, Any]:
-    """Run one arm's Locust processes; returns its window metadata.
+) -> WindowMeta:
+    """Run one arm's Locust processes; returns its window file (loadtest.window).
 
     ``locustfile`` is for the bench's transport comparisons (a file that reuses this one's
     user with another HTTP client); the comparison always runs the default.
@@ -143,31 +127,21 @@ def run_arm(
             LOG.warning("%s: %s: stopping the load", plan.arm, cancel)
             stop_arm(processes)
             cancelled, returncode = cancel, None
-    meta_path = Path(plan.meta_path)
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-    else:
-        meta = {
-            "arm": plan.arm,
-            "stopped_by": "killed" if returncode is None else "crashed",
-            "workers": workers,
-            "metrics_before": None,
-            "metrics_after": None,
-        }
+    if Path(plan.meta_path).is_file():
+        meta = WindowMeta.read(plan.meta_path, plan.arm)
+    else:  # Locust ended before it could write one
+        stopped_by = "killed" if returncode is None else "crashed"
+        meta = WindowMeta(arm=plan.arm, stopped_by=stopped_by, workers=workers)
     if cancelled is not None:
-        meta["stopped_by"] = "cancelled"
-    meta["locust_returncode"] = returncode
-    meta["elapsed_s"] = time.monotonic() - started
-    meta_path.write_text(json.dumps(meta, indent=1))
+        meta.stopped_by = "cancelled"
+    meta.locust_returncode = returncode
+    meta.elapsed_s = time.monotonic() - started
+    meta.write(plan.meta_path)
     if cancelled is not None:
         raise cancelled
-    if returncode not in (0, None) or meta["stopped_by"] in ("killed", "crashed"):
+    if returncode not in (0, None) or meta.stopped_by in ("killed", "crashed"):
         LOG.warning(
-            "%s: Locust ended with %s (%s); see %s",
-            plan.arm,
-            returncode,
-            meta["stopped_by"],
-            log_path,
+            "%s: Locust ended with %s (%s); see %s", plan.arm, returncode, meta.stopped_by, log_path
         )
     return meta
 
@@ -178,7 +152,9 @@ def run_comparison(
     speculative_url: str,
     out_dir: Path,
     *,
-    overrides: Overrides | None = None,
+    max_requests: int | None = None,
+    api: str = "chat",
+    local: bool = False,
     publish_cloudwatch: bool = False,
     workers: int | None = None,
     local_workers: bool = True,
@@ -186,9 +162,13 @@ def run_comparison(
     handle_signals: bool = False,
     served_models: str | None = None,
 ) -> RunSummary:
-    """Run both arms with identical load, write the run directory and its report.
+    """Run both arms with identical load (``config.loadtest``), write the run directory and
+    its report.
 
-    ``workers``: Locust workers per arm (default ``loadtest.workers``); ``local_workers``:
+    ``max_requests``, ``api``: as ``build_plan``. ``local``: the arms are the local run's
+    CPU servers, so the analysis prices the local machine and takes the local k (the caller
+    knows what it started; a URL does not: a port-forwarded trn2 service may listen on any
+    port). ``workers``: Locust workers per arm (default ``loadtest.workers``); ``local_workers``:
     start them here, else wait for them to connect (cluster). ``wait_ready_s``: first wait
     at most this long for both services' /health (NotReady when one never answers).
     ``handle_signals``: SIGINT/SIGTERM cancel the run (summary.cancelled_by), for a CLI;
@@ -196,15 +176,17 @@ def run_comparison(
     the servers really serve when the model name requests carry is only an alias (the
     report's run header says it)."""
     out_dir = Path(out_dir)
-    overrides = overrides or Overrides()
     workers = workers or config.loadtest.workers
     urls = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
-    plans = {arm: build_plan(config, arm, url, out_dir, overrides) for arm, url in urls.items()}
+    plans = {
+        arm: build_plan(config, arm, url, out_dir, max_requests=max_requests, api=api)
+        for arm, url in urls.items()
+    }
     concurrency = plans[Arm.BASELINE].shape.concurrency
-    if workers > concurrency:  # the config refuses this too; --workers/--concurrency may not
+    if workers > concurrency:  # the config refuses this too; a caller's workers or scale may not
         raise ValueError(
             f"{workers} workers for concurrency {concurrency}: every Locust worker needs at "
-            "least one user; use --workers <= --concurrency"
+            "least one user; lower loadtest.workers or raise the concurrency"
         )
     if wait_ready_s:
         LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
@@ -224,20 +206,21 @@ def run_comparison(
         variant_labels={arm.value: label for arm, label in config.loadtest.variant_labels.items()},
         request=RequestInfo.model_validate(asdict(reference.params)),
         load_shape=LoadShapeInfo.model_validate(asdict(reference.shape)),  # per arm
-        max_duration_s=overrides.max_duration_s or config.loadtest.max_duration_s,
+        max_duration_s=config.loadtest.max_duration_s,
         measured_requests=len(reference.measured),
         warmup_requests=len(reference.schedule) - len(reference.measured),
         seed=config.loadtest.seed,
-        prompt_files=list(overrides.prompt_files or config.loadtest.prompts.files),
+        prompt_files=list(config.loadtest.prompts.files),
         slo=SloInfo.model_validate(config.loadtest.slo.model_dump()),
-        overrides={k: v for k, v in asdict(overrides).items() if v is not None},
+        # What the run set besides the configuration (loadtest_config holds that).
+        overrides={"api": api, **({"max_requests": max_requests} if max_requests else {})},
         loadtest_config=config.loadtest.model_dump(mode="json"),
-        analysis=analysis_info(config, {arm.value: plan.base_url for arm, plan in plans.items()}),
+        analysis=analysis_info(config, local=local),
     )
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)
     cancelled: Cancelled | None = None
-    with _cancel_on_signals() if handle_signals else _no_handlers():
+    with _cancel_on_signals() if handle_signals else nullcontext():
         try:
             for plan in plans.values():
                 run_arm(
@@ -260,11 +243,6 @@ def run_comparison(
         write_summary(summary, out_dir)
     write_report(summary, out_dir)
     return summary
-
-
-@contextmanager
-def _no_handlers() -> Iterator[None]:
-    yield
 
 
 def exit_code(summary: RunSummary, max_failure_share: float) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,10 +23,10 @@ from local_run.arms import arm_servers, write_commands
 from local_run.gateway import EnvoyGateway, local_gateway
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
+from local_run.progress import Log
 from local_run.servers import LocalServers, sigterm_raises
 from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
 
-Log = Callable[[str], None]
 SERVER_LOGS = "servers"
 LOCAL_RUN_JSON = "local_run.json"
 LOCAL_RUN_MD = "local_run.md"
@@ -140,7 +139,7 @@ def _write_local_report(
 def run_local(
     config: ExperimentConfig, *, smoke_only: bool = False, log: Log = print
 ) -> LocalRunResult:
-    from loadtest import Overrides, render_summary_table, run_comparison
+    from loadtest import local_scale, render_summary_table, run_comparison
 
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -186,11 +185,11 @@ def run_local(
         served = describe_pair(pair)  # the headers of report.md and local_run.md
         loadtest_started = time.monotonic()
         summary = run_comparison(
-            config,
+            local_scale(config),
             urls[Arm.BASELINE],
             urls[Arm.SPECULATIVE],
             run_dir,
-            overrides=Overrides.local_scale(config),
+            local=True,
             served_models=served,
         )
         timings["load_test"] = time.monotonic() - loadtest_started

@@ -7,11 +7,11 @@ interval and n. Missing values read ``n/a`` (never 0).
 from __future__ import annotations
 
 from experiment.config import RoutingConfig, routing_override_line
+from loadtest.metrics import ALL_CLASSES
 from loadtest.results import Decision, Interval, RunSummary, ScopeCost, ScopeStatistics
 
 Table = tuple[list[str], list[list[str]]]
 NOT_AVAILABLE = "n/a"
-ALL = "all"
 # (label, metric, stat) of the speedups with an interval, in report order.
 SPEEDUPS = (
     ("TTFT mean", "ttft_ms", "mean"),
@@ -77,7 +77,7 @@ def routing_text(summary: RunSummary) -> str | None:
     classes whose verdict is "use SD" to the speculative arm, every other class (including
     "can't tell") to the baseline. Written against the default allow-list, so it also allows
     a class that list lacks. None without a per-class verdict."""
-    classes = [v for v in summary.verdict if v.prompt_class != ALL]
+    classes = [v for v in summary.verdict if v.prompt_class != ALL_CLASSES]
     if not classes:
         return None
     chosen = [v.prompt_class for v in classes if v.decision is Decision.USE_SD]
@@ -104,7 +104,7 @@ def verdict_text(summary: RunSummary) -> str:
 def _scopes(summary: RunSummary) -> list[tuple[str, ScopeStatistics]]:
     if summary.statistics is None:
         return []
-    return [(ALL, summary.statistics.overall), *sorted(summary.statistics.by_class.items())]
+    return [(ALL_CLASSES, summary.statistics.overall), *sorted(summary.statistics.by_class.items())]
 
 
 def interval_rows(summary: RunSummary) -> Table:
@@ -168,7 +168,7 @@ def cost_rows(summary: RunSummary) -> Table:
     cost = summary.cost
     if cost is None:
         return header, []
-    rows = [_cost_row(ALL, cost.overall)]
+    rows = [_cost_row(ALL_CLASSES, cost.overall)]
     rows += [_cost_row(name, scope) for name, scope in sorted(cost.by_class.items())]
     if cost.at_optimal_load:
         for arm, point in cost.at_optimal_load.items():

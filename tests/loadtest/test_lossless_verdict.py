@@ -53,11 +53,5 @@ def test_nothing_counts_when_the_check_does_not_apply() -> None:
 
 def test_the_run_records_the_bar_of_its_servers() -> None:
     config = build_config({"experiment": {"guardrails": {"lossless_min_prefix_agreement": 0.9}}})
-    local = config.local
-    local_urls = {
-        "baseline": f"http://{local.host}:{local.baseline_port}",
-        "speculative": f"http://{local.host}:{local.speculative_port}",
-    }
-    cluster_urls = {"baseline": "http://qwen-vllm:8000", "speculative": "http://qwen-sd-vllm:8000"}
-    assert analysis_info(config, local_urls).lossless_min_prefix_agreement == 1.0
-    assert analysis_info(config, cluster_urls).lossless_min_prefix_agreement == 0.9
+    assert analysis_info(config, local=True).lossless_min_prefix_agreement == 1.0
+    assert analysis_info(config).lossless_min_prefix_agreement == 0.9
