@@ -16,6 +16,8 @@ from charts.runtime_package import package_files
 from experiment import ConfigError, build_config
 from experiment.config import Arm
 
+pytestmark = pytest.mark.infra
+
 CONFIG = build_config({})
 # Custom resources have no upstream schema; none are emitted today (DRA is core v1).
 CRD_KINDS_EXEMPT: set[str] = set()

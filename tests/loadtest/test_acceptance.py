@@ -90,6 +90,7 @@ def test_not_available_is_none_never_zero(before, after, reason) -> None:
     assert reason in result.reason
 
 
+@pytest.mark.process
 def test_scrape_the_scripted_server_matches_its_truth() -> None:
     script = Script(chunk_tokens=[1, 3, 8, 2], gaps_s=0.0, ttft_s=0.0)
     with ScriptedServer(script, spec_decode_k=7) as server, ScriptedServer(script) as baseline:
