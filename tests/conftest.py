@@ -12,6 +12,7 @@ makes them shadow the real packages (the editable install's finder comes after t
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import os
@@ -159,20 +160,21 @@ def write_run_json() -> Callable[..., Path]:
     return _write_run_json
 
 
-def _module_markers(path: Path) -> set[str]:
+@functools.cache  # each module is asked about once per folder above it
+def _module_markers(path: Path) -> frozenset[str]:
     """The markers of a test module's ``pytestmark``, read without importing the module."""
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "pytestmark" for target in node.targets
         ):
-            return {
+            return frozenset(
                 sub.attr
                 for sub in ast.walk(node.value)
                 if isinstance(sub, ast.Attribute)
                 and isinstance(sub.value, ast.Attribute)
                 and sub.value.attr == "mark"
-            }
-    return set()
+            )
+    return frozenset()
 
 
 def _deselects_whole_module(expression: str, path: Path) -> bool:
