@@ -22,7 +22,7 @@ from stacks.alarms import prompt_classes
 from stacks.dashboard import ObservabilityStack
 from stacks.nag import add_checks
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.infra
 
 ALARM = "AWS::CloudWatch::Alarm"
 EMAIL = {

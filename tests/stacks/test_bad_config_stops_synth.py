@@ -17,7 +17,7 @@ from experiment import ConfigError
 from experiment.loading import PROJECT_ROOT, cdk_json_context
 from stacks import build_app
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.infra
 
 BAD_CONFIGS = {
     "unknown-key": (

@@ -11,7 +11,7 @@ from cfnlint.api import ManualArgs, lint_file
 
 from stacks.nag import acknowledge, add_checks
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.infra
 
 
 @pytest.mark.parametrize("result", ["synth", "synth_options", "synth_reservation"])

@@ -22,7 +22,7 @@ from stacks.neuron_dra import RELEASE, dra_helm_values
 from stacks.node_groups import CAPACITY_BLOCK_MARKET_TYPE, NEURON_TAINT_KEY
 from stacks.workloads import LOADTEST_CONTEXT_INCLUDES
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.infra
 
 Match = assertions.Match
 

@@ -15,7 +15,7 @@ import pytest
 from cdk_synth import CHART_RESOURCE, decode_manifest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.infra
 
 STACKS = ("Network", "ModelStore", "Cluster", "Observability")
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
