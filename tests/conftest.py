@@ -1,5 +1,8 @@
 """Fixtures shared by several test folders: checkov on a directory, and a run directory's
-run.json without servers.
+run.json without servers. And what keeps the fast tier honest: a test that starts a process
+or opens a socket carries a marker that says so (`make test-fast` deselects them), and a test
+module whose every test `-m` deselects is not imported, so the fast tier's venv needs none of
+its dependencies (the CDK, cdk8s, torch).
 
 They are fixtures, not an importable helper module: the test folders are named like the
 packages they test (tests/experiment, tests/loadtest, ...), so a tests/ entry on sys.path
@@ -8,8 +11,12 @@ makes them shadow the real packages (the editable install's finder comes after t
 
 from __future__ import annotations
 
+import ast
+import functools
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.mark.expression import Expression  # how `-m` evaluates; pytest has no public API
 
 TESTS = Path(__file__).resolve().parent
 # pytest's default (prepend) import mode put this folder on sys.path to import this file;
@@ -25,7 +33,59 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) in sys.path:
     sys.path.remove(str(TESTS))
 
+pytest_plugins = ["pytester"]  # tests/test_tiers.py runs this conftest in a scratch folder
+
 CHECKOV = TESTS.parent / ".venv-scan" / "bin" / "checkov"
+
+# Markers under which a test may start processes and open sockets (pyproject.toml lists what
+# each means); any other test doing so fails, naming the marker to add.
+PROCESS_MARKERS = frozenset({"process", "integration", "infra"})
+# Audit events (docs.python.org/3/library/audit_events.html) of starting a process and of
+# opening a socket to or for another endpoint; socketpair() and unbound sockets are local.
+PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system",
+     "socket.bind", "socket.connect"}
+)  # fmt: skip
+_guarded: list[str] = []  # the nodeid of the running test when it carries no PROCESS_MARKERS
+_violations: list[str] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # A hook cannot be removed, so it checks a flag; it only records (raising inside a
+    # server thread or a library's cleanup would hang or hide the cause) and the test's
+    # teardown reports it.
+    if _guarded and event in PROCESS_EVENTS and len(_violations) < 5:
+        _violations.append(f"{event}{args[:2]!r}")
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    marked = any(item.get_closest_marker(name) for name in PROCESS_MARKERS)
+    if not marked:
+        _guarded.append(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        _guarded.clear()
+        _violations.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    result = yield
+    if _guarded and _violations:
+        found = "; ".join(_violations)
+        _violations.clear()
+        pytest.fail(
+            f"{item.nodeid} starts a process or opens a socket ({found}) but carries none of "
+            f"the markers {sorted(PROCESS_MARKERS)}: add @pytest.mark.process (or the "
+            "module's pytestmark) so `make test-fast` leaves it out",
+            pytrace=False,
+        )
+    return result
 
 
 def _run_checkov(directory: Path, framework: str) -> dict[str, Any]:
@@ -98,3 +158,58 @@ def write_run_json() -> Callable[..., Path]:
     http://b and http://s, as the runner writes it (``analysis``: run.json's analysis
     block, None for a run from a version without one)."""
     return _write_run_json
+
+
+@functools.cache  # each module is asked about once per folder above it
+def _module_markers(path: Path) -> frozenset[str]:
+    """The markers of a test module's ``pytestmark``, read without importing the module."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "pytestmark" for target in node.targets
+        ):
+            return frozenset(
+                sub.attr
+                for sub in ast.walk(node.value)
+                if isinstance(sub, ast.Attribute)
+                and isinstance(sub.value, ast.Attribute)
+                and sub.value.attr == "mark"
+            )
+    return frozenset()
+
+
+def _deselects_whole_module(expression: str, path: Path) -> bool:
+    """Whether ``-m expression`` deselects every test of ``path`` whatever markers its tests
+    add to the module's: then importing it would only fail where its dependencies are absent."""
+    compiled = Expression.compile(expression)
+    module = _module_markers(path)
+    named = set(re.findall(r"[\w.:+\-\[\]\\/]+", expression)) - {"and", "or", "not"} - module
+    return not any(
+        compiled.evaluate(lambda name, *_, added=added, **__: name in module or name in added)
+        for size in range(len(named) + 1)
+        for added in map(set, itertools.combinations(sorted(named), size))
+    )
+
+
+_not_imported: list[str] = []
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    expression = config.option.markexpr
+    if not expression:
+        return None
+    if collection_path.is_dir():
+        modules = sorted(collection_path.rglob("test_*.py"))
+    elif collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        modules = [collection_path]
+    else:
+        return None
+    if modules and all(_deselects_whole_module(expression, module) for module in modules):
+        _not_imported.append(os.path.relpath(collection_path, config.rootpath))
+        return True
+    return None
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    if not _not_imported:
+        return None
+    return f"not imported (-m deselects every test in them): {', '.join(_not_imported)}"

@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,6 +56,7 @@ def test_a_clone_under_a_system_directory_still_checks_the_checkout_itself() -> 
     assert not pattern.search("MPLCONFIGDIR=/tmp/matplotlib and mountPath /tmp")
 
 
+@pytest.mark.process
 def test_no_repository_file_contains_the_checkout_path_or_its_parent() -> None:
     top_level = Path(_git("rev-parse", "--show-toplevel").strip())
     pattern = _machine_path_pattern(top_level)

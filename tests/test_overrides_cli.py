@@ -15,7 +15,7 @@ import pytest
 
 from experiment.loading import PROJECT_ROOT, cdk_json_context
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
 
 # Each CLI with the arguments it needs besides the override (none of them reaches a server:
 # the configuration is built, and rejected, before anything starts).

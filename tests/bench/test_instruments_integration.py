@@ -15,7 +15,7 @@ from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
 from bench.workload import Workload
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # vLLM's import: 14 s idle
 
 WORKLOAD = Workload(
     ttft_s=0.01,

@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import requests
 
 from loadtest.client import RequestParams, stream_request
 from loadtest.records import RequestRecord
 from loadtest.transport import StreamSession
+
+pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[2]
 

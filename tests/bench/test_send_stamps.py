@@ -42,6 +42,7 @@ def test_parse_stamp_ignores_other_stamp_types_and_empty_stamps() -> None:
 
 
 @needs_linux_stamps
+@pytest.mark.process
 def test_each_send_gets_the_kernel_stamp_of_its_last_byte() -> None:
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
@@ -70,6 +71,7 @@ def test_each_send_gets_the_kernel_stamp_of_its_last_byte() -> None:
 
 
 @needs_linux_stamps
+@pytest.mark.process
 def test_truth_server_logs_kernel_send_times_the_errors_use(tmp_path) -> None:
     workload = Workload(
         ttft_s=0.01, gap_s=0.01, chunk_tokens=(1, 2, 3), levels=(1,), requests={1: 1}

@@ -15,7 +15,7 @@ import yaml
 
 FRAMEWORK = "kubernetes"
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 def _write(tmp_path: Path, synthesized: dict[str, list[dict]]) -> Path:

@@ -28,6 +28,8 @@ from charts.network_policy import network_policies
 from experiment import build_config
 from loadtest.__main__ import _parser
 
+pytestmark = pytest.mark.infra
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = build_config({"experiment.loadtest.workers": "3"})
 SINGLE = build_config({})
@@ -131,6 +133,7 @@ def test_distributed_manifests_pass_strict_schemas(distributed_documents) -> Non
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(360)
 def test_distributed_manifests_pass_checkov(distributed_documents, tmp_path) -> None:
     checkov = ROOT / ".venv-scan" / "bin" / "checkov"
     if not checkov.exists():

@@ -16,6 +16,8 @@ from charts.runtime_package import package_files
 from experiment import ConfigError, build_config
 from experiment.config import Arm
 
+pytestmark = pytest.mark.infra
+
 CONFIG = build_config({})
 # Custom resources are validated against their own CRDs in test_crd_schemas.py.
 CRD_KINDS_EXEMPT = {

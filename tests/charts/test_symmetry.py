@@ -21,6 +21,8 @@ from charts.vllm_service import COMMAND_ANNOTATION, arm_manifests
 from experiment import build_config
 from experiment.config import Arm
 
+pytestmark = pytest.mark.infra
+
 Manifest = dict[str, Any]
 
 

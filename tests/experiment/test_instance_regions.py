@@ -28,6 +28,7 @@ def _cfn_lint_regions() -> dict[str, tuple[str, ...]]:
     }
 
 
+@pytest.mark.infra
 def test_snapshot_matches_cfn_lint() -> None:
     expected = _cfn_lint_regions()
     assert expected == NEURON_INSTANCE_REGIONS, (

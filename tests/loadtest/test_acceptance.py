@@ -130,6 +130,7 @@ def test_available_and_source_cannot_contradict_each_other() -> None:
     assert Acceptance(available=False).source is AcceptanceSource.NOT_AVAILABLE
 
 
+@pytest.mark.process
 def test_scrape_the_scripted_server_matches_its_truth() -> None:
     script = Script(chunk_tokens=[1, 3, 8, 2], gaps_s=0.0, ttft_s=0.0)
     with ScriptedServer(script, spec_decode_k=7) as server, ScriptedServer(script) as baseline:

@@ -119,6 +119,7 @@ def _survivors(marker: str) -> list[str]:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(300)
 def test_an_arm_without_a_successful_request_exits_1_and_writes_the_report(serve, tmp_path) -> None:
     server = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005))
     out = tmp_path / "run"
@@ -183,6 +184,7 @@ def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(300)
 def test_workers_run_has_the_single_process_schema_plus_workers(serve, tmp_path) -> None:
     server = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005))
     sd = serve(Script(ttft_s=0.01, chunk_tokens=[2, 2, 2], gaps_s=0.005), spec_decode_k=4)

@@ -20,6 +20,8 @@ from loadtest.client import RequestParams, build_payload, stream_request
 from loadtest.metrics import chunk_gaps_s, per_token_itl_s, tpot_s
 from loadtest.records import FailureReason
 
+pytestmark = pytest.mark.process
+
 ACTUAL_TOL_S = 0.005
 SCRIPTED_TOL_S = 0.015
 TTFT_OVERHEAD_TOL_S = 0.008

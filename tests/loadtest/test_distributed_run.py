@@ -28,7 +28,7 @@ from loadtest.plan import RunPlan, build_plan
 from loadtest.records import read_records
 from loadtest.window import WindowMeta
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 MASTER_PORT = 8511  # this test's share of the load-test ports
 
 

@@ -12,6 +12,8 @@ from bench.scripted_server import Fault, Script, ScriptedServer
 from loadtest.client import RequestParams
 from loadtest.probe import acceptance_by_class
 
+pytestmark = pytest.mark.process
+
 # Under speculation with k drafts, a chunk of n tokens is one step that accepted n - 1.
 K = 4
 STRUCTURED = Script(chunk_tokens=[1, 5, 5, 5], gaps_s=0.0, ttft_s=0.0)  # accepts 4 of 4

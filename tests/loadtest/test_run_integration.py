@@ -18,7 +18,7 @@ import pytest
 
 from bench.scripted_server import Fault, Script, ScriptedServer, unused_loopback_url
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 MAX_TOKENS = 24
 FAULTS: dict[str, tuple[Script, str]] = {

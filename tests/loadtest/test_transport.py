@@ -19,6 +19,8 @@ import pytest
 from bench.scripted_server import unused_loopback_url
 from loadtest.transport import StreamSession, TransportError
 
+pytestmark = pytest.mark.process
+
 Handler = Callable[[socket.socket], None]
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 CHUNKED = HEAD + b"Transfer-Encoding: chunked\r\n\r\n"

@@ -112,6 +112,7 @@ def server() -> Iterator[SendsLater]:
     started.close()
 
 
+@pytest.mark.process
 def test_kernel_stamp_is_the_arrival_not_the_late_read(server: SendsLater) -> None:
     assert transport.KERNEL_STAMPS, "this test needs Linux on x86_64 or aarch64"
     with StreamSession() as session:
@@ -123,6 +124,7 @@ def test_kernel_stamp_is_the_arrival_not_the_late_read(server: SendsLater) -> No
     assert stamps.kernel >= 1  # the head may have come before stamping was on: not the body
 
 
+@pytest.mark.process
 def test_without_kernel_stamps_the_read_time_is_the_arrival(
     server: SendsLater, monkeypatch: pytest.MonkeyPatch
 ) -> None:

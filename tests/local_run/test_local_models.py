@@ -24,6 +24,9 @@ from local_run.models import (
     ensure_models,
 )
 
+# The module's pair trains inside its first test: 13 s on an idle machine, over 180 s at load 10.
+pytestmark = pytest.mark.timeout(900)
+
 TINY_WIDTH, TINY_EXTRA_LAYERS = 768, 1
 TINY_DRAFT_SHARE = 0.3  # large enough that the tiny draft is padded too
 
@@ -59,6 +62,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[LocalConfig, Mo
     return local, ensure_models(local, log=lambda _: None)
 
 
+@pytest.mark.train
 def test_pair_is_a_qwen3_target_and_smaller_draft_with_one_tokenizer(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:
@@ -83,6 +87,7 @@ def test_pair_is_a_qwen3_target_and_smaller_draft_with_one_tokenizer(
     }
 
 
+@pytest.mark.train
 def test_served_target_is_padded_but_computes_the_trained_function(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:
@@ -114,6 +119,7 @@ def test_served_target_is_padded_but_computes_the_trained_function(
         assert not torch.allclose(padded(ids).logits, trained(ids).logits, atol=1e-4)
 
 
+@pytest.mark.train
 def test_draft_is_padded_to_its_weight_share_with_the_same_function(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:
@@ -139,6 +145,7 @@ def test_draft_is_padded_to_its_weight_share_with_the_same_function(
         assert torch.allclose(served(ids).logits, before, atol=1e-5)
 
 
+@pytest.mark.train
 def test_tokenizer_round_trips_and_has_the_chat_template(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:
@@ -155,6 +162,7 @@ def test_tokenizer_round_trips_and_has_the_chat_template(
     assert distillation_prompts(0, 1)[0].endswith("<|im_end|>\n<|im_start|>assistant\n")
 
 
+@pytest.mark.train
 def test_second_call_reuses_the_cache(generated: tuple[LocalConfig, ModelPair]) -> None:
     local, pair = generated
     before = digest(pair.target_dir / "model.safetensors")
@@ -168,6 +176,7 @@ def test_second_call_reuses_the_cache(generated: tuple[LocalConfig, ModelPair]) 
     assert digest(pair.target_dir / "model.safetensors") == before
 
 
+@pytest.mark.train
 def test_same_seed_same_weights_and_a_new_parameter_a_new_pair(
     generated: tuple[LocalConfig, ModelPair], tmp_path: Path
 ) -> None:
@@ -190,6 +199,7 @@ def test_same_seed_same_weights_and_a_new_parameter_a_new_pair(
     assert draft_key(mixed, "small") != draft_key(local, "small")
 
 
+@pytest.mark.train
 def test_generation_threads_change_neither_the_weights_nor_the_cache_key(
     tmp_path: Path,
 ) -> None:
@@ -212,6 +222,7 @@ def test_generation_threads_change_neither_the_weights_nor_the_cache_key(
     assert one.manifest["draft"]["evaluation"] == two.manifest["draft"]["evaluation"]
 
 
+@pytest.mark.train
 def test_a_second_draft_is_a_config_entry_and_reuses_the_target(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:
@@ -234,6 +245,7 @@ def test_a_second_draft_is_a_config_entry_and_reuses_the_target(
         ensure_models(local, draft="huge")
 
 
+@pytest.mark.train
 def test_interrupted_generation_leaves_no_half_pair(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,6 +261,7 @@ def test_interrupted_generation_leaves_no_half_pair(
     assert [p.name for p in tmp_path.iterdir()] == [f"{cache_key(local)}.lock"]
 
 
+@pytest.mark.train
 def test_interrupted_draft_leaves_the_target_and_no_half_draft(
     generated: tuple[LocalConfig, ModelPair], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,6 +336,7 @@ def test_bad_generator_settings_are_rejected_with_a_hint(
         build_config(context)
 
 
+@pytest.mark.train
 def test_report_description_says_the_pair_is_generated_and_the_target_made_heavy(
     generated: tuple[LocalConfig, ModelPair],
 ) -> None:

@@ -24,6 +24,8 @@ from local_run.servers import (
 )
 from runtime.render import VllmCommand
 
+pytestmark = pytest.mark.process
+
 HERE = Path(__file__).resolve().parent
 FAKE = "fake_vllm_server"
 

@@ -9,6 +9,7 @@ import pytest
 from local_run import machine
 
 
+@pytest.mark.process
 def test_cpu_model_is_read_from_cpuinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t: avx2\n")

@@ -16,7 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(shutil.which("make") is None, reason="needs make"),
+]
 
 
 def dry_run(target: str, venv: Path, env: dict[str, str]) -> str:

@@ -19,6 +19,8 @@ from runtime import precompile
 from runtime.artifacts import MARKER_NAME, compile_fingerprint, read_marker
 from runtime.validate import SpecError
 
+pytestmark = pytest.mark.process
+
 FAKE_SERVER = """
 import argparse, http.server, os, pathlib, sys
 parser = argparse.ArgumentParser()

@@ -11,6 +11,8 @@ import pytest
 
 from charts.runtime_package import PACKAGE_DIR, package_files
 
+pytestmark = pytest.mark.infra
+
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from experiment.loading import PROJECT_ROOT
 
-pytestmark = [pytest.mark.infra, pytest.mark.integration]
+pytestmark = [pytest.mark.infra, pytest.mark.integration, pytest.mark.timeout(600)]
 
 ALARMING = re.compile(
     r"end-of-life|no longer supported|deprecat|warning|\[warn|error|notice|unconfigured",

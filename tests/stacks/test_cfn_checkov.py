@@ -18,6 +18,8 @@ from aws_cdk import aws_lambda as lambda_
 
 from stacks.checkov import CDK_HANDLER_FINDINGS, METADATA_KEY, AcknowledgeCdkHandlers
 
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
+
 FRAMEWORK = "cloudformation"
 
 

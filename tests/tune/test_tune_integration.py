@@ -19,7 +19,7 @@ from tune.local import run_local_sweep
 from tune.report import read_result, write_outputs
 from tune.results import Setting
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 PORT = 8621  # inside the tune range (8601-8640), away from a CLI sweep on 8601
 
