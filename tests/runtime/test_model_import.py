@@ -21,6 +21,9 @@ import pytest
 from runtime import model_import
 from runtime.model_import import MARKER_NAME, HubImportError, main, run_import
 
+# A fake hub / fake server on 127.0.0.1: out of the fast tier.
+pytestmark = pytest.mark.process
+
 COMMIT = "a" * 40
 NEW_COMMIT = "b" * 40
 TOKEN = "hf_test_token"

@@ -15,6 +15,9 @@ from loadtest.client import RequestParams
 from loadtest.prompts import Prompt
 from tune.measure import measure_classes
 
+# A fake streaming server on 127.0.0.1: out of the fast tier.
+pytestmark = pytest.mark.process
+
 K = 4
 STRUCTURED = Script(chunk_tokens=[1, 5, 5, 5], gaps_s=0.0, ttft_s=0.0)
 OPEN = Script(chunk_tokens=[1, 2, 1, 2, 1, 2, 2, 1], gaps_s=0.0, ttft_s=0.0)
