@@ -6,7 +6,7 @@ measures the same three ratios for the local run's generated models (the ones
 ``python -m local_run`` serves, from ``config.local``), with plain PyTorch on one thread,
 as vLLM's CPU engine runs on one core:
 
-- target step, 1 token, with a KV cache of ``--context`` tokens (bytes of weights per step
+- target step, 1 token, with a KV cache of ``--context-tokens`` tokens (bytes of weights per step
   from the model, so the implied read bandwidth too);
 - target verify step of k+1 tokens (k = the local run's ``num_speculative_tokens``), as a
   ratio to the 1-token step (k+1 single steps would be k+1 times);
@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from experiment.config import ExperimentConfig
-from experiment.loading import build_config, cdk_json_context, context_from_pairs
+from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from loadtest.analysis import served_k
 from loadtest.prompts import load_prompts
 from local_run.arms import local_experiment
 from local_run.machine import Machine
@@ -193,22 +194,30 @@ def acceptance_by_class(config: ExperimentConfig, pair: ModelPair, k: int) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.miniature", description=__doc__)
-    parser.add_argument("-c", "--context-override", action="append", default=[], metavar="K=V")
-    parser.add_argument("--config", help="a YAML/JSON experiment config file")
-    parser.add_argument("--context", type=int, default=256, help="cached tokens before a step")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.miniature",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser)  # --config FILE, -c KEY=VALUE: as every CLI of the project
+    parser.add_argument(
+        "--context-tokens", type=int, default=256, help="cached tokens before a step"
+    )
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1, help="vLLM's CPU engine uses one core")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    context = {**cdk_json_context(), **context_from_pairs(args.context_override)}
-    config = build_config(context, config_file=args.config)
+    try:
+        config = config_from_arguments(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     local = config.local
-    k = local.num_speculative_tokens or config.serving.num_speculative_tokens
-    if args.context + k + 1 > local.max_model_len:
-        parser.error(f"--context {args.context} + k + 1 exceeds local.max_model_len")
+    k = served_k(config, local=True)
+    if args.context_tokens + k + 1 > local.max_model_len:
+        parser.error(f"--context-tokens {args.context_tokens} + k + 1 exceeds local.max_model_len")
     pair = ensure_models(local, log=lambda line: print(line, file=sys.stderr))
-    result = measure(pair, k, args.context, args.repeats, args.threads)
+    result = measure(pair, k, args.context_tokens, args.repeats, args.threads)
     result["replayed_acceptance_by_class"] = acceptance_by_class(config, pair, k)
     text = json.dumps(result, indent=1)
     if args.out:

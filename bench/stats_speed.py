@@ -89,7 +89,7 @@ def write_run_dir(
         warmup_requests=0,
         seed=lt.seed,
         slo=SloInfo.model_validate(lt.slo.model_dump()),
-        analysis=analysis_info(config, urls),
+        analysis=analysis_info(config),
     )
     (run_dir / "run.json").write_text(run.model_dump_json())
     write_records(run_dir / "records_baseline.jsonl", baseline)

@@ -8,9 +8,10 @@
    means the same).
 
 The same layers and the same ``-c KEY=VALUE`` parser serve every command line: the CDK
-app, ``python -m charts``, ``python -m loadtest``, ``python -m local_run`` (through
-``add_config_arguments`` / ``config_from_arguments``), so one override changes every
-consumer at once and a mistake gets the same message everywhere.
+app, ``python -m charts``, ``python -m loadtest``, ``python -m local_run``, ``python -m
+tune``, ``python -m bench.miniature`` and the Locust file (through ``add_config_arguments``
+/ ``config_from_arguments``), so one override changes every consumer at once and a mistake
+gets the same message everywhere. ``--help-config`` lists every key with its description.
 
 Values are read as YAML 1.2 scalars that keep their text: ``-c
 cluster.kubernetes_version=1.35`` is the string ``"1.35"`` for a string field and the number
@@ -24,12 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Mapping, Sequence
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from experiment.config import ExperimentConfig
 
@@ -240,9 +243,16 @@ def context_from_pairs(pairs: Sequence[str]) -> dict[str, str]:
     return context
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """The configuration options every command line shares (same names, same syntax)."""
-    parser.add_argument("--config", help="experiment config file (YAML or JSON)")
+HELP_CONFIG = "--help-config"
+
+
+def add_config_arguments(parser: Any, *, file_option: bool = True) -> None:
+    """The configuration options every command line shares (same names, same syntax):
+    ``--config FILE``, ``-c KEY=VALUE`` and ``--help-config`` (every key with its
+    description). ``file_option=False`` for a parser that owns ``--config`` already (Locust's
+    is its own settings file): there ``-c experiment_file=FILE`` names the config file."""
+    if file_option:
+        parser.add_argument("--config", help="experiment config file (YAML or JSON)")
     parser.add_argument(
         "-c",
         "--context",
@@ -252,14 +262,71 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="config override, e.g. -c serving.num_speculative_tokens=5 (repeatable; the "
-        "'experiment.' prefix is optional, as with cdk synth -c)",
+        f"'experiment.' prefix is optional, as with cdk synth -c; {HELP_CONFIG} lists the keys)",
+    )
+    parser.add_argument(
+        HELP_CONFIG,
+        action=_HelpConfig,
+        help="list every -c key with its type, default and description, then exit",
     )
 
 
-def config_from_arguments(args: argparse.Namespace) -> ExperimentConfig:
-    """cdk.json context < ``--config`` file < ``-c`` overrides, as ``cdk synth`` layers them."""
+class _HelpConfig(argparse.Action):
+    """Prints ``config_help()`` and exits, as ``--help`` does."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs
+        )
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        print(config_help())
+        parser.exit()
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (``X`` or ``X | None``), so its keys are listed one by one."""
+    candidates = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
+    models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+    return models[0] if len(models) == 1 else None
+
+
+def config_keys(
+    model: type[BaseModel] = ExperimentConfig, prefix: str = ""
+) -> Iterator[tuple[str, FieldInfo]]:
+    """Every ``-c`` path of the configuration, depth first, with its pydantic field."""
+    for name, field in model.model_fields.items():
+        nested = _nested_model(field.annotation)
+        if nested is None:
+            yield prefix + name, field
+        else:
+            yield from config_keys(nested, f"{prefix}{name}.")
+
+
+def _type_name(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if not typing.get_args(annotation) else None
+    return text or str(annotation).replace("typing.", "")
+
+
+def config_help(model: type[BaseModel] = ExperimentConfig) -> str:
+    """The ``-c`` keys with type, default and the description each field declares."""
+    lines = ["configuration keys (-c KEY=VALUE; the 'experiment.' prefix is optional):"]
+    for path, field in config_keys(model):
+        default = field.get_default(call_default_factory=True)
+        default_text = json.dumps(
+            default, default=lambda value: getattr(value, "value", str(value))
+        )
+        lines.append(f"  {path} ({_type_name(field.annotation)}, default {default_text})")
+        if field.description:
+            lines.append(f"      {' '.join(field.description.split())}")
+    return "\n".join(lines)
+
+
+def config_from_arguments(args: Any, *, file_option: bool = True) -> ExperimentConfig:
+    """cdk.json context < ``--config`` file < ``-c`` overrides, as ``cdk synth`` layers them
+    (``file_option`` as given to ``add_config_arguments``)."""
     context = {**cdk_json_context(), **context_from_pairs(args.overrides or [])}
-    return build_config(context, config_file=args.config)
+    return build_config(context, config_file=args.config if file_option else None)
 
 
 def _format_validation_error(err: ValidationError) -> str:

@@ -14,7 +14,7 @@ from typing import TypeVar
 from experiment import ConfigError
 from experiment.config import ExperimentConfig
 from experiment.loading import add_config_arguments, config_from_arguments
-from loadtest.plan import Overrides
+from loadtest.plan import API, local_scale
 
 LOG = logging.getLogger("loadtest")
 SCHEMA_IN_REPO = "docs/schemas/summary.schema.json"
@@ -22,28 +22,8 @@ SUMMARY_SCHEMA = Path(__file__).resolve().parent.parent / SCHEMA_IN_REPO
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
-    return config_from_arguments(args)
-
-
-def _overrides(args: argparse.Namespace, config: ExperimentConfig) -> Overrides:
-    scale = Overrides.local_scale(config) if args.local else Overrides()
-    prompt_files: tuple[str, ...] | None = None
-    if args.prompts:
-        prompt_files = tuple(args.prompts)
-    if args.add_prompts:
-        prompt_files = (*(prompt_files or config.loadtest.prompts.files), *args.add_prompts)
-    return Overrides(
-        max_tokens=args.max_tokens or scale.max_tokens,
-        concurrency=args.concurrency or scale.concurrency,
-        requests_per_prompt=args.requests_per_prompt or scale.requests_per_prompt,
-        request_rate=args.request_rate,
-        warmup_requests=args.warmup,
-        max_duration_s=args.duration,
-        max_requests=args.max_requests,
-        request_timeout_s=args.timeout,
-        prompt_files=prompt_files,
-        api=args.api,
-    )
+    config = config_from_arguments(args)
+    return local_scale(config) if getattr(args, "local", False) else config
 
 
 Number = TypeVar("Number", int, float)
@@ -62,7 +42,9 @@ def _positive(kind: Callable[[str], Number]) -> Callable[[str], Number]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest",
-        description=("Comparative load test of the baseline and speculative-decoding arms."),
+        description="Comparative load test of the baseline and speculative-decoding arms.",
+        epilog="The load comes from the configuration: e.g. run -c loadtest.concurrency=8 -c "
+        "loadtest.max_tokens=128; run --help-config lists every key with its description.",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,36 +60,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--local",
         action="store_true",
-        help="use the local run's small scale (config.local.max_tokens, ...)",
+        help="the local run's servers and small scale: local.max_tokens, local.concurrency "
+        "and local.requests_per_prompt replace the loadtest.* ones",
     )
-    run.add_argument("--max-tokens", type=_positive(int))
-    run.add_argument("--concurrency", type=_positive(int))
-    run.add_argument("--requests-per-prompt", type=_positive(int))
+    # Only what is not a configuration key has a flag; the load (max_tokens, concurrency,
+    # prompts, workers, ...) is set with -c loadtest.<key>=VALUE (--help-config lists them).
     run.add_argument(
-        "--request-rate",
-        type=_positive(float),
-        help="open loop: Poisson arrivals at this rate (req/s)",
-    )
-    run.add_argument("--warmup", type=int, help="warm-up requests per arm (excluded)")
-    run.add_argument(
-        "--duration",
-        type=_positive(float),
-        help="time bound of the whole comparison in s (each arm gets about half)",
-    )
-    run.add_argument("--max-requests", type=_positive(int), help="cap on measured requests")
-    run.add_argument("--timeout", type=_positive(float), help="per-request timeout (s)")
-    run.add_argument("--prompts", action="append", help="prompt file(s) replacing the suite")
-    run.add_argument("--add-prompts", action="append", help="prompt file(s) added to the suite")
-    run.add_argument("--api", choices=["chat", "completions"], default="chat")
-    run.add_argument(
-        "--workers",
+        "--max-requests",
         type=_positive(int),
-        help="Locust worker processes per arm (default loadtest.workers; 1: one process)",
+        help="cap on measured requests (a smoke test of a big suite)",
     )
+    run.add_argument("--api", choices=list(API), default="chat")
     run.add_argument(
         "--workers-external",
         action="store_true",
-        help="do not start the workers: they connect to loadtest.master_port (cluster pods)",
+        help="do not start loadtest.workers here: they connect to loadtest.master_port "
+        "(cluster pods)",
     )
     run.add_argument(
         "--wait-ready",
@@ -172,9 +140,10 @@ def _run(args: argparse.Namespace) -> int:
             args.baseline,
             args.speculative,
             out,
-            overrides=_overrides(args, config),
+            max_requests=args.max_requests,
+            api=args.api,
+            local=args.local,
             publish_cloudwatch=not args.no_cloudwatch,
-            workers=args.workers,
             local_workers=not args.workers_external,
             wait_ready_s=args.wait_ready,
             handle_signals=True,

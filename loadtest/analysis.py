@@ -1,6 +1,6 @@
 """Statistics, cost and verdict of a run: what the summary adds to the per-arm metrics.
 
-``analysis_info(config, urls)`` is written to run.json when the run starts (k, bootstrap
+``analysis_info(config, local=...)`` is written to run.json when the run starts (k, bootstrap
 settings, the price the arms pay), so ``summarize(run_dir)`` recomputes everything from the
 run directory alone; ``analyse`` does that from the records.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from experiment.config import Arm, ExperimentConfig
-from loadtest.cost import cost_summary, is_local_run, price_basis
+from loadtest.cost import cost_summary, price_basis
 from loadtest.records import RequestRecord
 from loadtest.results import (
     AnalysisInfo,
@@ -27,12 +27,23 @@ from loadtest.stats import paired_statistics
 from loadtest.verdict import MorePairs, verdicts
 
 
-def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> AnalysisInfo:
-    """What run.json records for the analysis; the local servers get the local price and k."""
-    local = is_local_run(config, urls)
-    k = config.serving.num_speculative_tokens
-    if local and config.local.num_speculative_tokens is not None:
-        k = config.local.num_speculative_tokens
+def served_k(config: ExperimentConfig, *, local: bool) -> int:
+    """The k the speculative arm serves with: the local run's spec or the trn2 one (the
+    local rule, ``local.num_speculative_tokens`` else ``serving``'s, lives once, in
+    ``ExperimentConfig.local_serving_spec``; the model paths do not matter for k)."""
+    if local:
+        spec = config.local_serving_spec(Arm.SPECULATIVE, target_dir="", draft_dir="")
+    else:
+        spec = config.serving_spec(Arm.SPECULATIVE)
+    k = spec.num_speculative_tokens
+    assert k is not None, "a speculative arm's spec always has k"
+    return k
+
+
+def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisInfo:
+    """What run.json records for the analysis. ``local``: the arms are the local run's CPU
+    servers (local price and k), else the trn2 deployment's (the caller says which: never
+    guessed from URLs)."""
     # The setting a "can't tell" verdict points at to get more pairs.
     pairs_setting, requests_per_prompt = (
         ("local.requests_per_prompt", config.local.requests_per_prompt)
@@ -40,7 +51,7 @@ def analysis_info(config: ExperimentConfig, urls: Mapping[str, str]) -> Analysis
         else ("loadtest.requests_per_prompt", config.loadtest.requests_per_prompt)
     )
     return AnalysisInfo(
-        num_speculative_tokens=k,
+        num_speculative_tokens=served_k(config, local=local),
         statistics=config.statistics,
         price=price_basis(config, local=local),
         pairs_setting=pairs_setting,

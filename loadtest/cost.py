@@ -11,7 +11,6 @@ from ``config.pricing`` (no lookup at run time); a nominal price is labelled as 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
 
 from experiment.config import Arm, ExperimentConfig
 from loadtest.records import RequestRecord
@@ -20,20 +19,6 @@ from loadtest.results import CostSummary, Interval, OptimalLoadCost, PriceBasis,
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_UNIT = 1_000_000
 LOCAL_CAPACITY = "local"
-
-
-def is_local_run(config: ExperimentConfig, urls: Mapping[str, str]) -> bool:
-    """Both arms are the local servers of ``config.local`` (host and ports)."""
-    local = config.local
-    expected = {
-        Arm.BASELINE.value: (local.host, local.baseline_port),
-        Arm.SPECULATIVE.value: (local.host, local.speculative_port),
-    }
-    for arm, (host, port) in expected.items():
-        parts = urlsplit(urls.get(arm, ""))
-        if (parts.hostname, parts.port) != (host, port):
-            return False
-    return True
 
 
 def price_basis(config: ExperimentConfig, *, local: bool) -> PriceBasis:

@@ -5,8 +5,9 @@ Standalone, with Locust's usual flags (``--csv``/``--html``/``--json`` keep work
     locust -f loadtest/locustfile.py --headless -H http://127.0.0.1:8101 -u 4 -r 4 -t 10m \\
         --arm baseline --csv runs/base --html runs/base.html
 
-takes prompts, max_tokens, seed, ... from the experiment configuration (``--loadtest-config
-FILE`` layers a config file) and writes raw records to ``--records-dir`` (default
+takes prompts, max_tokens, seed, ... from the experiment configuration (``-c KEY=VALUE``
+as on every command, ``-c experiment_file=FILE`` for a config file: Locust's own ``--config``
+is its settings file) and writes raw records to ``--records-dir`` (default
 ``runs/locust-<arm>-<time>/``). ``python -m loadtest run`` starts this file once per arm with
 ``--loadtest-plan`` instead. Either way:
 
@@ -43,6 +44,8 @@ from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.stats import CSV_STATS_INTERVAL_SEC
 
+from experiment.config import Arm
+from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from loadtest.acceptance import scrape
 from loadtest.client import stream_request
 from loadtest.distributed import (
@@ -59,7 +62,7 @@ from loadtest.distributed import (
     warmup_share,
     worker_share,
 )
-from loadtest.plan import RunPlan
+from loadtest.plan import API, RunPlan, build_plan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
 from loadtest.transport import ArrivalStamps, StreamSession, Transport
@@ -74,12 +77,14 @@ def _add_arguments(parser: Any) -> None:
     group.add_argument(
         "--arm",
         default="baseline",
-        choices=["baseline", "speculative"],
+        choices=[arm.value for arm in Arm],
         help="which arm this endpoint is (standalone use)",
     )
-    group.add_argument("--loadtest-config", default="", help="experiment config file (YAML/JSON)")
+    # -c KEY=VALUE as on every command of the project; Locust's own --config is its settings
+    # file, so the experiment's file is -c experiment_file=FILE here.
+    add_config_arguments(group, file_option=False)
     group.add_argument("--records-dir", default="", help="where records go (standalone use)")
-    group.add_argument("--api", default="chat", choices=["chat", "completions"])
+    group.add_argument("--api", default="chat", choices=list(API))
     group.add_argument(
         "--max-requests",
         type=int,
@@ -462,21 +467,23 @@ def _setup_worker(environment: Environment) -> None:
 
 
 def _standalone_plan(environment: Environment) -> RunPlan:
-    from experiment import Arm, build_config
-    from loadtest.plan import Overrides, build_plan
-
     options = environment.parsed_options
     if options is None:
         raise SystemExit("loadtest/locustfile.py needs Locust's command line options")
     if not environment.host:
         raise SystemExit("set the endpoint with -H/--host, e.g. -H http://127.0.0.1:8101")
-    config = build_config(config_file=options.loadtest_config or None)
+    try:
+        config = config_from_arguments(options, file_option=False)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
     arm = Arm(options.arm)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(options.records_dir or f"runs/locust-{arm.value}-{stamp}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    overrides = Overrides(api=options.api, max_requests=options.max_requests or None)
-    return build_plan(config, arm, environment.host, run_dir, overrides)
+    return build_plan(
+        config, arm, environment.host, run_dir,
+        max_requests=options.max_requests or None, api=options.api,
+    )  # fmt: skip
 
 
 @events.init.add_listener

@@ -75,35 +75,22 @@ class RunPlan:
         )
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """Per-run overrides of ``config.loadtest`` (the local run passes its small scale here)."""
+API = ("chat", "completions")
 
-    max_tokens: int | None = None
-    concurrency: int | None = None
-    requests_per_prompt: int | None = None
-    request_rate: float | None = None
-    warmup_requests: int | None = None
-    max_duration_s: float | None = None  # the whole comparison (both arms)
-    max_requests: int | None = None  # cap on measured requests (after the shuffle)
-    request_timeout_s: float | None = None
-    prompt_files: tuple[str, ...] | None = None
-    api: str = "chat"
 
-    @classmethod
-    def local_scale(cls, config: ExperimentConfig) -> Overrides:
-        """The local run's small scale (``config.local``): used by ``python -m local_run``
-        and ``python -m loadtest run --local`` alike."""
-        local = config.local
-        return cls(
-            max_tokens=local.max_tokens,
-            concurrency=local.concurrency,
-            requests_per_prompt=local.requests_per_prompt,
-        )
-
-    def pick(self, name: str, default: Any) -> Any:
-        value = getattr(self, name)
-        return default if value is None else value
+def local_scale(config: ExperimentConfig) -> ExperimentConfig:
+    """The configuration with the local run's small scale (``local.max_tokens``,
+    ``local.concurrency``, ``local.requests_per_prompt``) as its load: what ``python -m
+    local_run`` and ``python -m loadtest run --local`` measure. Set with -c like any key."""
+    local = config.local
+    loadtest = config.loadtest.model_copy(
+        update={
+            "max_tokens": local.max_tokens,
+            "concurrency": local.concurrency,
+            "requests_per_prompt": local.requests_per_prompt,
+        }
+    )
+    return config.model_copy(update={"loadtest": loadtest})
 
 
 def build_plan(
@@ -111,39 +98,41 @@ def build_plan(
     arm: Arm,
     base_url: str,
     run_dir: Path,
-    overrides: Overrides | None = None,
+    *,
+    max_requests: int | None = None,
+    api: str = "chat",
 ) -> RunPlan:
+    """The arm's plan from ``config.loadtest``. ``max_requests``: cap on measured requests
+    (after the shuffle; a smoke test of a big suite); ``api``: chat or completions."""
     lt = config.loadtest
-    ov = overrides or Overrides()
     if not base_url.startswith(("http://", "https://")):
         raise ValueError(f"{arm.value} URL {base_url!r} must start with http:// or https://")
-    if ov.api not in ("chat", "completions"):
-        raise ValueError(f"api {ov.api!r}: use 'chat' or 'completions'")
+    if api not in API:
+        raise ValueError(f"api {api!r}: use 'chat' or 'completions'")
+    if max_requests is not None and max_requests < 1:
+        raise ValueError(f"max_requests {max_requests} must be >= 1 (or unset: every request)")
     params = RequestParams(
         model=config.serving.target_model,
-        max_tokens=ov.pick("max_tokens", lt.max_tokens),
+        max_tokens=lt.max_tokens,
         temperature=lt.temperature,
         ignore_eos=lt.ignore_eos,
         seed=lt.seed,
-        api="completions" if ov.api == "completions" else "chat",
-        timeout_s=ov.pick("request_timeout_s", lt.request_timeout_s),
+        api="completions" if api == "completions" else "chat",
+        timeout_s=lt.request_timeout_s,
     )
-    prompts = load_prompts(list(ov.pick("prompt_files", tuple(lt.prompts.files))))
     schedule = build_schedule(
-        prompts,
-        requests_per_prompt=ov.pick("requests_per_prompt", lt.requests_per_prompt),
+        load_prompts(list(lt.prompts.files)),
+        requests_per_prompt=lt.requests_per_prompt,
         seed=lt.seed,
-        warmup_requests=ov.pick("warmup_requests", lt.warmup_requests),
-        request_rate=ov.pick("request_rate", lt.request_rate),
-        max_requests=ov.max_requests,
+        warmup_requests=lt.warmup_requests,
+        request_rate=lt.request_rate,
+        max_requests=max_requests,
     )
     shape = LoadShape(
-        concurrency=ov.pick("concurrency", lt.concurrency),
-        request_rate=ov.pick("request_rate", lt.request_rate),
-        max_duration_s=arm_time_budget(ov.pick("max_duration_s", lt.max_duration_s)),
+        concurrency=lt.concurrency,
+        request_rate=lt.request_rate,
+        max_duration_s=arm_time_budget(lt.max_duration_s),
     )
-    if shape.concurrency < 1:
-        raise ValueError(f"concurrency {shape.concurrency} must be >= 1")
     return RunPlan(
         arm=arm.value,
         base_url=base_url.rstrip("/"),

@@ -12,7 +12,7 @@ summary and report, marked ``cancelled_by``.
 
 Run directory layout::
 
-    run.json                      what was run (config excerpt, URLs, load shape, overrides)
+    run.json                      what was run (config excerpt, URLs, load shape, api, cap)
     plan_<arm>.json               the exact schedule and request parameters of each arm
     records_<arm>.jsonl           raw per-request records (warm-up included, flagged; with
                                   workers: every worker's, written by the master)
@@ -50,7 +50,7 @@ from loadtest.launch import (
     wait_ready,
     worker_command,
 )
-from loadtest.plan import Overrides, RunPlan, build_plan
+from loadtest.plan import RunPlan, build_plan
 from loadtest.report import write_report
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, SloInfo
 from loadtest.summary import RUN_JSON, summarize, write_summary
@@ -178,7 +178,9 @@ def run_comparison(
     speculative_url: str,
     out_dir: Path,
     *,
-    overrides: Overrides | None = None,
+    max_requests: int | None = None,
+    api: str = "chat",
+    local: bool = False,
     publish_cloudwatch: bool = False,
     workers: int | None = None,
     local_workers: bool = True,
@@ -186,9 +188,13 @@ def run_comparison(
     handle_signals: bool = False,
     served_models: str | None = None,
 ) -> RunSummary:
-    """Run both arms with identical load, write the run directory and its report.
+    """Run both arms with identical load (``config.loadtest``), write the run directory and
+    its report.
 
-    ``workers``: Locust workers per arm (default ``loadtest.workers``); ``local_workers``:
+    ``max_requests``, ``api``: as ``build_plan``. ``local``: the arms are the local run's
+    CPU servers, so the analysis prices the local machine and takes the local k (the caller
+    knows what it started; a URL does not: a port-forwarded trn2 service may listen on any
+    port). ``workers``: Locust workers per arm (default ``loadtest.workers``); ``local_workers``:
     start them here, else wait for them to connect (cluster). ``wait_ready_s``: first wait
     at most this long for both services' /health (NotReady when one never answers).
     ``handle_signals``: SIGINT/SIGTERM cancel the run (summary.cancelled_by), for a CLI;
@@ -196,15 +202,17 @@ def run_comparison(
     the servers really serve when the model name requests carry is only an alias (the
     report's run header says it)."""
     out_dir = Path(out_dir)
-    overrides = overrides or Overrides()
     workers = workers or config.loadtest.workers
     urls = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
-    plans = {arm: build_plan(config, arm, url, out_dir, overrides) for arm, url in urls.items()}
+    plans = {
+        arm: build_plan(config, arm, url, out_dir, max_requests=max_requests, api=api)
+        for arm, url in urls.items()
+    }
     concurrency = plans[Arm.BASELINE].shape.concurrency
-    if workers > concurrency:  # the config refuses this too; --workers/--concurrency may not
+    if workers > concurrency:  # the config refuses this too; a caller's workers or scale may not
         raise ValueError(
             f"{workers} workers for concurrency {concurrency}: every Locust worker needs at "
-            "least one user; use --workers <= --concurrency"
+            "least one user; lower loadtest.workers or raise the concurrency"
         )
     if wait_ready_s:
         LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
@@ -224,15 +232,16 @@ def run_comparison(
         variant_labels={arm.value: label for arm, label in config.loadtest.variant_labels.items()},
         request=RequestInfo.model_validate(asdict(reference.params)),
         load_shape=LoadShapeInfo.model_validate(asdict(reference.shape)),  # per arm
-        max_duration_s=overrides.max_duration_s or config.loadtest.max_duration_s,
+        max_duration_s=config.loadtest.max_duration_s,
         measured_requests=len(reference.measured),
         warmup_requests=len(reference.schedule) - len(reference.measured),
         seed=config.loadtest.seed,
-        prompt_files=list(overrides.prompt_files or config.loadtest.prompts.files),
+        prompt_files=list(config.loadtest.prompts.files),
         slo=SloInfo.model_validate(config.loadtest.slo.model_dump()),
-        overrides={k: v for k, v in asdict(overrides).items() if v is not None},
+        # What the run set besides the configuration (loadtest_config holds that).
+        overrides={"api": api, **({"max_requests": max_requests} if max_requests else {})},
         loadtest_config=config.loadtest.model_dump(mode="json"),
-        analysis=analysis_info(config, {arm.value: plan.base_url for arm, plan in plans.items()}),
+        analysis=analysis_info(config, local=local),
     )
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)

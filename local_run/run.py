@@ -128,7 +128,7 @@ def _write_local_report(
 def run_local(
     config: ExperimentConfig, *, smoke_only: bool = False, log: Log = print
 ) -> LocalRunResult:
-    from loadtest import Overrides, render_summary_table, run_comparison
+    from loadtest import local_scale, render_summary_table, run_comparison
 
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -163,11 +163,11 @@ def run_local(
         served = describe_pair(pair)  # the headers of report.md and local_run.md
         loadtest_started = time.monotonic()
         summary = run_comparison(
-            config,
+            local_scale(config),
             urls[Arm.BASELINE],
             urls[Arm.SPECULATIVE],
             run_dir,
-            overrides=Overrides.local_scale(config),
+            local=True,
             served_models=served,
         )
         timings["load_test"] = time.monotonic() - loadtest_started

@@ -131,3 +131,47 @@ def test_loadtest_pod_request_above_its_limit_says_what_to_change() -> None:
         build_config({"experiment.loadtest.pod.cpu": "3"})
     with pytest.raises(ConfigError, match="memory_gib"):
         build_config({"experiment.loadtest.pod.memory_gib": "4"})
+
+
+def test_help_config_lists_every_key_with_its_field_description(capsys) -> None:
+    import argparse
+
+    from pydantic import BaseModel, Field
+
+    from experiment.loading import add_config_arguments, config_help, config_keys
+
+    class Inner(BaseModel):
+        port: int = Field(default=8000, description="where the server listens")
+
+    class Outer(BaseModel):
+        name: str = "x"
+        inner: Inner = Field(default_factory=Inner)
+        maybe: Inner | None = None
+
+    text = config_help(Outer)
+    assert "  inner.port (int, default 8000)\n      where the server listens" in text
+    assert "  maybe.port (int, default 8000)" in text and '  name (str, default "x")' in text
+    # Every leaf of the real configuration is a -c path build_config accepts.
+    paths = [path for path, _ in config_keys()]
+    assert "serving.num_speculative_tokens" in paths and "loadtest.slo.ttft_ms" in paths
+    assert not any(path in ("serving", "loadtest", "local") for path in paths)
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--help-config"])
+    assert exit_.value.code == 0
+    assert "serving.num_speculative_tokens (int, default 7)" in capsys.readouterr().out
+
+
+def test_a_parser_that_owns_config_takes_the_file_through_c(tmp_path) -> None:
+    import argparse
+
+    from experiment.loading import add_config_arguments, config_from_arguments
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")  # e.g. Locust's own settings file
+    add_config_arguments(parser, file_option=False)
+    config_file = tmp_path / "my.yaml"
+    config_file.write_text("serving:\n  num_speculative_tokens: 4\n")
+    args = parser.parse_args(["--config", "locust.conf", "-c", f"experiment_file={config_file}"])
+    assert config_from_arguments(args, file_option=False).serving.num_speculative_tokens == 4

@@ -191,7 +191,7 @@ def _server_run(run_dir, server: str):
 
     run_file = run_dir / "run.json"
     run = json.loads(run_file.read_text())
-    run["analysis"] = analysis_info(build_config({}), run["urls"]).model_dump(mode="json")
+    run["analysis"] = analysis_info(build_config({})).model_dump(mode="json")
     run_file.write_text(json.dumps(run))
     window = run_dir / "window_speculative.json"
     meta = json.loads(window.read_text())

@@ -34,32 +34,62 @@ def test_bad_input_exits_2_with_what_to_change(tmp_path, capsys) -> None:
     code = main(["run", "--local", "--set", "loadtest.concurrency=0", "--no-cloudwatch"])
     assert code == 2 and "loadtest.concurrency" in capsys.readouterr().err
     missing = str(tmp_path / "absent.jsonl")
-    code = main(["run", "--local", "--prompts", missing, "--out", str(tmp_path / "r")])
+    prompts = ["-c", f'loadtest.prompts.files=["{missing}"]']
+    code = main(["run", "--local", *prompts, "--out", str(tmp_path / "r")])
     assert code == 2 and "does not exist" in capsys.readouterr().err
 
 
-def test_local_flag_uses_the_local_scale_and_explicit_flags_win() -> None:
-    from experiment import build_config
-    from loadtest.__main__ import _overrides, _parser
-    from loadtest.plan import Overrides
+def test_load_flags_are_gone_in_favour_of_c(capsys) -> None:
+    """The load is set once, as configuration keys: no flag restates a loadtest.* field."""
+    import re
 
-    config = build_config({})
-    local = _overrides(_parser().parse_args(["run", "--local"]), config)
+    from experiment.config import LoadTestConfig
+    from loadtest.__main__ import _parser
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--help"])
+    options = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", capsys.readouterr().out))
+    restated = {f"--{name.replace('_', '-')}" for name in LoadTestConfig.model_fields}
+    assert options & restated == set()
+    assert {"--config", "-c", "--help-config", "--baseline", "--max-requests"} <= options
+
+
+def test_local_flag_uses_the_local_scale_and_c_sets_it() -> None:
+    from loadtest.__main__ import _config, _parser
+
+    local = _config(_parser().parse_args(["run", "--local"])).loadtest
+    config = _config(_parser().parse_args(["run"]))
     assert (local.max_tokens, local.concurrency, local.requests_per_prompt) == (
         config.local.max_tokens,
         config.local.concurrency,
         config.local.requests_per_prompt,
     )
-    assert Overrides.local_scale(config).max_tokens == config.local.max_tokens
-    explicit = _overrides(_parser().parse_args(["run", "--local", "--max-tokens", "9"]), config)
-    assert explicit.max_tokens == 9
-    plain = _overrides(_parser().parse_args(["run"]), config)
-    assert plain.max_tokens is None and plain.concurrency is None
+    assert config.loadtest.max_tokens != config.local.max_tokens  # without --local: trn2 scale
+    set_local = _parser().parse_args(["run", "--local", "-c", "local.max_tokens=9"])
+    assert _config(set_local).loadtest.max_tokens == 9
+    plain = _parser().parse_args(["run", "-c", "loadtest.max_tokens=9"])
+    assert _config(plain).loadtest.max_tokens == 9
+
+
+def test_run_help_config_lists_the_load_keys_with_descriptions() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run", "--help-config"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "loadtest.concurrency (int, default 4)" in result.stdout
+    assert "loadtest.prompts.files" in result.stdout
 
 
 # python -m loadtest run as a real process (issue 13; issue 15 items 10 and 11).
-SMALL = ["--max-tokens", "6", "--requests-per-prompt", "2", "--concurrency", "4",
-         "--warmup", "1", "--no-cloudwatch"]  # fmt: skip
+SMALL = ["-c", "loadtest.max_tokens=6", "-c", "loadtest.requests_per_prompt=2",
+         "-c", "loadtest.concurrency=4", "-c", "loadtest.warmup_requests=1",
+         "--no-cloudwatch"]  # fmt: skip
 
 
 def _cli(args: list[str]) -> subprocess.Popen[str]:
@@ -129,7 +159,7 @@ def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
     port = {signal.SIGINT: 8521, signal.SIGTERM: 8522}[sig]
     process = _cli(
         ["--baseline", server.url, "--speculative", server.url, "--out", str(out),
-         "--workers", str(workers), "-c", f"loadtest.master_port={port}", *SMALL]
+         "-c", f"loadtest.workers={workers}", "-c", f"loadtest.master_port={port}", *SMALL]
     )  # fmt: skip
     records = out / "records_baseline.jsonl"
     deadline = time.monotonic() + 90
@@ -159,7 +189,8 @@ def test_workers_run_has_the_single_process_schema_plus_workers(serve, tmp_path)
     out = tmp_path / "run"
     process = _cli(
         ["--baseline", server.url, "--speculative", sd.url, "--out", str(out),
-         "--workers", "2", "-c", "loadtest.master_port=8523", *SMALL, "--max-requests", "10"]
+         "-c", "loadtest.workers=2", "-c", "loadtest.master_port=8523", *SMALL,
+         "--max-requests", "10"]
     )  # fmt: skip
     output, _ = process.communicate(timeout=240)
     assert process.returncode == 0, output

@@ -8,7 +8,6 @@ from experiment import ConfigError, build_config
 from loadtest.cost import (
     NO_SWEEP,
     cost_summary,
-    is_local_run,
     optimal_load,
     price_basis,
     scope_cost,
@@ -52,15 +51,22 @@ def test_a_price_without_source_and_date_is_rejected_with_what_to_give() -> None
         build_config({"experiment.pricing.local.usd_per_hour": "0"})
 
 
-def test_local_run_is_recognised_by_the_local_servers_urls() -> None:
+def test_the_run_context_not_the_url_chooses_the_price(tmp_path, monkeypatch) -> None:
+    """A trn2 service port-forwarded to 127.0.0.1:8101 (the local baseline's port) is priced
+    as trn2; the local run (local=True) as the CPU machine, whatever its URLs."""
+    import json
+
+    from loadtest import runner
+
+    monkeypatch.setattr(runner, "run_arm", lambda *args, **kwargs: None)  # no Locust here
+    monkeypatch.setattr(runner, "write_report", lambda *args, **kwargs: None)
     config = build_config({})
-    local = config.local
-    urls = {
-        "baseline": f"http://{local.host}:{local.baseline_port}",
-        "speculative": f"http://{local.host}:{local.speculative_port}/",
-    }
-    assert is_local_run(config, urls)
-    assert not is_local_run(config, {**urls, "speculative": "http://qwen-sd-vllm.qwen:8000"})
+    forwarded = ("http://127.0.0.1:8101", "http://127.0.0.1:8102")
+    for local, target in ((False, "trn2"), (True, "local")):
+        out = tmp_path / target
+        runner.run_comparison(config, *forwarded, out, local=local)
+        analysis = json.loads((out / "run.json").read_text())["analysis"]
+        assert analysis["price"]["target"] == target, local
 
 
 def test_usd_per_million_tokens() -> None:
@@ -142,14 +148,11 @@ def test_run_json_analysis_prices_local_servers_locally_with_their_k() -> None:
     from loadtest.analysis import analysis_info
 
     config = build_config({"experiment.local.num_speculative_tokens": "3"})
-    local = config.local
-    urls = {
-        "baseline": f"http://{local.host}:{local.baseline_port}",
-        "speculative": f"http://{local.host}:{local.speculative_port}",
-    }
-    info = analysis_info(config, urls)
+    info = analysis_info(config, local=True)
     assert info.price.target == "local" and info.num_speculative_tokens == 3
-    remote = analysis_info(config, {"baseline": "http://a:8000", "speculative": "http://b:8000"})
+    remote = analysis_info(config)
     assert remote.price.target == "trn2"
     assert remote.num_speculative_tokens == config.serving.num_speculative_tokens
     assert info.statistics == config.statistics
+    # Without a local k the local run serves the trn2 deployment's.
+    assert analysis_info(build_config({}), local=True).num_speculative_tokens == 7

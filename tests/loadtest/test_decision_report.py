@@ -22,7 +22,7 @@ def analysed_run_dir(fake_run_dir):
     config = build_config({})
     run_file = fake_run_dir / "run.json"
     run = json.loads(run_file.read_text())
-    run["analysis"] = analysis_info(config, run["urls"]).model_dump(mode="json")
+    run["analysis"] = analysis_info(config).model_dump(mode="json")
     run_file.write_text(json.dumps(run))
     return fake_run_dir
 
@@ -133,7 +133,7 @@ def test_run_json_carries_config_statistics_and_reads_the_flat_settings_of_schem
     from loadtest.results import AnalysisInfo
 
     config = build_config({"statistics.seed": "3", "statistics.min_pairs_for_verdict": "12"})
-    info = analysis_info(config, {"baseline": "http://a", "speculative": "http://b"})
+    info = analysis_info(config)
     assert info.statistics == config.statistics  # the config section itself, not a copy
     flat = info.model_dump(mode="json")
     flat.update(flat.pop("statistics"))  # how schema 4 wrote run.json

@@ -186,8 +186,12 @@ def test_cli_refuses_more_workers_than_concurrency(tmp_path, capsys) -> None:
 
     out = tmp_path / "never"
     args = ["run", "--baseline", "http://a", "--speculative", "http://b", "--out", str(out)]
-    assert main([*args, "--workers", "3", "--concurrency", "2", "--no-cloudwatch"]) == 2
-    assert "--workers <= --concurrency" in capsys.readouterr().err
+    too_many = ["-c", "loadtest.workers=3", "-c", "loadtest.concurrency=2", "--no-cloudwatch"]
+    assert main([*args, *too_many]) == 2
+    assert "loadtest.workers (3) exceeds loadtest.concurrency" in capsys.readouterr().err
+    # --local's scale (local.concurrency 1) with the cluster's workers: named, not a crash.
+    assert main([*args, "--local", "-c", "loadtest.workers=2", "--no-cloudwatch"]) == 2
+    assert "lower loadtest.workers" in capsys.readouterr().err
     assert not out.exists()
 
 

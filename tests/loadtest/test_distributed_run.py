@@ -25,7 +25,7 @@ from loadtest.launch import (
     wait_ready,
     worker_command,
 )
-from loadtest.plan import Overrides, RunPlan, build_plan
+from loadtest.plan import RunPlan, build_plan
 from loadtest.records import read_records
 
 pytestmark = pytest.mark.integration
@@ -33,15 +33,10 @@ MASTER_PORT = 8511  # this test's share of the load-test ports
 
 
 def _plan(url: str, run_dir: Path, *, requests: int, concurrency: int = 4) -> RunPlan:
-    overrides = Overrides(
-        max_tokens=6,
-        concurrency=concurrency,
-        requests_per_prompt=8,
-        max_requests=requests,
-        warmup_requests=2,
-        max_duration_s=120,
-    )
-    return build_plan(build_config({}), Arm.BASELINE, url, run_dir, overrides)
+    load = {"max_tokens": 6, "concurrency": concurrency, "requests_per_prompt": 8,
+            "warmup_requests": 2, "max_duration_s": 120}  # fmt: skip
+    config = build_config({f"loadtest.{key}": str(value) for key, value in load.items()})
+    return build_plan(config, Arm.BASELINE, url, run_dir, max_requests=requests)
 
 
 def _launch(plan: RunPlan, run_dir: Path, workers: int) -> ArmProcesses:

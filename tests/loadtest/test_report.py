@@ -204,7 +204,7 @@ def test_report_html_reads_top_down_and_stands_alone(fake_run_dir) -> None:
 
     run_file = fake_run_dir / "run.json"
     run = json.loads(run_file.read_text())
-    run["analysis"] = analysis_info(build_config({}), run["urls"]).model_dump(mode="json")
+    run["analysis"] = analysis_info(build_config({})).model_dump(mode="json")
     run_file.write_text(json.dumps(run))
     paths = write_report(summarize(fake_run_dir), fake_run_dir)
     outline = _Outline.of(paths["html"].read_text())

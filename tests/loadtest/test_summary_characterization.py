@@ -130,7 +130,7 @@ def _summary(run_dir: Path) -> dict[str, Any]:
         "warmup_requests": 3,
         "seed": 0,
         "slo": {"ttft_ms": 45.0, "tpot_ms": 12.0, "e2e_ms": 400.0},
-        "analysis": analysis_info(config, urls).model_dump(mode="json"),
+        "analysis": analysis_info(config).model_dump(mode="json"),
     }
     (run_dir / "run.json").write_text(json.dumps(run))
     for arm in urls:

@@ -18,7 +18,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from experiment.config import Arm, ExperimentConfig
-from loadtest import Overrides, RunSummary, run_comparison
+from loadtest import RunSummary, run_comparison
+from loadtest.plan import local_scale
 from loadtest.probe import acceptance_by_class as probe_acceptance
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
@@ -58,18 +59,13 @@ def server_counters(url: str) -> dict[str, float]:
 def comparison_dir(
     local_config: ExperimentConfig, running_servers: dict[Arm, str], tmp_path_factory: Any
 ) -> Path:
-    local = local_config.local
     run_dir = tmp_path_factory.mktemp("comparison")
     run_comparison(
-        local_config,
+        local_scale(local_config),
         running_servers[Arm.BASELINE],
         running_servers[Arm.SPECULATIVE],
         run_dir,
-        overrides=Overrides(
-            max_tokens=local.max_tokens,
-            concurrency=local.concurrency,
-            requests_per_prompt=local.requests_per_prompt,
-        ),
+        local=True,
     )
     return run_dir
 

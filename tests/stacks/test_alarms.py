@@ -187,9 +187,7 @@ def _write_run(
         root,
         variant_labels={arm.value: lt.variant_labels[arm] for arm in Arm},
         prompt_files=list(lt.prompts.files),
-        analysis=analysis_info(
-            config, {"baseline": "http://b", "speculative": "http://s"}
-        ).model_dump(mode="json"),
+        analysis=analysis_info(config).model_dump(mode="json"),
     )
     for arm, per_chunk in (("baseline", 1), ("speculative", sd_per_chunk)):
         records = [

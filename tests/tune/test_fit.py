@@ -110,7 +110,7 @@ def write_run_dir(
         warmup_requests=0,
         seed=0,
         slo=SloInfo.model_validate(config.loadtest.slo.model_dump()),
-        analysis=analysis_info(config, URLS),
+        analysis=analysis_info(config),
     )
     (run_dir / RUN_JSON).write_text(json.dumps(info.model_dump(mode="json")))
     baseline = make_run(Setting(), "baseline", concurrency)  # slow: only the candidate
