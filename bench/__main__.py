@@ -31,10 +31,10 @@ from bench.report import render_table, update_readme
 from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
 from bench.workload import Workload
+from experiment.loading import PROJECT_ROOT
 
 LOG = logging.getLogger("bench")
 BENCH_DIR = Path(__file__).resolve().parent
-PROJECT_ROOT = BENCH_DIR.parent
 
 
 def machine() -> dict[str, Any]:

@@ -22,8 +22,8 @@ from typing import Any
 from bench.accuracy import Observation
 from bench.scripted_server import DEFAULT_MODEL_NAME
 from bench.workload import Workload, tag_of
+from experiment.loading import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = DEFAULT_MODEL_NAME  # what the truth server answers to
 
 
@@ -181,7 +181,7 @@ def run_locust(
     transport: str = "httptools",
 ) -> tuple[list[Observation], dict[str, Any]]:
     """``processes`` > 1: the load test's own distributed mode (a Locust master and that
-    many workers over one schedule, ``loadtest run --workers``), exactly what users run."""
+    many workers over one schedule, ``loadtest.workers``), exactly what users run."""
     from loadtest import runner
     from loadtest.records import read_records
 
@@ -207,7 +207,7 @@ def run_locust(
     return observations, {
         "processes": processes,
         "transport": transport,
-        "locust": [{k: meta.get(k) for k in keys}],
+        "locust": [meta.model_dump(mode="json", include=set(keys))],
     }
 
 

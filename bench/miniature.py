@@ -30,7 +30,6 @@ and after. Writes JSON to stdout (or ``--out``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment.config import ExperimentConfig
-from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from experiment.loading import ConfigError, config_from_arguments, config_parser
 from loadtest.analysis import served_k
 from loadtest.prompts import load_prompts
 from local_run.arms import local_experiment
@@ -194,12 +193,7 @@ def acceptance_by_class(config: ExperimentConfig, pair: ModelPair, k: int) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.miniature",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_config_arguments(parser)  # --config FILE, -c KEY=VALUE: as every CLI of the project
+    parser = config_parser("python -m bench.miniature", __doc__)  # --config, -c as everywhere
     parser.add_argument(
         "--context-tokens", type=int, default=256, help="cached tokens before a step"
     )

@@ -40,6 +40,7 @@ from typing import Any
 from bench.scripted_server import DEFAULT_MODEL_NAME, StreamFormat, chunk_frame
 from bench.send_stamps import SendStamps
 from bench.workload import Workload
+from experiment.loading import PROJECT_ROOT
 
 START_TIMEOUT_S = 30.0
 MAX_HEADER_BYTES = 65536
@@ -218,7 +219,7 @@ class TruthServer:
             stdout=subprocess.PIPE,
             stderr=self.log_path.open("w"),
             text=True,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=PROJECT_ROOT,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if (cpus := self.cpus) else None,
         )
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -246,6 +246,16 @@ def context_from_pairs(pairs: Sequence[str]) -> dict[str, str]:
 HELP_CONFIG = "--help-config"
 
 
+def config_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """A command's parser with the shared configuration options already added; the
+    description (a module docstring) keeps its line breaks."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_config_arguments(parser)
+    return parser
+
+
 def add_config_arguments(parser: Any, *, file_option: bool = True) -> None:
     """The configuration options every command line shares (same names, same syntax):
     ``--config FILE``, ``-c KEY=VALUE`` and ``--help-config`` (every key with its

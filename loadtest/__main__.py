@@ -13,12 +13,12 @@ from typing import TypeVar
 
 from experiment import ConfigError
 from experiment.config import ExperimentConfig
-from experiment.loading import add_config_arguments, config_from_arguments
+from experiment.loading import PROJECT_ROOT, add_config_arguments, config_from_arguments
 from loadtest.plan import API, local_scale
 
 LOG = logging.getLogger("loadtest")
 SCHEMA_IN_REPO = "docs/schemas/summary.schema.json"
-SUMMARY_SCHEMA = Path(__file__).resolve().parent.parent / SCHEMA_IN_REPO
+SUMMARY_SCHEMA = PROJECT_ROOT / SCHEMA_IN_REPO
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import requests
-
 from experiment.config import LoadTestConfig
+from experiment.loading import PROJECT_ROOT
 from loadtest.plan import RunPlan
+from loadtest.processes import healthy, poll_until, stop_groups
 
 LOG = logging.getLogger("loadtest")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 STOP_TIMEOUT_S = 3
 # After SIGTERM, how long a process may take to write what it has before SIGKILL.
@@ -123,54 +121,33 @@ def wait_arm(processes: ArmProcesses, timeout_s: float) -> int | None:
 
 def stop_arm(processes: ArmProcesses, grace_s: float = STOP_GRACE_S) -> None:
     """Stop the arm's processes, keeping what they measured; returns when none is left."""
-    for worker in processes.workers:
-        _signal(worker, signal.SIGTERM)
-    _wait_all(processes.workers, grace_s)
+
+    def kill(process: subprocess.Popen[bytes]) -> None:
+        LOG.warning("load generator %d ignored SIGTERM: killing it", process.pid)
+
+    # Workers first: each sends its finished records to the master before it quits.
+    stop_groups(processes.workers, grace_s, kill)
     if processes.workers:  # the master ends by itself once its last worker quit
-        _wait_all([processes.master], grace_s)
-    _signal(processes.master, signal.SIGTERM)
-    _wait_all([processes.master], grace_s)
-    for process in processes.all():
-        if process.poll() is None:
-            LOG.warning("load generator %d ignored SIGTERM: killing it", process.pid)
-            _signal(process, signal.SIGKILL)
-            process.wait()
-
-
-def _signal(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(sig)
-
-
-def _wait_all(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            processes.master.wait(timeout=grace_s)
+    stop_groups([processes.master], grace_s, kill)
 
 
 def wait_ready(urls: list[str], timeout_s: float, poll_s: float = READY_POLL_S) -> list[str]:
     """Poll each URL's ``/health`` until all answer 200 or ``timeout_s`` passes; returns the
     URLs still not ready (empty: all ready). vLLM's OpenAI server answers ``/health`` with
     200 once the engine is up (vllm/entrypoints/openai/api_server.py)."""
-    deadline = time.monotonic() + timeout_s
     waiting = list(urls)
-    while True:
-        waiting = [url for url in waiting if not _healthy(url)]
-        if not waiting:
-            LOG.info("services ready: %s", ", ".join(urls))
-            return []
-        left = deadline - time.monotonic()
-        if left <= 0:
-            LOG.error("not ready after %.0f s: %s", timeout_s, ", ".join(waiting))
-            return waiting
+
+    def all_ready() -> bool:
+        waiting[:] = [url for url in waiting if not healthy(url)]
+        return not waiting
+
+    def report(left: float) -> None:
         LOG.info("waiting for %s (%.0f s left)", ", ".join(waiting), left)
-        time.sleep(min(poll_s, left))
 
-
-def _healthy(url: str) -> bool:
-    try:
-        return requests.get(url.rstrip("/") + "/health", timeout=5).status_code == 200
-    except requests.RequestException:
-        return False
+    if poll_until(all_ready, time.monotonic() + timeout_s, poll_s, report):
+        LOG.info("services ready: %s", ", ".join(urls))
+        return []
+    LOG.error("not ready after %.0f s: %s", timeout_s, ", ".join(waiting))
+    return waiting

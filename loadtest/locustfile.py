@@ -19,7 +19,7 @@ is its settings file) and writes raw records to ``--records-dir`` (default
   exact TTFT/ITL are in the records, Locust's own timer would stop at the headers).
 
 Distributed (``--master --expect-workers N`` plus N ``--worker`` processes, Locust's own
-engine; ``python -m loadtest run --workers N`` starts them): the master holds the plan and
+engine; ``python -m loadtest run -c loadtest.workers=N`` starts them): the master holds the plan and
 sends it to the workers; worker ``i`` executes the measured items ``i, i+N, ...``
 (loadtest/distributed.py), streams its finished records to the master, which writes the
 arm's one records file, scrapes ``/metrics`` around the window and writes the window file.
@@ -28,7 +28,6 @@ arm's one records file, scrapes ``/metrics`` around the window and writes the wi
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace as dataclass_replace
@@ -65,7 +64,9 @@ from loadtest.distributed import (
 from loadtest.plan import API, RunPlan, build_plan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
+from loadtest.results import ArrivalStampCounts
 from loadtest.transport import ArrivalStamps, StreamSession, Transport
+from loadtest.window import WindowMeta
 
 
 @events.init_command_line_parser.add_listener
@@ -119,8 +120,8 @@ class _RunState:
         Path(self.plan.records_path).parent.mkdir(parents=True, exist_ok=True)
         return Path(self.plan.records_path).open("w")
 
-    def _emit(self, line: str) -> None:
-        self._records.write(line + "\n")
+    def _emit(self, record: RequestRecord) -> None:
+        self._records.write(record.to_json() + "\n")
         self._records.flush()
 
     def run_warmup(self, session: Transport) -> None:
@@ -168,7 +169,7 @@ class _RunState:
         if self.finished:  # stopped while this request ran: it counts as unfinished
             return record
         # Written after the request completed: file I/O stays off the timed path.
-        self._emit(record.to_json())
+        self._emit(record)
         if not item.warmup:
             self.environment.events.request.fire(
                 request_type="POST",
@@ -194,22 +195,20 @@ class _RunState:
         window_end = time.perf_counter()
         after = scrape(self.plan.base_url) if self.window_open.is_set() else None
         self._records.close()
-        meta = {
-            "arm": self.plan.arm,
-            "stopped_by": stopped_by,
-            "window_start": self.window_start,
-            "window_start_wall": self.window_start_wall,
-            "window_end": window_end,
-            "window_s": window_end - self.window_start if self.window_open.is_set() else 0.0,
-            "load_generator_cpu": self.cpu_share(window_end),
-            "workers": 1,
-            "arrival_stamps": None if self.stamps is None else vars(self.stamps),
-            "unfinished_requests": self.pending,
-            "not_started_requests": sum(1 for _ in self._measured),
-            "metrics_before": self.before,
-            "metrics_after": after,
-        }
-        Path(self.plan.meta_path).write_text(json.dumps(meta, indent=1))
+        WindowMeta(
+            arm=self.plan.arm,
+            stopped_by=stopped_by,
+            window_start=self.window_start,
+            window_start_wall=self.window_start_wall,
+            window_end=window_end,
+            window_s=window_end - self.window_start if self.window_open.is_set() else 0.0,
+            load_generator_cpu=self.cpu_share(window_end),
+            arrival_stamps=_stamp_counts(None if self.stamps is None else vars(self.stamps)),
+            unfinished_requests=self.pending,
+            not_started_requests=sum(1 for _ in self._measured),
+            metrics_before=self.before,
+            metrics_after=after,
+        ).write(self.plan.meta_path)
 
 
 # How often a worker sends its finished records to the master: what a killed worker can lose
@@ -224,6 +223,7 @@ class _WorkerState(_RunState):
     def __init__(self, environment: Environment, plan: RunPlan, index: int, count: int) -> None:
         self.index = index
         self._pending_lines: list[str] = []
+        self._pending_measured = 0  # of the pending lines, measured (not warm-up) records
         share = [*warmup_share(plan.schedule, index), *worker_share(plan.schedule, index, count)]
         super().__init__(environment, dataclass_replace(plan, schedule=share))
         self._flusher = gevent.spawn(self._flush_loop)
@@ -231,8 +231,9 @@ class _WorkerState(_RunState):
     def _open_records(self) -> Any:
         return None
 
-    def _emit(self, line: str) -> None:
-        self._pending_lines.append(line)
+    def _emit(self, record: RequestRecord) -> None:
+        self._pending_lines.append(record.to_json())
+        self._pending_measured += not record.warmup
 
     def _send(self, message: str, data: dict[str, Any]) -> None:
         runner = self.environment.runner
@@ -242,7 +243,10 @@ class _WorkerState(_RunState):
     def flush(self) -> None:
         if self._pending_lines:
             lines, self._pending_lines = self._pending_lines, []
-            self._send(RECORDS_MESSAGE, {"lines": lines})
+            measured, self._pending_measured = self._pending_measured, 0
+            # The count rides with the lines: the master counts what a lost worker delivered
+            # without parsing them.
+            self._send(RECORDS_MESSAGE, {"lines": lines, "measured": measured})
 
     def _flush_loop(self) -> None:
         while not self.finished:
@@ -329,9 +333,7 @@ class _MasterState:
         lines = data["lines"]
         self._records.write("".join(line + "\n" for line in lines))
         self._records.flush()
-        self.received[index] = self.received.get(index, 0) + sum(
-            1 for line in lines if '"warmup":false' in line
-        )
+        self.received[index] = self.received.get(index, 0) + data["measured"]
 
     def _on_warmup_done(self, data: dict[str, Any]) -> None:
         if data["worker"] != 0 or self.window_open_wall is not None:
@@ -387,27 +389,30 @@ class _MasterState:
             stopped_by = "time_limit"
         skew = clock_skew(self.clock)
         start, end = combined.window_start_wall, combined.window_end_wall
-        meta = {
-            "arm": self.plan.arm,
-            "stopped_by": stopped_by,
-            "window_start_wall": start,
-            "window_end_wall": end,
+        WindowMeta(
+            arm=self.plan.arm,
+            stopped_by=stopped_by,
+            window_start_wall=start,
+            window_end_wall=end,
             # Wall clock across workers: each worker's clock differs by the skew below.
-            "window_s": end - start if start is not None and end is not None else 0.0,
-            "load_generator_cpu": combined.load_generator_cpu,
-            "workers": self.workers,
-            "worker_cpu": {str(i): cpu for i, cpu in combined.worker_cpu.items()},
-            "worker_stopped_by": {str(i): cause for i, cause in sorted(self.stopped_by.items())},
-            "lost_workers": combined.lost_workers,
-            "arrival_stamps": combined.arrival_stamps,
-            "clock_skew_ms": skew.skew_ms if skew else None,
-            "clock_skew_uncertainty_ms": skew.uncertainty_ms if skew else None,
-            "unfinished_requests": combined.unfinished_requests,
-            "not_started_requests": combined.not_started_requests,
-            "metrics_before": self.before,
-            "metrics_after": after,
-        }
-        Path(self.plan.meta_path).write_text(json.dumps(meta, indent=1))
+            window_s=end - start if start is not None and end is not None else 0.0,
+            load_generator_cpu=combined.load_generator_cpu,
+            workers=self.workers,
+            worker_cpu={str(i): cpu for i, cpu in combined.worker_cpu.items()},
+            worker_stopped_by={str(i): cause for i, cause in sorted(self.stopped_by.items())},
+            lost_workers=combined.lost_workers,
+            arrival_stamps=_stamp_counts(combined.arrival_stamps),
+            clock_skew_ms=skew.skew_ms if skew else None,
+            clock_skew_uncertainty_ms=skew.uncertainty_ms if skew else None,
+            unfinished_requests=combined.unfinished_requests,
+            not_started_requests=combined.not_started_requests,
+            metrics_before=self.before,
+            metrics_after=after,
+        ).write(self.plan.meta_path)
+
+
+def _stamp_counts(counts: dict[str, int] | None) -> ArrivalStampCounts | None:
+    return None if counts is None else ArrivalStampCounts.model_validate(counts)
 
 
 def _data_only(handler: Callable[[dict[str, Any]], None]) -> Callable[..., None]:
@@ -495,7 +500,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         # Forked workers would not get the plan from the master's command line.
         raise SystemExit(
             "loadtest/locustfile.py: drop --processes; run --master --expect-workers N and N "
-            "--worker processes (python -m loadtest run --workers N does)"
+            "--worker processes (python -m loadtest run -c loadtest.workers=N does)"
         )
     if getattr(options, "worker", False):
         _setup_worker(environment)  # the plan arrives from the master

@@ -39,6 +39,8 @@ SPEEDUP_STATS = ("mean", "p50", "p90", "p99")  # the fields of results.StatSpeed
 # their gaps say nothing about generation speed.
 BURST_GAP_S = 1e-4
 BURST_WARNING_FRACTION = 0.1
+# The scope of every prompt class together, wherever a scope is named (summary verdicts,
+# the decision tables, the CSV, tune's recommendations).
 ALL_CLASSES = "all"
 # (summary key, unit, lower is better)
 DISTRIBUTIONS: dict[str, tuple[str, bool]] = {

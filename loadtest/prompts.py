@@ -3,7 +3,8 @@
 A suite file holds one JSON object per line: ``{"id": ..., "class": ..., "prompt": ...}``
 plus an optional ``"kind"`` (repeat, count, json, code, ...). ``class`` is what the report
 and CloudWatch group by (``structured``, ``open_ended``, or a class of your own). Add a file
-of your own with ``--prompts FILE`` or ``loadtest.prompts.files`` in the configuration.
+of your own with ``loadtest.prompts.files`` in the configuration (``-c
+loadtest.prompts.files='["my.jsonl"]'``).
 
 The schedule is a seeded shuffle of every prompt repeated ``requests_per_prompt`` times;
 both arms get the identical list (same order, same seed). Warm-up requests come first and
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from experiment.loading import PROJECT_ROOT
 
 
 @dataclass(frozen=True)

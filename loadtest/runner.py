@@ -30,12 +30,9 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from experiment.config import Arm, ExperimentConfig, LoadTestConfig
 from loadtest.analysis import analysis_info
@@ -51,9 +48,11 @@ from loadtest.launch import (
     worker_command,
 )
 from loadtest.plan import RunPlan, build_plan
+from loadtest.processes import signals_raise
 from loadtest.report import write_report
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, SloInfo
 from loadtest.summary import RUN_JSON, summarize, write_summary
+from loadtest.window import WindowMeta
 
 __all__ = ["Cancelled", "NotReady", "run_arm", "run_comparison", "summarize"]
 
@@ -74,25 +73,10 @@ class NotReady(RuntimeError):
     """A service did not report healthy within the readiness wait."""
 
 
-@contextmanager
-def _cancel_on_signals() -> Iterator[None]:
+def _cancel_on_signals() -> AbstractContextManager[None]:
     """SIGINT and SIGTERM raise Cancelled in the main thread while the run is under way;
     a second signal while the load is being stopped is ignored (the stop is bounded)."""
-    received: list[int] = []
-
-    def handler(signum: int, _: FrameType | None) -> None:
-        if received:
-            LOG.warning("%s again: already stopping", signal.Signals(signum).name)
-            return
-        received.append(signum)
-        raise Cancelled(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return signals_raise((signal.SIGINT, signal.SIGTERM), Cancelled, once=True)
 
 
 def run_arm(
@@ -104,8 +88,8 @@ def run_arm(
     local_workers: bool = True,
     master_port: int = LoadTestConfig().master_port,
     workers_connect_timeout_s: int = LoadTestConfig().workers_connect_timeout_s,
-) -> dict[str, Any]:
-    """Run one arm's Locust processes; returns its window metadata.
+) -> WindowMeta:
+    """Run one arm's Locust processes; returns its window file (loadtest.window).
 
     ``locustfile`` is for the bench's transport comparisons (a file that reuses this one's
     user with another HTTP client); the comparison always runs the default.
@@ -143,31 +127,21 @@ def run_arm(
             LOG.warning("%s: %s: stopping the load", plan.arm, cancel)
             stop_arm(processes)
             cancelled, returncode = cancel, None
-    meta_path = Path(plan.meta_path)
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-    else:
-        meta = {
-            "arm": plan.arm,
-            "stopped_by": "killed" if returncode is None else "crashed",
-            "workers": workers,
-            "metrics_before": None,
-            "metrics_after": None,
-        }
+    if Path(plan.meta_path).is_file():
+        meta = WindowMeta.read(plan.meta_path, plan.arm)
+    else:  # Locust ended before it could write one
+        stopped_by = "killed" if returncode is None else "crashed"
+        meta = WindowMeta(arm=plan.arm, stopped_by=stopped_by, workers=workers)
     if cancelled is not None:
-        meta["stopped_by"] = "cancelled"
-    meta["locust_returncode"] = returncode
-    meta["elapsed_s"] = time.monotonic() - started
-    meta_path.write_text(json.dumps(meta, indent=1))
+        meta.stopped_by = "cancelled"
+    meta.locust_returncode = returncode
+    meta.elapsed_s = time.monotonic() - started
+    meta.write(plan.meta_path)
     if cancelled is not None:
         raise cancelled
-    if returncode not in (0, None) or meta["stopped_by"] in ("killed", "crashed"):
+    if returncode not in (0, None) or meta.stopped_by in ("killed", "crashed"):
         LOG.warning(
-            "%s: Locust ended with %s (%s); see %s",
-            plan.arm,
-            returncode,
-            meta["stopped_by"],
-            log_path,
+            "%s: Locust ended with %s (%s); see %s", plan.arm, returncode, meta.stopped_by, log_path
         )
     return meta
 
@@ -246,7 +220,7 @@ def run_comparison(
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)
     cancelled: Cancelled | None = None
-    with _cancel_on_signals() if handle_signals else _no_handlers():
+    with _cancel_on_signals() if handle_signals else nullcontext():
         try:
             for plan in plans.values():
                 run_arm(
@@ -269,11 +243,6 @@ def run_comparison(
         write_summary(summary, out_dir)
     write_report(summary, out_dir)
     return summary
-
-
-@contextmanager
-def _no_handlers() -> Iterator[None]:
-    yield
 
 
 def exit_code(summary: RunSummary, max_failure_share: float) -> int:

@@ -1,4 +1,5 @@
-"""The summary of a run directory: records + window files + run.json -> ``RunSummary``.
+"""The summary of a run directory: records + window files (loadtest.window) + run.json ->
+``RunSummary``.
 
 ``summarize(run_dir)`` recomputes everything from the raw files, so a report can be rebuilt
 from any run directory (``python -m loadtest report RUN_DIR``) without rerunning the load.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -26,6 +26,7 @@ from loadtest.results import (
     RunInfo,
     RunSummary,
 )
+from loadtest.window import WindowMeta
 
 RUN_JSON = "run.json"
 SUMMARY_JSON = "summary.json"
@@ -127,21 +128,21 @@ def skew_warning_ms(run: RunInfo) -> float:
 
 
 def _arm_summary(
-    run: RunInfo, arm: Arm, records: list[RequestRecord], meta: dict[str, Any]
+    run: RunInfo, arm: Arm, records: list[RequestRecord], meta: WindowMeta
 ) -> ArmSummary:
     metrics = arm_metrics(records, run.slo.model_dump())
     return ArmSummary(
         label=run.variant_labels[arm.value],
         url=run.urls[arm.value],
-        stopped_by=meta.get("stopped_by", "not_run"),
-        unfinished_requests=meta.get("unfinished_requests", 0),
-        load_generator_cpu=meta.get("load_generator_cpu"),
-        workers=meta.get("workers", 1),
-        worker_cpu=meta.get("worker_cpu", {}),
-        lost_workers=meta.get("lost_workers", []),
-        clock_skew_ms=meta.get("clock_skew_ms"),
-        arrival_stamps=meta.get("arrival_stamps"),
-        not_started_requests=meta.get("not_started_requests", 0),
+        stopped_by=meta.stopped_by,
+        unfinished_requests=meta.unfinished_requests,
+        load_generator_cpu=meta.load_generator_cpu,
+        workers=meta.workers,
+        worker_cpu=meta.worker_cpu,
+        lost_workers=meta.lost_workers,
+        clock_skew_ms=meta.clock_skew_ms,
+        arrival_stamps=meta.arrival_stamps,
+        not_started_requests=meta.not_started_requests,
         window_s=metrics.window_s,
         warmup_excluded=metrics.warmup_excluded,
         arrival_lag_ms=metrics.arrival_lag_ms,
@@ -152,21 +153,19 @@ def _arm_summary(
     )
 
 
-def window_acceptance(meta: dict[str, Any], arm: Arm, records: list[RequestRecord]) -> Acceptance:
+def window_acceptance(meta: WindowMeta, arm: Arm, records: list[RequestRecord]) -> Acceptance:
     """The arm's acceptance from the /metrics scrapes its window file recorded."""
     return acceptance_from_deltas(
-        meta.get("metrics_before"),
-        meta.get("metrics_after"),
+        meta.metrics_before,
+        meta.metrics_after,
         speculative=arm is Arm.SPECULATIVE,
         decode_tokens=decode_tokens(records),
     )
 
 
-def read_window_meta(run_dir: Path, arm: Arm) -> dict[str, Any]:
-    """window_<arm>.json of a run directory ({} when the arm left none)."""
-    path = Path(run_dir) / f"window_{arm.value}.json"
-    meta: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    return meta
+def read_window_meta(run_dir: Path, arm: Arm) -> WindowMeta:
+    """window_<arm>.json of a run directory (an arm that left none never ran)."""
+    return WindowMeta.read(Path(run_dir) / f"window_{arm.value}.json", arm.value)
 
 
 def summarize(run_dir: Path) -> RunSummary:

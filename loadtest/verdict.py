@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from experiment.config import StatisticsConfig
+from loadtest.metrics import ALL_CLASSES
 from loadtest.results import (
     ClassVerdict,
     CostSummary,
@@ -34,7 +35,6 @@ from loadtest.results import (
     ScopeStatistics,
 )
 
-ALL_CLASSES = "all"
 # An estimate this close to 1 is "the same cost": no run size is worth suggesting for it.
 SAME_COST = 0.01
 

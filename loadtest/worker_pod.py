@@ -13,8 +13,8 @@ import logging
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from experiment.loading import PROJECT_ROOT
 from loadtest.launch import LOCUSTFILE, locust_env
 
 LOG = logging.getLogger("loadtest.worker_pod")
@@ -42,7 +42,7 @@ def run_worker_pod(master_host: str, master_port: int, arms: int, deadline_s: fl
             code = subprocess.run(
                 worker_command(master_host, master_port),
                 env=locust_env(),
-                cwd=Path(LOCUSTFILE).parent.parent,
+                cwd=PROJECT_ROOT,
                 timeout=left,
                 check=False,
             ).returncode

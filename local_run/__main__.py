@@ -10,23 +10,16 @@ Overrides use the same layers and syntax as ``cdk synth`` (see experiment/loadin
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from experiment.loading import ConfigError, config_from_arguments, config_parser
 from local_run.arms import local_experiment
 from local_run.models import ensure_models
-from local_run.servers import ServerError, sigterm_raises
+from local_run.servers import exit_code_of, go_offline
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m local_run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_config_arguments(parser)  # --config FILE, -c KEY=VALUE: as every CLI of the project
+    parser = config_parser("python -m local_run", __doc__)  # --config, -c as everywhere
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--smoke",
@@ -37,31 +30,23 @@ def main(argv: list[str] | None = None) -> int:
         "--models-only", action="store_true", help="generate or reuse the model pair, then exit"
     )
     args = parser.parse_args(argv)
-    # Hubs are unreachable: make every library fail fast instead of retrying the network.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    go_offline()  # hubs are unreachable: every library fails fast instead of retrying
     try:
         config = local_experiment(config_from_arguments(args))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        # SIGTERM too unwinds every `with`: servers stopped, no half-written model pair.
-        with sigterm_raises():
-            if args.models_only:
-                print(ensure_models(config.local).root)
-                return 0
-            # Imported here: generating models needs neither the load test nor its imports.
-            from local_run.run import run_local
 
-            result = run_local(config, smoke_only=args.smoke)
-    except ServerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: servers stopped", file=sys.stderr)
-        return 130
-    return 0 if result.ok else 1
+    def run() -> int:
+        if args.models_only:
+            print(ensure_models(config.local).root)
+            return 0
+        # Imported here: generating models needs neither the load test nor its imports.
+        from local_run.run import run_local
+
+        return 0 if run_local(config, smoke_only=args.smoke).ok else 1
+
+    return exit_code_of(run)
 
 
 if __name__ == "__main__":

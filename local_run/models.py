@@ -33,7 +33,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from experiment.config import DraftShape, LocalConfig, ModelGeneratorConfig, Tin
 from experiment.loading import PROJECT_ROOT
 from local_run import corpus
 from local_run.machine import usable_cores
+from local_run.progress import Log
 
 # Bump when the generator's code changes what it produces: a new version is a new cache key.
 GENERATOR_VERSION = 4
@@ -65,8 +66,6 @@ GREEDY_KIND = "structured_target_greedy"
 DISTILL_BATCH = 64
 FLOAT32_BYTES = 4
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

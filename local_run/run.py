@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,10 +21,10 @@ from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
+from local_run.progress import Log
 from local_run.servers import LocalServers, sigterm_raises
 from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
 
-Log = Callable[[str], None]
 SERVER_LOGS = "servers"
 LOCAL_RUN_JSON = "local_run.json"
 LOCAL_RUN_MD = "local_run.md"

@@ -21,14 +21,14 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import IO
 
+from loadtest.processes import healthy, http_get, poll_until, signals_raise, stop_groups
+from local_run.progress import Log
 from runtime.render import VllmCommand
 
 # Readiness is two local HTTP GETs: polling 4 times a second costs nothing and starts the
@@ -44,8 +44,6 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # speculative decoding is much slower without it preloaded.
 IOMP_LIBRARY = Path(sys.prefix) / "lib" / "libiomp5.so"
 _PR_SET_PDEATHSIG = 1
-
-Log = Callable[[str], None]
 
 
 class ServerError(RuntimeError):
@@ -84,14 +82,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _http_ok(url: str) -> tuple[bool, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
-            return response.status == 200, response.read()
-    except (urllib.error.URLError, OSError, ValueError):
-        return False, b""
 
 
 @dataclass
@@ -147,10 +137,9 @@ class Server:
 
     def probe(self) -> bool:
         """Ready when /health is 200 and /v1/models lists the served model name."""
-        healthy, _ = _http_ok(f"{self.url}/health")
-        if not healthy:
+        if not healthy(self.url):
             return False
-        listed, body = _http_ok(f"{self.url}/v1/models")
+        listed, body = http_get(f"{self.url}/v1/models", PROBE_TIMEOUT_S)
         if not listed:
             return False
         try:
@@ -168,60 +157,42 @@ class Server:
         # waited for late (after another) reports once, not once per missed interval.
         due = math.floor((time.monotonic() - started) / PROGRESS_EVERY_S) + 1
         next_progress = started + due * PROGRESS_EVERY_S
-        while True:
-            elapsed = time.monotonic() - started
-            code = self.process.poll()
+        process = self.process
+
+        def ready() -> bool:
+            code = process.poll()
             if code is not None:
                 raise ServerError(
-                    f"{self.name}: vLLM exited with code {code} after {elapsed:.0f}s before it was "
-                    f"ready. Full log: {self.log_path}\n--- last lines ---\n{self.log_tail()}"
+                    f"{self.name}: vLLM exited with code {code} after "
+                    f"{time.monotonic() - started:.0f}s before it was ready. Full log: "
+                    f"{self.log_path}\n--- last lines ---\n{self.log_tail()}"
                 )
-            if self.probe():
-                self.ready_after_s = elapsed
-                log(f"servers: {self.name} ready at {self.url} after {elapsed:.0f}s")
-                return
-            if elapsed > timeout_s:
-                raise ServerError(
-                    f"{self.name}: not ready after {timeout_s:.0f}s (local.startup_timeout_s). "
-                    f"Full log: {self.log_path}\n--- last lines ---\n{self.log_tail()}"
-                )
+            return self.probe()
+
+        def progress(_: float) -> None:
+            nonlocal next_progress
             if time.monotonic() >= next_progress:
                 last = self.log_tail(1).strip()[-120:]
+                elapsed = time.monotonic() - started
                 log(f"servers: waiting for {self.name} ({elapsed:.0f}s) ... {last}")
                 next_progress += PROGRESS_EVERY_S
-            time.sleep(POLL_INTERVAL_S)
+
+        if not poll_until(ready, started + timeout_s, POLL_INTERVAL_S, progress):
+            raise ServerError(
+                f"{self.name}: not ready after {timeout_s:.0f}s (local.startup_timeout_s). "
+                f"Full log: {self.log_path}\n--- last lines ---\n{self.log_tail()}"
+            )
+        self.ready_after_s = time.monotonic() - started
+        log(f"servers: {self.name} ready at {self.url} after {self.ready_after_s:.0f}s")
 
     def stop(self, grace_s: float | None = None) -> None:
-        """Terminate the whole process group; SIGKILL whatever is left after the grace."""
-        grace_s = STOP_GRACE_S if grace_s is None else grace_s
-        process = self.process
-        if process is not None:
-            pgid = process.pid  # start_new_session: the group id is the leader's pid
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=grace_s)
-            # The leader may be gone while engine/worker children linger: sweep the group.
-            deadline = time.monotonic() + grace_s
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=grace_s)
+        """Terminate the whole process group (API server, engine core, workers); SIGKILL
+        whatever is left after the grace."""
+        if self.process is not None:
+            stop_groups([self.process], STOP_GRACE_S if grace_s is None else grace_s)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class LocalServers:
@@ -287,16 +258,27 @@ class Terminated(SystemExit):
     """Raised in the main thread on SIGTERM so every ``with`` block cleans up."""
 
 
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
+def sigterm_raises() -> contextlib.AbstractContextManager[None]:
     """Turn SIGTERM (and SIGHUP) into an exception for the duration, then restore handlers."""
+    return signals_raise((signal.SIGTERM, signal.SIGHUP), lambda signum: Terminated(128 + signum))
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Terminated(128 + signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+def go_offline() -> None:
+    """Make every library of this process fail fast instead of retrying an unreachable hub
+    (a value the caller set wins)."""
+    for name, value in OFFLINE_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def exit_code_of(run: Callable[[], int]) -> int:
+    """``run()``'s exit code, with SIGTERM unwinding every ``with`` (servers stopped, no
+    half-written model pair): a server that failed exits 1 with its message, Ctrl-C 130."""
     try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        with sigterm_raises():
+            return run()
+    except ServerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: servers stopped", file=sys.stderr)
+        return 130

@@ -7,8 +7,6 @@ applied through the cluster's kubectl provider after the add-ons and the DRA dri
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import aws_cdk as cdk
 import cdk8s
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -16,8 +14,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from experiment import ExperimentConfig
+from experiment.loading import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The image context is the repository root, but only what the load test imports enters it
 # (never .venv, .cache, cdk.out, runs/...); README.md because pyproject.toml names it.
 LOADTEST_CONTEXT_INCLUDES = ("pyproject.toml", "README.md", "experiment", "runtime", "loadtest")

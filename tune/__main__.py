@@ -19,23 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from experiment.config import ExperimentConfig
-from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from experiment.loading import ConfigError, config_from_arguments, config_parser
 from tune.render.markdown import speedup_text
 from tune.results import TuneResult, tune_json_schema
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tune",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = config_parser("python -m tune", __doc__)  # --config, -c as everywhere
     parser.add_argument(
         "command", nargs="?", default="run", choices=["run", "report", "schema", "fit"]
     )
@@ -57,7 +52,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny sweep for tests and smoke")
     parser.add_argument("--plan-only", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--out", type=Path, help="output directory (default runs/tune-<time>)")
-    add_config_arguments(parser)
     return parser
 
 
@@ -74,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(write_outputs(read_result(args.run_dirs[0]), args.run_dirs[0])["markdown"])
         return 0
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from local_run.servers import exit_code_of, go_offline
+
+    go_offline()
     try:
         config = config_from_arguments(args)
     except ConfigError as err:
@@ -94,37 +89,37 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     from local_run.run import runs_root
-    from local_run.servers import ServerError, sigterm_raises
     from tune.local import local_plan, plan_text, run_local_sweep
     from tune.predict import PredictionError
     from tune.report import write_outputs
 
-    try:
-        if args.plan_only:
-            from loadtest.prompts import load_prompts
-            from local_run.arms import local_experiment
+    if args.plan_only:
+        from loadtest.prompts import load_prompts
+        from local_run.arms import local_experiment
 
-            prompts = len(load_prompts(local_experiment(config).loadtest.prompts.files))
-            drafts = sorted(config.local.generator.drafts)
+        prompts = len(load_prompts(local_experiment(config).loadtest.prompts.files))
+        drafts = sorted(config.local.generator.drafts)
+        try:
             print(plan_text(local_plan(config, drafts, prompts, args.quick)))
-            return 0
-        out = args.out or runs_root(config) / f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
-        with sigterm_raises():
+        except PredictionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    out = args.out or runs_root(config) / f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def sweep() -> int:
+        try:
             result = run_local_sweep(config, out, quick=args.quick)
-    except PredictionError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except ServerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: servers stopped", file=sys.stderr)
-        return 130
-    paths = write_outputs(result, out)
-    for line in _summary(result):
-        print(line)
-    print(f"report: {paths['markdown']}")
-    return 0 if result.recommendations else 1
+        except PredictionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        paths = write_outputs(result, out)
+        for line in _summary(result):
+            print(line)
+        print(f"report: {paths['markdown']}")
+        return 0 if result.recommendations else 1
+
+    return exit_code_of(sweep)
 
 
 def _fit(args: argparse.Namespace, config: ExperimentConfig) -> int:

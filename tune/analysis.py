@@ -10,6 +10,7 @@ import numpy as np
 
 from experiment.config import StatisticsConfig
 from loadtest.cost import optimal_load, usd_per_million
+from loadtest.metrics import ALL_CLASSES
 from loadtest.results import PriceBasis
 from loadtest.stats import paired_speedups, resample_counts
 from tune.overrides import overrides_line
@@ -45,7 +46,6 @@ from tune.results import (
     TuneResult,
 )
 
-OVERALL = "overall"
 TOLERANCE = 0.15  # the issue's goal: held-out predictions within 15 % of measured
 CLIENT_CHUNKS_FALLBACK = "comes from the tokens each streamed chunk carried, one request at a time"
 CLIENT_CHUNKS_NOTE = (
@@ -79,7 +79,7 @@ def measured_speedup(
     role: Role,
     boot: StatisticsConfig,
 ) -> MeasuredSpeedup | None:
-    """Pooled over the given classes (one class, or all for "overall"); None: no pairs."""
+    """Pooled over the given classes (one class, or all for ALL_CLASSES); None: no pairs."""
     base_e2e: list[float] = []
     spec_e2e: list[float] = []
     for b, s in zip(baseline, speculative, strict=True):
@@ -427,7 +427,7 @@ def recommend(
         best = _best_measured(pooled)
         recommendations.append(
             Recommendation(
-                scope=OVERALL,
+                scope=ALL_CLASSES,
                 draft=draft,
                 k=k,
                 predicted_speedup=speedup,
@@ -550,6 +550,6 @@ def fit_and_recommend(
     result.checks = holdout_checks(result.models, runs, result.tolerance)
     weights = {name: len(run.samples) for name, run in baseline.classes.items()}
     result.recommendations = recommend(result.models, runs, weights, boot)
-    overall = next((r for r in result.recommendations if r.scope == OVERALL), None)
+    overall = next((r for r in result.recommendations if r.scope == ALL_CLASSES), None)
     if overall is not None:
         result.overrides = overrides_line(result.target, overall.draft, overall.k)

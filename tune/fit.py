@@ -169,7 +169,7 @@ def fit_from_run_dirs(
     if baseline.concurrency != 1:
         raise PredictionError(
             f"{baseline_dir} ran at concurrency {baseline.concurrency}: the baseline of the fit "
-            "must be measured one request at a time (--concurrency 1)"
+            "must be measured one request at a time (-c loadtest.concurrency=1)"
         )
     candidates = [baseline, *(read_measured(d) for d in run_dirs[1:])]
     names = drafts_for(len(candidates), drafts, config.serving.draft_model)

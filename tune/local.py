@@ -14,19 +14,20 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
 from loadtest.cost import price_basis
+from loadtest.metrics import ALL_CLASSES
 from loadtest.prompts import Prompt, load_prompts
 from local_run.arms import local_experiment
 from local_run.models import ModelPair, ensure_models
+from local_run.progress import Log
 from local_run.servers import LocalServers, Server, ServerError
 from local_run.smoke import request_params
 from runtime.render import render
 from tune.analysis import (
-    OVERALL,
     TOLERANCE,
     break_even_by_class,
     cost_at_load,
@@ -37,7 +38,6 @@ from tune.measure import measure_classes
 from tune.predict import PredictionError
 from tune.results import LocalPlan, Role, Run, Setting, TuneResult
 
-Log = Callable[[str], None]
 # Rough costs for the printed estimate, from a default sweep on a quiet 2-core machine
 # (docs/tuning.md): ~27 s per server start and stop (cached models), ~9 ms per output token
 # (concurrency 1 dominates).
@@ -232,7 +232,7 @@ def run_local_sweep(
     result = TuneResult(target="local", tolerance=TOLERANCE, plan=plan, runs=runs)
     fit_and_recommend(result, {name: fit for name in drafts}, predict_k_max(config, quick), boot)
     result.notes = notes + result.notes
-    overall = next((r for r in result.recommendations if r.scope == OVERALL), None)
+    overall = next((r for r in result.recommendations if r.scope == ALL_CLASSES), None)
     high = [c for c in levels if c > 1]
     if overall is not None and high and time.monotonic() < deadline:
         setting = Setting(draft=overall.draft, k=overall.k)

@@ -9,21 +9,15 @@ requests are counted in the samples, never raised; a deadline bounds the whole m
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 
-import requests
-
-from loadtest.acceptance import Counters, acceptance_from_deltas, scrape
-from loadtest.client import RequestParams, stream_request
+from loadtest.client import RequestParams
+from loadtest.probe import send_by_class
 from loadtest.prompts import Prompt
 from loadtest.records import RequestRecord
-from loadtest.transport import StreamSession
+from loadtest.results import Acceptance as CounterAcceptance
+from local_run.progress import Log
 from tune.results import Acceptance, ClassRun, RequestSample
-
-Log = Callable[[str], None]
 
 
 def sample_of(record: RequestRecord, repeat: int) -> RequestSample:
@@ -40,30 +34,10 @@ def sample_of(record: RequestRecord, repeat: int) -> RequestSample:
     )
 
 
-class _Sessions(threading.local):
-    # One connection pool per worker thread: StreamSession is not shared across threads.
-    session: StreamSession | None = None
-
-
-def _send(
-    url: str, prompt: Prompt, repeat: int, params: RequestParams, sessions: _Sessions
-) -> RequestSample:
-    if sessions.session is None:
-        sessions.session = StreamSession()
-    record = RequestRecord(
-        arm="tune", index=repeat, prompt_id=prompt.id, prompt_class=prompt.prompt_class
-    )
-    return sample_of(stream_request(sessions.session, url, prompt.text, params, record), repeat)
-
-
-def _acceptance(
-    before: Counters | None, after: Counters | None, samples: Sequence[RequestSample]
-) -> tuple[Acceptance | None, str]:
+def _acceptance(block: CounterAcceptance) -> tuple[Acceptance | None, str]:
     """Counter acceptance of one class; None (with the reason) unless measured, so frozen or
     absent counters fall back to the client's tokens per chunk (tune.analysis.acceptance_of),
     labelled, never a 0."""
-    decode = sum(max((s.output_tokens or 0) - 1, 0) for s in samples if s.ok)
-    block = acceptance_from_deltas(before, after, decode_tokens=decode)
     if not block.available or not block.per_position_rate:
         return None, block.reason or "no per-position counters on /metrics"
     return (
@@ -89,38 +63,36 @@ def measure_classes(
     log: Log = print,
 ) -> tuple[dict[str, ClassRun], int]:
     """Every prompt ``repeats`` times per class; returns the class runs and skipped requests."""
-    by_class: dict[str, list[Prompt]] = {}
-    for prompt in prompts:
-        by_class.setdefault(prompt.prompt_class, []).append(prompt)
+    work: dict[str, list[tuple[Prompt, int]]] = {}
+    for repeat in range(repeats):
+        for prompt in prompts:
+            work.setdefault(prompt.prompt_class, []).append((prompt, repeat))
+    # Per-class counters only when one request runs at a time: acceptance per position is
+    # then each class's own (the model's r_i).
+    counters = speculative and concurrency == 1
     result: dict[str, ClassRun] = {}
     skipped = 0
-    sessions = _Sessions()
-    with requests.Session() as scrapes, ThreadPoolExecutor(concurrency) as pool:
-        for name, members in sorted(by_class.items()):
-            work = [(p, r) for r in range(repeats) for p in members]
-            before = scrape(url, scrapes) if speculative and concurrency == 1 else None
-            futures = []
-            for prompt, repeat in work:
-                if time.monotonic() > deadline:
-                    skipped += 1
-                    continue
-                futures.append(pool.submit(_send, url, prompt, repeat, params, sessions))
-            samples = [f.result() for f in futures]
-            run = ClassRun(prompt_class=name, samples=samples)
-            if speculative and concurrency == 1:
-                acceptance, reason = _acceptance(before, scrape(url, scrapes), samples)
-                run.acceptance = acceptance
-                run.acceptance_note = reason or None
-            failed = run.failed
-            errors = sorted({str(s.error) for s in samples if not s.ok})
-            log(
-                f"  {name}: {len(samples) - failed}/{len(samples)} requests ok"
-                + (f", {failed} failed ({', '.join(errors)})" if failed else "")
-                + (
-                    f", acceptance {run.acceptance.acceptance_rate:.0%}"
-                    if run.acceptance and run.acceptance.acceptance_rate is not None
-                    else ""
-                )
+    for done in send_by_class(
+        url, work, params,
+        concurrency=concurrency, arm="tune", counters=counters, deadline=deadline,
+    ):  # fmt: skip
+        name = done.prompt_class
+        skipped += done.skipped
+        run = ClassRun(prompt_class=name, samples=[sample_of(r, r.index) for r in done.records])
+        if done.acceptance is not None:
+            acceptance, reason = _acceptance(done.acceptance)
+            run.acceptance = acceptance
+            run.acceptance_note = reason or None
+        failed = run.failed
+        errors = sorted({str(s.error) for s in run.samples if not s.ok})
+        log(
+            f"  {name}: {len(run.samples) - failed}/{len(run.samples)} requests ok"
+            + (f", {failed} failed ({', '.join(errors)})" if failed else "")
+            + (
+                f", acceptance {run.acceptance.acceptance_rate:.0%}"
+                if run.acceptance and run.acceptance.acceptance_rate is not None
+                else ""
             )
-            result[name] = run
+        )
+        result[name] = run
     return result, skipped

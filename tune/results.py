@@ -188,7 +188,7 @@ class Check(_Result):
 
 
 class Recommendation(_Result):
-    scope: str  # a prompt class, or "overall"
+    scope: str  # a prompt class, or "all" (loadtest.metrics.ALL_CLASSES)
     draft: str
     k: int
     predicted_speedup: float

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from loadtest.metrics import DISTRIBUTIONS, RATES
+from loadtest.metrics import ALL_CLASSES, DISTRIBUTIONS, RATES
 from loadtest.render.tables import STATS
 from loadtest.results import Interval, RunSummary
 
@@ -20,7 +20,7 @@ def write_csv(summary: RunSummary, path: Path) -> None:
         writer = csv.writer(out)
         writer.writerow(HEADER)
         for arm, block in summary.arms.items():
-            scopes = {"all": block.overall, **block.by_class}
+            scopes = {ALL_CLASSES: block.overall, **block.by_class}
             for scope, metrics in scopes.items():
                 for name in DISTRIBUTIONS:
                     distribution = metrics.distribution(name)
@@ -35,9 +35,9 @@ def write_csv(summary: RunSummary, path: Path) -> None:
                     writer.writerow([arm, block.label, scope, f"failed_{reason}", "count", count])
             for name in ACCEPTANCE:
                 value = getattr(block.acceptance, name)
-                writer.writerow([arm, block.label, "all", name, "value", value])
+                writer.writerow([arm, block.label, ALL_CLASSES, name, "value", value])
             source = block.acceptance.source.value
-            writer.writerow([arm, block.label, "all", "acceptance_source", "value", source])
+            writer.writerow([arm, block.label, ALL_CLASSES, "acceptance_source", "value", source])
         writer.writerows(_comparison_rows(summary))
 
 
@@ -56,14 +56,14 @@ def _comparison_rows(summary: RunSummary) -> list[list[object]]:
     """Cost per 1M output tokens per arm, and every paired interval (estimate, low, high, n)."""
     rows: list[list[object]] = []
     if summary.cost is not None:
-        scopes = {"all": summary.cost.overall, **summary.cost.by_class}
+        scopes = {ALL_CLASSES: summary.cost.overall, **summary.cost.by_class}
         for scope, cost in scopes.items():
             for arm, usd in cost.usd_per_million_output_tokens.items():
                 label = summary.arms[arm].label if arm in summary.arms else arm
                 rows.append([arm, label, scope, "usd_per_million_output_tokens", "value", usd])
             rows += _interval_rows(scope, "cost_ratio", cost.ratio)
     if summary.statistics is not None:
-        stats = {"all": summary.statistics.overall, **summary.statistics.by_class}
+        stats = {ALL_CLASSES: summary.statistics.overall, **summary.statistics.by_class}
         for scope, scope_stats in stats.items():
             for metric, by_stat in scope_stats.speedup.items():
                 for stat, interval in by_stat.items():

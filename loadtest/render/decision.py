@@ -6,11 +6,11 @@ interval and n. Missing values read ``n/a`` (never 0).
 
 from __future__ import annotations
 
+from loadtest.metrics import ALL_CLASSES
 from loadtest.results import Interval, RunSummary, ScopeCost, ScopeStatistics
 
 Table = tuple[list[str], list[list[str]]]
 NOT_AVAILABLE = "n/a"
-ALL = "all"
 # (label, metric, stat) of the speedups with an interval, in report order.
 SPEEDUPS = (
     ("TTFT mean", "ttft_ms", "mean"),
@@ -87,7 +87,7 @@ def verdict_text(summary: RunSummary) -> str:
 def _scopes(summary: RunSummary) -> list[tuple[str, ScopeStatistics]]:
     if summary.statistics is None:
         return []
-    return [(ALL, summary.statistics.overall), *sorted(summary.statistics.by_class.items())]
+    return [(ALL_CLASSES, summary.statistics.overall), *sorted(summary.statistics.by_class.items())]
 
 
 def interval_rows(summary: RunSummary) -> Table:
@@ -151,7 +151,7 @@ def cost_rows(summary: RunSummary) -> Table:
     cost = summary.cost
     if cost is None:
         return header, []
-    rows = [_cost_row(ALL, cost.overall)]
+    rows = [_cost_row(ALL_CLASSES, cost.overall)]
     rows += [_cost_row(name, scope) for name, scope in sorted(cost.by_class.items())]
     if cost.at_optimal_load:
         for arm, point in cost.at_optimal_load.items():

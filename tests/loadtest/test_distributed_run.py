@@ -3,7 +3,6 @@ server: every request exactly once, a killed worker, a cancel, a readiness wait.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from loadtest.launch import (
 )
 from loadtest.plan import RunPlan, build_plan
 from loadtest.records import read_records
+from loadtest.window import WindowMeta
 
 pytestmark = pytest.mark.integration
 MASTER_PORT = 8511  # this test's share of the load-test ports
@@ -73,13 +73,13 @@ def test_every_request_runs_exactly_once_across_workers(serve, tmp_path) -> None
     assert measured == sorted(item.index for item in plan.measured)  # once each, none lost
     assert sum(r.warmup for r in records) == 2  # the warm-up ran once, not once per worker
     assert all(r.ok for r in records)
-    window = json.loads(Path(plan.meta_path).read_text())
-    assert window["stopped_by"] == "schedule_done"
-    assert window["workers"] == 3 and set(window["worker_cpu"]) == {"0", "1", "2"}
-    assert window["clock_skew_ms"] is not None and window["lost_workers"] == []
+    window = WindowMeta.read(plan.meta_path, plan.arm)
+    assert window.stopped_by == "schedule_done"
+    assert window.workers == 3 and set(window.worker_cpu) == {"0", "1", "2"}
+    assert window.clock_skew_ms is not None and window.lost_workers == []
     # Every measured request was read at least once, on loopback with kernel stamps.
-    assert window["arrival_stamps"]["kernel"] > 0
-    assert sum(window["arrival_stamps"].values()) >= len(plan.measured)
+    assert window.arrival_stamps is not None and window.arrival_stamps.kernel > 0
+    assert window.arrival_stamps.kernel + window.arrival_stamps.user >= len(plan.measured)
     # The server saw exactly the schedule's requests (warm-up included), no duplicates.
     assert len(server.log) == len(plan.schedule)
 
@@ -96,17 +96,17 @@ def test_a_killed_worker_ends_the_arm_bounded_and_keeps_what_was_measured(serve,
     code = wait_arm(processes, timeout_s=60)
     assert time.monotonic() - started < 30  # Locust marks it missing after ~3 heartbeats
     assert code is not None and _alive(processes) == []
-    window = json.loads(Path(plan.meta_path).read_text())
-    assert window["stopped_by"] == "worker_lost"
+    window = WindowMeta.read(plan.meta_path, plan.arm)
+    assert window.stopped_by == "worker_lost"
     records = [r for r in read_records(records_path) if not r.warmup]
-    lost_index = next(int(i) for i, cause in window["worker_stopped_by"].items()
+    lost_index = next(int(i) for i, cause in window.worker_stopped_by.items()
                       if cause == "worker_lost")  # fmt: skip
-    assert window["lost_workers"] == [lost_index]
+    assert window.lost_workers == [lost_index]
     survivor = {i.index for i in worker_share(plan.schedule, 1 - lost_index, 2)}
     assert survivor <= {r.index for r in records}  # the other worker finished its share
     from_lost = [r for r in records if r.index % 2 == lost_index]
     share = len(worker_share(plan.schedule, lost_index, 2))
-    assert window["not_started_requests"] == share - len(from_lost)
+    assert window.not_started_requests == share - len(from_lost)
     assert len({r.index for r in records}) == len(records)
 
 
@@ -121,8 +121,8 @@ def test_stop_arm_cancels_within_seconds_and_keeps_the_records(serve, tmp_path) 
     assert _alive(processes) == []
     records = read_records(Path(plan.records_path))
     assert any(not r.warmup for r in records)
-    window = json.loads(Path(plan.meta_path).read_text())
-    assert window["not_started_requests"] + window["unfinished_requests"] > 0
+    window = WindowMeta.read(plan.meta_path, plan.arm)
+    assert window.not_started_requests + window.unfinished_requests > 0
 
 
 def test_a_master_whose_workers_never_connect_gives_up_at_the_configured_wait(tmp_path) -> None:
@@ -137,8 +137,8 @@ def test_a_master_whose_workers_never_connect_gives_up_at_the_configured_wait(tm
         workers_connect_timeout_s=2,
     )  # fmt: skip
     assert time.monotonic() - started < 20  # the plan's own bound is 120 s
-    assert meta["locust_returncode"] == 1  # Locust: "Gave up waiting for workers to connect"
-    assert meta["stopped_by"] == "crashed"  # no window file: reported as a failed arm
+    assert meta.locust_returncode == 1  # Locust: "Gave up waiting for workers to connect"
+    assert meta.stopped_by == "crashed"  # no window file: reported as a failed arm
 
 
 def test_wait_ready_is_bounded_and_reports_who_was_not_ready(serve) -> None:

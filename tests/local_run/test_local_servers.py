@@ -256,3 +256,35 @@ def test_run_local_makes_both_models_before_any_server_starts(
         "servers for models/target, models/drafts/small-key",
     ]
     assert all(wait_gone(s.process.pid) for s in (baseline, speculative))  # type: ignore[union-attr]
+
+
+def test_exit_code_of_maps_server_failures_and_ctrl_c(capsys: pytest.CaptureFixture[str]) -> None:
+    def failing() -> int:
+        raise ServerError("baseline: not ready")
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert servers_module.exit_code_of(lambda: 7) == 7
+    assert servers_module.exit_code_of(failing) == 1
+    assert "error: baseline: not ready" in capsys.readouterr().err
+    assert servers_module.exit_code_of(interrupted) == 130
+    assert "servers stopped" in capsys.readouterr().err
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def terminated() -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        return 0
+
+    with pytest.raises(SystemExit) as exit_:  # SIGTERM unwinds as Terminated(128 + 15)
+        servers_module.exit_code_of(terminated)
+    assert exit_.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_go_offline_keeps_what_the_caller_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    servers_module.go_offline()
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "0"

@@ -93,7 +93,7 @@ def test_recommendation_is_the_best_predicted_measured_range_k() -> None:
     runs = sweep()
     models = [class_model(runs, "d", n, [2, 8], 10, BOOT)[0] for n in ("open_ended", "structured")]
     recs = recommend(models, runs, {"open_ended": 4, "structured": 4}, BOOT)
-    assert [r.scope for r in recs] == ["open_ended", "structured", "overall"]
+    assert [r.scope for r in recs] == ["open_ended", "structured", "all"]
     for rec in recs[:2]:
         model = next(m for m in models if m.prompt_class == rec.scope)
         best = max(

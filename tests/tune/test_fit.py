@@ -165,7 +165,7 @@ def test_fit_from_load_test_run_dirs_recovers_the_model_and_checks_held_out_k(
         ("structured", 6),
     ]
     assert all(c.within_tolerance and c.measured.n == 4 for c in result.checks)
-    overall = next(r for r in result.recommendations if r.scope == "overall")
+    overall = next(r for r in result.recommendations if r.scope == "all")
     assert result.overrides == (
         f"-c experiment.serving.draft_model=d -c experiment.serving.num_speculative_tokens="
         f"{overall.k}"

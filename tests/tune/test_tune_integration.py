@@ -66,7 +66,7 @@ def test_quick_sweep_on_real_vllm(tmp_path: Path) -> None:
         at_1 = next(m for m in model.measured if m.k == 1)
         assert at_1.tokens_per_step is not None
         assert model.prediction(1).tokens_per_step == pytest.approx(at_1.tokens_per_step, rel=0.2)
-    overall = next(r for r in result.recommendations if r.scope == "overall")
+    overall = next(r for r in result.recommendations if r.scope == "all")
     assert overall.k in (1, 2, 3)
     assert overall.draft in drafts
     assert result.overrides == (

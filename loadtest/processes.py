@@ -1,0 +1,128 @@
+"""Child processes the project starts and must always stop: the load test's Locust processes
+(loadtest/launch.py) and the local run's vLLM servers (local_run/servers.py).
+
+One way to wait for a service, to stop a process group and to turn signals into exceptions,
+so a fix to any of them (a lingering child, a missed SIGKILL) reaches both. Every process is
+started with ``start_new_session=True``: its pid is its process group id, and signalling the
+group reaches the children it started (vLLM's engine core and workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
+
+LOG = logging.getLogger("loadtest")
+HTTP_TIMEOUT_S = 5.0
+# While a group's leader is gone but its children linger, how often to look again.
+GROUP_POLL_S = 0.1
+
+
+def http_get(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[bool, bytes]:
+    """(True, body) when ``url`` answers 200; (False, b"") on any other answer or none."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status == 200, response.read()
+    except (urllib.error.URLError, OSError, ValueError):
+        return False, b""
+
+
+def healthy(url: str) -> bool:
+    """``url``'s ``/health`` answers 200: vLLM's OpenAI server does once its engine is up
+    (vllm/entrypoints/openai/api_server.py)."""
+    return http_get(url.rstrip("/") + "/health")[0]
+
+
+def poll_until(
+    ready: Callable[[], bool],
+    deadline: float,
+    poll_s: float,
+    waiting: Callable[[float], None] | None = None,
+) -> bool:
+    """Call ``ready`` every ``poll_s`` until it returns True (then True) or ``deadline``
+    (``time.monotonic()``) passes (then False); ``waiting(seconds left)`` between polls.
+    ``ready`` may raise to give up early (a server that exited)."""
+    while True:
+        if ready():
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if waiting is not None:
+            waiting(left)
+        time.sleep(min(poll_s, left))
+
+
+def stop_groups(
+    processes: Sequence[subprocess.Popen[bytes]],
+    grace_s: float,
+    on_kill: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> None:
+    """SIGTERM each process's group, give them ``grace_s`` together to exit (children
+    included: a leader may exit before its engine and workers), then SIGKILL what is left;
+    returns when every leader is reaped. ``on_kill``: told before a group is killed."""
+    for process in processes:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        while _group_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(GROUP_POLL_S)
+        if process.poll() is None or _group_alive(process.pid):
+            if on_kill is not None:
+                on_kill(process)
+            _signal_group(process, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal is still a member
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def signals_raise(
+    signals: Sequence[signal.Signals],
+    exception: Callable[[int], BaseException],
+    *,
+    once: bool = False,
+) -> Iterator[None]:
+    """While inside, each of ``signals`` raises ``exception(signum)`` in the main thread, so
+    every ``with`` block cleans up; the previous handlers come back on the way out.
+    ``once``: a second signal is ignored (the first one's stop is under way and bounded)."""
+    received: list[int] = []
+
+    def handler(signum: int, _: FrameType | None) -> None:
+        if once and received:
+            LOG.warning("%s again: already stopping", signal.Signals(signum).name)
+            return
+        received.append(signum)
+        raise exception(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
