@@ -33,6 +33,7 @@ from experiment.config.generator import (
 )
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import (
+    ArmsMode,
     LoadTestConfig,
     LoadTestPodConfig,
     MetricNames,
@@ -65,6 +66,7 @@ __all__ = [
     "NOMINAL_NEURON_USD_PER_HOUR",
     "PLUGIN_DEFAULTS",
     "Arm",
+    "ArmsMode",
     "CapacityType",
     "ClusterConfig",
     "DistillationConfig",
