@@ -46,6 +46,7 @@ from locust.stats import CSV_STATS_INTERVAL_SEC
 from experiment.config import Arm
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from loadtest.acceptance import scrape
+from loadtest.arms import READY_POLL_S, announce_ready, shared_start
 from loadtest.client import stream_request
 from loadtest.distributed import (
     CLOCK_MESSAGE,
@@ -131,6 +132,7 @@ class _RunState:
 
     def warmup_done(self) -> None:
         self.before = scrape(self.plan.base_url)
+        wait_for_start(self.plan)
         runner = self.environment.runner
         if runner is not None:
             runner.stats.reset_all()  # Locust's own stats exclude the warm-up too
@@ -303,6 +305,7 @@ class _MasterState:
         self.clients: dict[str, int] = {}  # Locust client id -> worker index
         self.before: dict[str, Any] | None = None
         self.window_open_wall: float | None = None
+        self.opening = False
         self.finished = False
         Path(plan.records_path).parent.mkdir(parents=True, exist_ok=True)
         self._records = Path(plan.records_path).open("w")  # noqa: SIM115 - closed at finish
@@ -336,9 +339,16 @@ class _MasterState:
         self.received[index] = self.received.get(index, 0) + data["measured"]
 
     def _on_warmup_done(self, data: dict[str, Any]) -> None:
-        if data["worker"] != 0 or self.window_open_wall is not None:
+        if data["worker"] != 0 or self.opening:
             return
+        self.opening = True
+        gevent.spawn(self._open_window)
+
+    def _open_window(self) -> None:
+        # In its own greenlet: waiting for the start instant inside a message handler would
+        # hold up the workers' heartbeats.
         self.before = scrape(self.plan.base_url)
+        wait_for_start(self.plan)
         self.runner.stats.reset_all()
         self.window_open_wall = time.time()
         self.runner.send_message(WINDOW_OPEN_MESSAGE, {"master_wall": self.window_open_wall})
@@ -413,6 +423,22 @@ class _MasterState:
 
 def _stamp_counts(counts: dict[str, int] | None) -> ArrivalStampCounts | None:
     return None if counts is None else ArrivalStampCounts.model_validate(counts)
+
+
+def wait_for_start(plan: RunPlan) -> None:
+    """Concurrent arms: hold the measured window until the arms' shared start instant."""
+    if plan.start_at_wall is None:
+        return
+    start = plan.start_at_wall
+    if plan.ready_files:
+        announce_ready(plan, time.time())
+        while time.time() < start:
+            ready = shared_start(plan.ready_files)
+            if ready is not None:
+                start = min(start, ready)
+                break
+            gevent.sleep(READY_POLL_S)
+    gevent.sleep(max(0.0, start - time.time()))
 
 
 def _data_only(handler: Callable[[dict[str, Any]], None]) -> Callable[..., None]:
