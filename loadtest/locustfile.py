@@ -12,7 +12,8 @@ is its settings file) and writes raw records to ``--records-dir`` (default
 ``--loadtest-plan`` instead. Either way:
 
 - warm-up requests run first (one user, sequentially); Locust's stats are reset after them
-  and the measured window starts; ``/metrics`` is scraped at both ends of the window;
+  and the measured window starts (concurrent arms: at the instant shared with the other
+  arm, loadtest/arms.py); ``/metrics`` is scraped at both ends of the window;
 - users take requests from one shared schedule (same order for both arms); the run stops by
   itself when the schedule is done, or at ``-t``; each request has a timeout;
 - each finished request fires one Locust request event (response time = end-to-end ms; the

@@ -121,8 +121,8 @@ def run_comparison(
     handle_signals: bool = False,
     served_models: str | None = None,
 ) -> RunSummary:
-    """Run both arms with identical load (``config.loadtest``), write the run directory and
-    its report.
+    """Run both arms with identical load (``config.loadtest``), at once or in turn
+    (``loadtest.arms_mode``), write the run directory and its report.
 
     ``max_requests``, ``api``: as ``build_plan``. ``local``: the arms are the local run's
     CPU servers, so the analysis prices the local machine and takes the local k (the caller
