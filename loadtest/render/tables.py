@@ -308,7 +308,7 @@ def arms_lines(summary: RunSummary) -> list[str]:
     timing = summary.arms_timing
     if mode == "concurrent":
         lines = [
-            "Arms: **concurrent**, both measured at the same time from one start instant. "
+            "Arms: concurrent, both measured at the same time from one start instant. "
             "Pairs: the same prompt in the same schedule slot, sent to both arms together."
         ]
         if timing is not None:
@@ -323,7 +323,7 @@ def arms_lines(summary: RunSummary) -> list[str]:
             )
         return lines
     lines = [
-        f"Arms: **{mode}**, one arm whole, then the other. Pairs: the same prompt in the "
+        f"Arms: {mode}, one arm whole, then the other. Pairs: the same prompt in the "
         "same schedule slot, measured at different times (a drift between the two halves "
         "falls on one arm only)."
     ]

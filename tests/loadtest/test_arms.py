@@ -117,12 +117,12 @@ def test_report_header_states_mode_pairing_and_the_time_saved(fake_run_dir) -> N
         },
     )
     text = " ".join(arms_lines(summary))
-    assert "**concurrent**" in text and "sent to both arms together" in text
+    assert "Arms: concurrent," in text and "sent to both arms together" in text
     assert "0.25 s apart" in text and "40 s less than the arms one after the other (90 s)" in text
     summary.run.arms_mode = "sequential"
     summary.arms_timing = None
     text = " ".join(arms_lines(summary))
-    assert "**sequential**" in text and "measured at different times" in text
+    assert "Arms: sequential," in text and "measured at different times" in text
 
 
 def test_concurrent_arms_with_worker_pods_are_refused_before_anything_runs(tmp_path) -> None:

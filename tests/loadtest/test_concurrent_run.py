@@ -78,7 +78,7 @@ def test_both_arms_start_together_with_the_same_prompts_in_the_same_order(serve,
     assert summary.run.arms_mode == "concurrent"
     assert summary.warnings == [], summary.warnings
     report = (out / "report.md").read_text()
-    assert "**concurrent**" in report and "less than the arms one after the other" in report
+    assert "Arms: concurrent," in report and "less than the arms one after the other" in report
 
 
 def test_open_loop_releases_each_arrival_to_both_arms_together(serve, tmp_path) -> None:
@@ -123,4 +123,4 @@ def test_sequential_arms_run_one_after_the_other_and_save_nothing(serve, tmp_pat
     timing = summary.arms_timing
     assert timing is not None and timing.mode == "sequential"
     assert timing.wall_saved_s < 1.0
-    assert "**sequential**" in (out / "report.md").read_text()
+    assert "Arms: sequential," in (out / "report.md").read_text()
