@@ -12,7 +12,8 @@ is its settings file) and writes raw records to ``--records-dir`` (default
 ``--loadtest-plan`` instead. Either way:
 
 - warm-up requests run first (one user, sequentially); Locust's stats are reset after them
-  and the measured window starts; ``/metrics`` is scraped at both ends of the window;
+  and the measured window starts (concurrent arms: at the instant shared with the other
+  arm, loadtest/arms.py); ``/metrics`` is scraped at both ends of the window;
 - users take requests from one shared schedule (same order for both arms); the run stops by
   itself when the schedule is done, or at ``-t``; each request has a timeout;
 - each finished request fires one Locust request event (response time = end-to-end ms; the
@@ -46,6 +47,7 @@ from locust.stats import CSV_STATS_INTERVAL_SEC
 from experiment.config import Arm
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from loadtest.acceptance import scrape
+from loadtest.arms import READY_POLL_S, announce_ready, shared_start
 from loadtest.client import stream_request
 from loadtest.distributed import (
     CLOCK_MESSAGE,
@@ -131,6 +133,7 @@ class _RunState:
 
     def warmup_done(self) -> None:
         self.before = scrape(self.plan.base_url)
+        wait_for_start(self.plan)
         runner = self.environment.runner
         if runner is not None:
             runner.stats.reset_all()  # Locust's own stats exclude the warm-up too
@@ -303,6 +306,7 @@ class _MasterState:
         self.clients: dict[str, int] = {}  # Locust client id -> worker index
         self.before: dict[str, Any] | None = None
         self.window_open_wall: float | None = None
+        self.opening = False
         self.finished = False
         Path(plan.records_path).parent.mkdir(parents=True, exist_ok=True)
         self._records = Path(plan.records_path).open("w")  # noqa: SIM115 - closed at finish
@@ -336,9 +340,16 @@ class _MasterState:
         self.received[index] = self.received.get(index, 0) + data["measured"]
 
     def _on_warmup_done(self, data: dict[str, Any]) -> None:
-        if data["worker"] != 0 or self.window_open_wall is not None:
+        if data["worker"] != 0 or self.opening:
             return
+        self.opening = True
+        gevent.spawn(self._open_window)
+
+    def _open_window(self) -> None:
+        # In its own greenlet: waiting for the start instant inside a message handler would
+        # hold up the workers' heartbeats.
         self.before = scrape(self.plan.base_url)
+        wait_for_start(self.plan)
         self.runner.stats.reset_all()
         self.window_open_wall = time.time()
         self.runner.send_message(WINDOW_OPEN_MESSAGE, {"master_wall": self.window_open_wall})
@@ -413,6 +424,22 @@ class _MasterState:
 
 def _stamp_counts(counts: dict[str, int] | None) -> ArrivalStampCounts | None:
     return None if counts is None else ArrivalStampCounts.model_validate(counts)
+
+
+def wait_for_start(plan: RunPlan) -> None:
+    """Concurrent arms: hold the measured window until the arms' shared start instant."""
+    if plan.start_at_wall is None:
+        return
+    start = plan.start_at_wall
+    if plan.ready_files:
+        announce_ready(plan, time.time())
+        while time.time() < start:
+            ready = shared_start(plan.ready_files)
+            if ready is not None:
+                start = min(start, ready)
+                break
+            gevent.sleep(READY_POLL_S)
+    gevent.sleep(max(0.0, start - time.time()))
 
 
 def _data_only(handler: Callable[[dict[str, Any]], None]) -> Callable[..., None]:

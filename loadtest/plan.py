@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiment.config import Arm, ExperimentConfig
+from experiment.config import Arm, ArmsMode, ExperimentConfig
 from loadtest.client import RequestParams
 from loadtest.prompts import ScheduleItem, build_schedule, load_prompts
 
@@ -21,11 +21,12 @@ from loadtest.prompts import ScheduleItem, build_schedule, load_prompts
 RUN_RESERVE_S = 120.0
 
 
-def arm_time_budget(total_s: float) -> float:
+def arm_time_budget(total_s: float, arms_in_turn: int = 2) -> float:
     """Each arm's share of ``loadtest.max_duration_s``, the bound of the whole comparison (the
-    arms run one after the other, and the cluster Job's deadline is that same number)."""
+    cluster Job's deadline is that same number): half each when the arms run one after the
+    other, all of it when they run at once (``arms_in_turn`` 1)."""
     reserve = min(RUN_RESERVE_S, 0.1 * total_s)
-    return max(1.0, (total_s - reserve) / 2)
+    return max(1.0, (total_s - reserve) / arms_in_turn)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class RunPlan:
     meta_path: str
     variant_label: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # Concurrent arms (loadtest/arms.py): each arm's process writes its ready file after its
+    # warm-up; both open their measured windows at one instant derived from those files, at
+    # the latest at start_at_wall (time.time()). Empty/None: as soon as the warm-up is done.
+    ready_files: list[str] = field(default_factory=list)
+    start_at_wall: float | None = None
 
     @property
     def measured(self) -> list[ScheduleItem]:
@@ -72,6 +78,8 @@ class RunPlan:
             meta_path=data["meta_path"],
             variant_label=data.get("variant_label", ""),
             extra=data.get("extra", {}),
+            ready_files=data.get("ready_files", []),
+            start_at_wall=data.get("start_at_wall"),
         )
 
 
@@ -80,14 +88,16 @@ API = ("chat", "completions")
 
 def local_scale(config: ExperimentConfig) -> ExperimentConfig:
     """The configuration with the local run's small scale (``local.max_tokens``,
-    ``local.concurrency``, ``local.requests_per_prompt``) as its load: what ``python -m
-    local_run`` and ``python -m loadtest run --local`` measure. Set with -c like any key."""
+    ``local.concurrency``, ``local.requests_per_prompt``) and ``local.arms_mode`` as its
+    load: what ``python -m local_run`` and ``python -m loadtest run --local`` measure. Set
+    with -c like any key."""
     local = config.local
     loadtest = config.loadtest.model_copy(
         update={
             "max_tokens": local.max_tokens,
             "concurrency": local.concurrency,
             "requests_per_prompt": local.requests_per_prompt,
+            "arms_mode": local.arms_mode,
         }
     )
     return config.model_copy(update={"loadtest": loadtest})
@@ -131,7 +141,9 @@ def build_plan(
     shape = LoadShape(
         concurrency=lt.concurrency,
         request_rate=lt.request_rate,
-        max_duration_s=arm_time_budget(lt.max_duration_s),
+        max_duration_s=arm_time_budget(
+            lt.max_duration_s, 1 if lt.arms_mode is ArmsMode.CONCURRENT else 2
+        ),
     )
     return RunPlan(
         arm=arm.value,

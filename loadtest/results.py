@@ -28,7 +28,8 @@ SCHEMA_VERSION = 5
 #    (the local run's generated miniatures; None for older runs).
 # 5: Acceptance.source (measured / estimated / not available) and the lossless tolerance
 #    figures: Lossless.prefix_agreement_rate, tokens_compared, LosslessMismatch.agreement
-#    and compared_tokens (issue 23).
+#    and compared_tokens (issue 23); RunInfo.arms_mode and RunSummary.arms_timing (issue 25:
+#    concurrent arms).
 
 
 class _Result(BaseModel):
@@ -341,6 +342,8 @@ class RunInfo(_Result):
     loadtest_config: dict[str, Any] = Field(default_factory=dict)
     analysis: AnalysisInfo | None = None
     """k, bootstrap settings and price for the statistics and cost (None: older runs)."""
+    arms_mode: str | None = None
+    """loadtest.arms_mode of the run: concurrent or sequential (None: older runs, sequential)."""
 
 
 class CloudWatchResult(_Result):
@@ -509,6 +512,25 @@ class AnalysisInfo(_Result):
         return data
 
 
+class ArmsTiming(_Result):
+    """When the arms ran (loadtest/arms.py): how close concurrent arms started and the wall
+    time they saved against running one after the other."""
+
+    mode: str
+    """concurrent or sequential (loadtest.arms_mode)."""
+    first_request_wall: dict[str, float | None]
+    """Per arm: when its first measured request left (Unix time; None: none did)."""
+    start_spread_s: float | None
+    """Seconds between the arms' first measured requests (None: an arm sent none)."""
+    arms_elapsed_s: dict[str, float]
+    """Per arm: its Locust processes' wall time, start-up and shutdown included."""
+    run_elapsed_s: float
+    """Wall time from the first arm's launch to the last arm's end."""
+    wall_saved_s: float
+    """Sum of the arms' elapsed minus the run's: about one arm's time when concurrent, 0
+    when sequential."""
+
+
 class RunSummary(_Result):
     """The whole summary of a run: summary.json."""
 
@@ -529,6 +551,8 @@ class RunSummary(_Result):
     """Cost per 1M output tokens; None for runs without run.json "analysis"."""
     verdict: list[ClassVerdict] = Field(default_factory=list)
     """Per prompt class then "all": use SD / don't / can't tell."""
+    arms_timing: ArmsTiming | None = None
+    """When the arms ran; None for runs from before loadtest.arms_mode."""
 
     def arm(self, arm: Arm | str) -> ArmSummary:
         return self.arms[str(arm)]

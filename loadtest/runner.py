@@ -1,4 +1,5 @@
-"""Run both arms (in turn) and turn the run directory into a summary.
+"""Run both arms (at once or in turn: ``loadtest.arms_mode``, loadtest/arms.py) and turn the
+run directory into a summary.
 
 Locust runs in subprocesses: importing Locust monkey-patches the whole interpreter with
 gevent, which must not happen inside a caller such as the local run. Each arm gets the same
@@ -6,7 +7,7 @@ plan except for its URL; a hard wall-clock timeout backs up Locust's own ``-t``.
 ``workers`` N > 1 each arm is a Locust master and N workers (loadtest/launch.py,
 loadtest/distributed.py); the run directory and summary have the same shape either way.
 
-A cancel (``handle_signals``: SIGINT or SIGTERM) stops the running arm's processes within
+A cancel (``handle_signals``: SIGINT or SIGTERM) stops the running arms' processes within
 seconds, keeps every record measured, skips the arms not started yet and still writes the
 summary and report, marked ``cancelled_by``.
 
@@ -17,7 +18,9 @@ Run directory layout::
     records_<arm>.jsonl           raw per-request records (warm-up included, flagged; with
                                   workers: every worker's, written by the master)
     window_<arm>.json             measured window, stop cause, /metrics before and after,
-                                  workers' CPU shares and clock skew
+                                  workers' CPU shares and clock skew, launch and first
+                                  measured request times
+    ready_<arm>.json              concurrent arms: when the arm's warm-up was done
     locust/<arm>_stats.csv, locust/<arm>.html, locust/<arm>.log   Locust's own outputs
     summary.json                  (loadtest.summary: the typed RunSummary, loadtest.results)
     summary.csv, report.md, report.html, *.png                   (loadtest.report)
@@ -27,26 +30,24 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import signal
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
-from experiment.config import Arm, ExperimentConfig, LoadTestConfig
+from experiment.config import Arm, ArmsMode, ExperimentConfig, LoadTestConfig
 from loadtest.analysis import analysis_info
-from loadtest.launch import (
-    LOCUSTFILE,
-    STOP_TIMEOUT_S,
-    connect_wait_s,
-    launch_arm,
-    master_command,
-    stop_arm,
-    wait_arm,
-    wait_ready,
-    worker_command,
+from loadtest.arms import (
+    check_ports_free,
+    finish_arm,
+    master_ports,
+    ready_file,
+    run_together,
+    start_arm,
+    start_bound,
 )
+from loadtest.launch import LOCUSTFILE, stop_arm, wait_ready
 from loadtest.plan import RunPlan, build_plan
 from loadtest.processes import signals_raise
 from loadtest.report import write_report
@@ -54,11 +55,9 @@ from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, Sl
 from loadtest.summary import RUN_JSON, summarize, write_summary
 from loadtest.window import WindowMeta
 
-__all__ = ["Cancelled", "NotReady", "run_arm", "run_comparison", "summarize"]
+__all__ = ["Cancelled", "NotReady", "run_arm", "run_arms", "run_comparison", "summarize"]
 
 LOG = logging.getLogger("loadtest")
-# Beyond Locust's own -t and stop timeout: how long a hung Locust may outlive its arm.
-KILL_MARGIN_S = 60
 
 
 class Cancelled(Exception):
@@ -95,55 +94,15 @@ def run_arm(
     user with another HTTP client); the comparison always runs the default.
     ``local_workers``: start the ``workers`` here (False: they run elsewhere, e.g. pods,
     and connect to ``master_port``). Raises Cancelled after stopping the processes."""
-    locust_dir = run_dir / "locust"
-    locust_dir.mkdir(parents=True, exist_ok=True)
-    plan_path = run_dir / f"plan_{plan.arm}.json"
-    plan_path.write_text(plan.to_json())
-    run_time = max(1, math.ceil(plan.shape.max_duration_s))
-    master = master_command(
-        plan, plan_path, locust_dir, workers=workers, master_port=master_port,
-        locustfile=locustfile, workers_connect_timeout_s=workers_connect_timeout_s,
+    arm = start_arm(
+        plan, run_dir, locustfile, workers=workers, local_workers=local_workers,
+        master_port=master_port, workers_connect_timeout_s=workers_connect_timeout_s,
     )  # fmt: skip
-    worker_commands = (
-        [worker_command(master_port, locustfile)] * workers if workers > 1 and local_workers else []
-    )
-    LOG.info(
-        "%s: %d measured requests at concurrency %d against %s (at most %ss, %d worker%s)",
-        plan.arm, len(plan.measured), plan.shape.concurrency, plan.base_url, run_time,
-        workers, "" if workers == 1 else "s",
-    )  # fmt: skip
-    log_path = locust_dir / f"{plan.arm}.log"
-    started = time.monotonic()
-    cancelled: Cancelled | None = None
-    with log_path.open("wb") as log:
-        processes = launch_arm(master, worker_commands, log)
-        try:
-            returncode = wait_arm(
-                processes,
-                run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s
-                + connect_wait_s(workers, workers_connect_timeout_s),
-            )  # fmt: skip
-        except Cancelled as cancel:
-            LOG.warning("%s: %s: stopping the load", plan.arm, cancel)
-            stop_arm(processes)
-            cancelled, returncode = cancel, None
-    if Path(plan.meta_path).is_file():
-        meta = WindowMeta.read(plan.meta_path, plan.arm)
-    else:  # Locust ended before it could write one
-        stopped_by = "killed" if returncode is None else "crashed"
-        meta = WindowMeta(arm=plan.arm, stopped_by=stopped_by, workers=workers)
-    if cancelled is not None:
-        meta.stopped_by = "cancelled"
-    meta.locust_returncode = returncode
-    meta.elapsed_s = time.monotonic() - started
-    meta.write(plan.meta_path)
-    if cancelled is not None:
-        raise cancelled
-    if returncode not in (0, None) or meta.stopped_by in ("killed", "crashed"):
-        LOG.warning(
-            "%s: Locust ended with %s (%s); see %s", plan.arm, returncode, meta.stopped_by, log_path
-        )
-    return meta
+    return run_together([arm], on_cancel=_log_cancel)[0]
+
+
+def _log_cancel(cancel: BaseException) -> None:
+    LOG.warning("%s: stopping the load", cancel)
 
 
 def run_comparison(
@@ -162,8 +121,8 @@ def run_comparison(
     handle_signals: bool = False,
     served_models: str | None = None,
 ) -> RunSummary:
-    """Run both arms with identical load (``config.loadtest``), write the run directory and
-    its report.
+    """Run both arms with identical load (``config.loadtest``), at once or in turn
+    (``loadtest.arms_mode``), write the run directory and its report.
 
     ``max_requests``, ``api``: as ``build_plan``. ``local``: the arms are the local run's
     CPU servers, so the analysis prices the local machine and takes the local k (the caller
@@ -188,6 +147,17 @@ def run_comparison(
             f"{workers} workers for concurrency {concurrency}: every Locust worker needs at "
             "least one user; lower loadtest.workers or raise the concurrency"
         )
+    mode = config.loadtest.arms_mode
+    ports = master_ports(config.loadtest.master_port, len(plans), mode)
+    if workers > 1 and mode is ArmsMode.CONCURRENT:
+        if not local_workers:
+            # A worker pod runs one Locust worker at a time against one master port
+            # (loadtest/worker_pod.py, charts/loadtest_job.py).
+            raise ValueError(
+                "concurrent arms with worker pods are not supported yet: set "
+                "loadtest.arms_mode=sequential, or loadtest.workers=1"
+            )
+        check_ports_free(ports)
     if wait_ready_s:
         LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
         not_ready = wait_ready([plan.base_url for plan in plans.values()], wait_ready_s)
@@ -216,18 +186,15 @@ def run_comparison(
         overrides={"api": api, **({"max_requests": max_requests} if max_requests else {})},
         loadtest_config=config.loadtest.model_dump(mode="json"),
         analysis=analysis_info(config, local=local),
+        arms_mode=mode.value,
     )
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)
     cancelled: Cancelled | None = None
     with _cancel_on_signals() if handle_signals else nullcontext():
         try:
-            for plan in plans.values():
-                run_arm(
-                    plan, out_dir, workers=workers, local_workers=local_workers,
-                    master_port=config.loadtest.master_port,
-                    workers_connect_timeout_s=config.loadtest.workers_connect_timeout_s,
-                )  # fmt: skip
+            run_arms(list(plans.values()), out_dir, ports, workers=workers,
+                     local_workers=local_workers, config=config.loadtest)  # fmt: skip
         except Cancelled as cancel:
             cancelled = cancel
             LOG.warning("cancelled by %s: writing the report of the partial run", cancel)
@@ -243,6 +210,47 @@ def run_comparison(
         write_summary(summary, out_dir)
     write_report(summary, out_dir)
     return summary
+
+
+def run_arms(
+    plans: list[RunPlan],
+    out_dir: Path,
+    ports: list[int],
+    *,
+    workers: int,
+    local_workers: bool,
+    config: LoadTestConfig,
+) -> None:
+    """Run the arms as ``config.arms_mode`` says. Sequential: each arm whole, in turn.
+    Concurrent: their processes launched together, their windows opened at one instant
+    (loadtest/arms.py) and their waits bounded together. Raises Cancelled after stopping
+    what runs."""
+    if config.arms_mode is ArmsMode.SEQUENTIAL:
+        for plan, port in zip(plans, ports, strict=True):
+            run_arm(
+                plan, out_dir, workers=workers, local_workers=local_workers, master_port=port,
+                workers_connect_timeout_s=config.workers_connect_timeout_s,
+            )  # fmt: skip
+        return
+    ready = [str(ready_file(out_dir, plan.arm)) for plan in plans]
+    for path in ready:
+        Path(path).unlink(missing_ok=True)  # a rerun into the same directory starts afresh
+    latest = start_bound(plans, workers, config.workers_connect_timeout_s)
+    started = []
+    try:
+        for plan, port in zip(plans, ports, strict=True):
+            plan.ready_files, plan.start_at_wall = ready, latest
+            arm = start_arm(
+                plan, out_dir, workers=workers, local_workers=local_workers,
+                master_port=port, workers_connect_timeout_s=config.workers_connect_timeout_s,
+            )  # fmt: skip
+            started.append(arm)
+    except BaseException:  # a cancel between the launches: stop what already runs
+        for arm in started:
+            stop_arm(arm.processes)
+            finish_arm(arm, None, cancelled=True)
+        raise
+    run_together(started, on_cancel=_log_cancel)
 
 
 def exit_code(summary: RunSummary, max_failure_share: float) -> int:

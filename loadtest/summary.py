@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from experiment.config import Arm, LoadTestConfig
 from loadtest.acceptance import acceptance_from_deltas, decode_tokens
 from loadtest.analysis import analyse
+from loadtest.arms import arms_timing, timing_warnings
 from loadtest.lossless import lossless_check
 from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION, arm_metrics, compare_arms
 from loadtest.records import RequestRecord, read_records
@@ -176,10 +177,11 @@ def summarize(run_dir: Path) -> RunSummary:
     arms: dict[str, ArmSummary] = {}
     records_by_arm: dict[Arm, list[RequestRecord]] = {}
     warnings: list[str] = []
+    metas: dict[str, WindowMeta] = {}
     for arm in Arm:
         path = run_dir / f"records_{arm.value}.jsonl"
         records = read_records(path) if path.is_file() else []
-        meta = read_window_meta(run_dir, arm)
+        meta = metas[arm.value] = read_window_meta(run_dir, arm)
         records_by_arm[arm] = records
         arms[arm.value] = _arm_summary(run, arm, records, meta)
         warnings += _arm_warnings(
@@ -189,6 +191,8 @@ def summarize(run_dir: Path) -> RunSummary:
         records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
     )
     analysis = analyse(run.analysis, records_by_arm, arms, lossless)
+    timing = arms_timing(run.arms_mode, metas)
+    warnings += timing_warnings(timing)
     summary = RunSummary(
         run=run,
         arms=arms,
@@ -198,6 +202,7 @@ def summarize(run_dir: Path) -> RunSummary:
         statistics=analysis.statistics,
         cost=analysis.cost,
         verdict=analysis.verdict,
+        arms_timing=timing,
     )
     write_summary(summary, run_dir)
     return summary

@@ -56,6 +56,12 @@ class WindowMeta(BaseModel):
     """Set by the runner: the Locust (master) process's exit code; None when it was stopped."""
     elapsed_s: float | None = None
     """Set by the runner: the arm's wall time, start-up and shutdown included."""
+    launched_wall: float | None = None
+    """Set by the runner: time.time() when it started the arm's Locust processes."""
+    start_at_wall: float | None = None
+    """Set by the runner: the shared start instant of concurrent arms (None: sequential)."""
+    first_request_wall: float | None = None
+    """Set by the runner: when the arm's first measured request left (its records)."""
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=1))

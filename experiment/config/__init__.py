@@ -33,6 +33,7 @@ from experiment.config.generator import (
 )
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import (
+    ArmsMode,
     LoadTestConfig,
     LoadTestPodConfig,
     MetricNames,
@@ -81,6 +82,7 @@ __all__ = [
     "PLUGIN_IMAGE",
     "PROFILES",
     "Arm",
+    "ArmsMode",
     "CapacityType",
     "ClusterConfig",
     "DistillationConfig",

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
 from experiment.config.base import Arm, Section, ServiceAccountName
+
+
+class ArmsMode(StrEnum):
+    """How the two arms share the run's time (loadtest/arms.py)."""
+
+    CONCURRENT = "concurrent"
+    """Both arms at once from one start instant: for arms on separate hardware."""
+    SEQUENTIAL = "sequential"
+    """One arm whole, then the other: for arms that share the machine."""
 
 
 class PromptSuiteConfig(Section):
@@ -169,6 +179,14 @@ class LoadTestConfig(Section):
     )
     requests_per_prompt: Annotated[int, Field(ge=1)] = Field(
         default=8, description="Measured requests per prompt and arm."
+    )
+    arms_mode: ArmsMode = Field(
+        default=ArmsMode.CONCURRENT,
+        description=(
+            "concurrent: both arms at once, the same prompt released to both together "
+            "(separate hardware: the cluster, two endpoints); sequential: one arm, then "
+            "the other (arms sharing a machine: the local run's local.arms_mode)."
+        ),
     )
     warmup_requests: Annotated[int, Field(ge=0)] = Field(
         default=2, description="Unmeasured requests per arm before measuring."

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from experiment.config.base import Section, apply_rule
 from experiment.config.generator import ModelGeneratorConfig
+from experiment.config.loadtest import ArmsMode
 from runtime import validate as rules
 
 
@@ -66,6 +67,11 @@ class LocalConfig(Section):
     )
     requests_per_prompt: Annotated[int, Field(ge=1)] = Field(
         default=1, description="Measured requests per prompt and local arm."
+    )
+    # Both servers share the machine's cores: concurrent arms would compete for them.
+    arms_mode: ArmsMode = Field(
+        default=ArmsMode.SEQUENTIAL,
+        description="loadtest.arms_mode of the local run (its servers share the CPU cores).",
     )
     # 16 more prompts, so the lossless check covers 32 (the trn2 suite stays the published 16).
     extra_prompt_files: list[str] = Field(

@@ -297,7 +297,40 @@ def run_text(summary: RunSummary) -> str:
         f"ignore_eos {run.request.ignore_eos}, seed {run.seed}, API "
         f"`{run.request.api}`. Started {run.started_at}. Speedup > 1 means SD is "
         "better (latency: base/SD; throughput: SD/base)."
-    )
+    ) + "".join(f" {line}" for line in arms_lines(summary))
+
+
+def arms_lines(summary: RunSummary) -> list[str]:
+    """How the arms shared the run's time and what a pair is (loadtest.arms_mode); nothing
+    for runs from before the setting."""
+    mode = summary.run.arms_mode
+    if mode is None:
+        return []
+    timing = summary.arms_timing
+    if mode == "concurrent":
+        lines = [
+            "Arms: concurrent, both measured at the same time from one start instant. "
+            "Pairs: the same prompt in the same schedule slot, sent to both arms together."
+        ]
+        if timing is not None:
+            spread = (
+                "" if timing.start_spread_s is None
+                else f"first measured requests {timing.start_spread_s:.2f} s apart; "
+            )  # fmt: skip
+            lines.append(
+                f"Timing: {spread}the run took {timing.run_elapsed_s:.0f} s, "
+                f"{timing.wall_saved_s:.0f} s less than the arms one after the other "
+                f"({sum(timing.arms_elapsed_s.values()):.0f} s)."
+            )
+        return lines
+    lines = [
+        f"Arms: {mode}, one arm whole, then the other. Pairs: the same prompt in the "
+        "same schedule slot, measured at different times (a drift between the two halves "
+        "falls on one arm only)."
+    ]
+    if timing is not None:
+        lines.append(f"Timing: the run took {timing.run_elapsed_s:.0f} s.")
+    return lines
 
 
 def lossless_text(summary: RunSummary) -> str:

@@ -149,23 +149,31 @@ def test_exit_code_follows_the_failure_share_bound(fake_run_dir) -> None:
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("sig", "code", "workers"),
-    [(signal.SIGINT, 130, 2), (signal.SIGTERM, 143, 2), (signal.SIGINT, 130, 1)],
+    ("sig", "code", "workers", "mode"),
+    [
+        (signal.SIGINT, 130, 2, "concurrent"),
+        (signal.SIGTERM, 143, 2, "concurrent"),
+        (signal.SIGINT, 130, 1, "concurrent"),
+        (signal.SIGTERM, 143, 1, "sequential"),
+    ],
 )
 def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
-    serve, tmp_path, sig: signal.Signals, code: int, workers: int
+    serve, tmp_path, sig: signal.Signals, code: int, workers: int, mode: str
 ) -> None:
     server = serve(Script(ttft_s=0.05, chunk_tokens=[1] * 10, gaps_s=0.1))  # ~1 s each
-    out = tmp_path / f"run-{sig.name}-{workers}"
-    port = {signal.SIGINT: 8521, signal.SIGTERM: 8522}[sig]
+    out = tmp_path / f"run-{sig.name}-{workers}-{mode}"
+    # Concurrent arms take this port and the next one.
+    port = {signal.SIGINT: 8521, signal.SIGTERM: 8525}[sig]
     process = _cli(
         ["--baseline", server.url, "--speculative", server.url, "--out", str(out),
-         "-c", f"loadtest.workers={workers}", "-c", f"loadtest.master_port={port}", *SMALL]
+         "-c", f"loadtest.workers={workers}", "-c", f"loadtest.master_port={port}",
+         "-c", f"loadtest.arms_mode={mode}", *SMALL]
     )  # fmt: skip
-    records = out / "records_baseline.jsonl"
+    running = ["baseline", "speculative"] if mode == "concurrent" else ["baseline"]
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        if records.is_file() and records.read_text().count('"warmup":false') >= 3:
+        files = [out / f"records_{arm}.jsonl" for arm in running]
+        if all(f.is_file() and f.read_text().count('"warmup":false') >= 3 for f in files):
             break
         time.sleep(0.1)
     os.killpg(process.pid, sig)  # what Ctrl-C (SIGINT) or a pod's deadline (SIGTERM) sends
@@ -173,12 +181,17 @@ def test_cancel_stops_the_load_keeps_records_and_reports_partial_run(
     output, _ = process.communicate(timeout=60)
     assert time.monotonic() - started < 30, output
     assert process.returncode == code, output
-    assert _survivors(str(out)) == [] and _survivors(f"--master-port {port}") == []
+    assert _survivors(str(out)) == []
+    for master in (port, port + 1):
+        assert _survivors(f"--master-port {master}") == []
     summary = json.loads((out / "summary.json").read_text())
     assert summary["cancelled_by"] == sig.name
-    assert summary["arms"]["baseline"]["stopped_by"] == "cancelled"
-    assert summary["arms"]["baseline"]["overall"]["requests"] >= 3  # measured records kept
-    assert summary["arms"]["speculative"]["stopped_by"] == "not_run"
+    for arm in running:  # both arms of a concurrent run were under way: both keep theirs
+        assert summary["arms"][arm]["stopped_by"] == "cancelled"
+        assert summary["arms"][arm]["overall"]["requests"] >= 3  # measured records kept
+    if mode == "sequential":
+        assert summary["arms"]["speculative"]["stopped_by"] == "not_run"
+    assert summary["run"]["arms_mode"] == mode
     assert (out / "report.md").is_file()
     assert summary["warnings"][0].startswith(f"cancelled by {sig.name}")
 
@@ -191,7 +204,7 @@ def test_workers_run_has_the_single_process_schema_plus_workers(serve, tmp_path)
     out = tmp_path / "run"
     process = _cli(
         ["--baseline", server.url, "--speculative", sd.url, "--out", str(out),
-         "-c", "loadtest.workers=2", "-c", "loadtest.master_port=8523", *SMALL,
+         "-c", "loadtest.workers=2", "-c", "loadtest.master_port=8537", *SMALL,
          "--max-requests", "10"]
     )  # fmt: skip
     output, _ = process.communicate(timeout=240)

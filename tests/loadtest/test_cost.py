@@ -58,7 +58,7 @@ def test_the_run_context_not_the_url_chooses_the_price(tmp_path, monkeypatch) ->
 
     from loadtest import runner
 
-    monkeypatch.setattr(runner, "run_arm", lambda *args, **kwargs: None)  # no Locust here
+    monkeypatch.setattr(runner, "run_arms", lambda *args, **kwargs: None)  # no Locust here
     monkeypatch.setattr(runner, "write_report", lambda *args, **kwargs: None)
     config = build_config({})
     forwarded = ("http://127.0.0.1:8101", "http://127.0.0.1:8102")
