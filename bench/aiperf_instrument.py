@@ -158,8 +158,8 @@ def aiperf_command(
         # profile_export_raw.jsonl (start_perf_ns and the streamed text).
         "--export-level",
         "raw",
-        "--artifact-dir",
-        str(out_dir),
+        "--artifact-dir",  # absolute: AIPerf runs in the run directory
+        str(out_dir.resolve()),
         "--ui-type",
         "none",
         "--no-server-metrics",

@@ -118,3 +118,4 @@ def test_command_runs_the_bench_workload() -> None:
     assert pairs["--export-level"] == "raw"
     assert pairs["--connection-reuse-strategy"] == "never"
     assert Path(pairs["--tokenizer"]).is_absolute()  # AIPerf's services load it elsewhere
+    assert Path(pairs["--artifact-dir"]).is_absolute()  # it runs in the run directory
