@@ -109,8 +109,9 @@ def aiperf_command(
     out_dir: Path,
     tokenizer_dir: Path,
 ) -> list[str]:
-    """``aiperf profile`` on the bench workload. Flags: ai-dynamo/aiperf
-    src/aiperf/config/flags/cli_config.py (0.13.0), checked with ``aiperf profile --help``."""
+    """``aiperf profile`` on the bench workload. Flags: the aiperf 0.13.0 wheel's
+    aiperf/config/flags/cli_config.py (repo ai-dynamo/aiperf), checked with
+    ``aiperf profile --help``; modules named below are paths in that wheel."""
     return [
         str(aiperf),
         "profile",
