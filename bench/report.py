@@ -25,13 +25,23 @@ def _ratio(ours: float | None, reference: float | None) -> str:
     return f"{max(abs(ours), RATIO_FLOOR_MS) / max(abs(reference), RATIO_FLOOR_MS):.2f}"
 
 
+def _reported(result: dict[str, Any]) -> str:
+    """What the instrument gave per request, measured from its output (bench/accuracy.py)."""
+    shown = result.get("reported")
+    if not shown or shown.get("chunk_times") is None:
+        return "-"  # results from before the bench measured it
+    tokens = "yes" if shown["chunk_tokens"] else "no"
+    return f"{shown['chunk_times']:.0f} / {shown['itl_values']:.0f} / {tokens}"
+
+
 def render_table(data: dict[str, Any]) -> str:
     lines = [
         "| streams | instrument | TTFT err p50 / p99 (ms) | per-token ITL err p50 / p99 (ms) "
         "| chunk-gap err p50 / p99 (ms) | E2E err p50 / p99 (ms) | token-count err "
+        "| reports per request: chunk times / ITL values / tokens per chunk "
         "| achieved streams | tokens/s | client CPU (cores) | client CPU per chunk (µs) "
         "| failed |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     by_level: dict[int, dict[str, dict[str, Any]]] = {}
     for result in data["results"]:
@@ -39,7 +49,7 @@ def render_table(data: dict[str, Any]) -> str:
         if "error" in result:
             lines.append(
                 f"| {result['level']} | {result['label']} | run failed: "
-                f"{result['error'][:80]} ||||||||||"
+                f"{result['error'][:80]} |||||||||||"
             )
             continue
         tokens = result["token_count"]
@@ -54,15 +64,16 @@ def render_table(data: dict[str, Any]) -> str:
         lines.append(
             f"| {result['level']} | {result['label']} | {_pair(result['ttft_ms'])} "
             f"| {_pair(result['itl_token_ms'])} | {_pair(result['chunk_gap_ms'])} "
-            f"| {_pair(result['e2e_ms'])} | {token_cell} | {load['achieved_streams']:.1f} "
+            f"| {_pair(result['e2e_ms'])} | {token_cell} | {_reported(result)} "
+            f"| {load['achieved_streams']:.1f} "
             f"| {load['tokens_per_s']:.0f} | {'-' if cpu is None else f'{cpu:.2f}'} "
             f"| {'-' if per_chunk is None else f'{per_chunk:.0f}'} "
             f"| {result['failed'] + result['untagged']} |"
         )
     ratio_lines = [
         "",
-        "Ratio |our error| / |vllm bench serve error|, both floored at 0.01 ms (below 1: we are "
-        "closer to the truth):",
+        "Ratio |instrument's error| / |vllm bench serve error|, both floored at 0.01 ms (below 1: "
+        "closer to the truth than vllm bench serve):",
         "",
         "| streams | instrument | TTFT p50 | TTFT p99 | per-token ITL p50 | per-token ITL p99 "
         "| chunk-gap p50 | chunk-gap p99 |",
@@ -88,7 +99,8 @@ def render_table(data: dict[str, Any]) -> str:
         f"Run {data['started_at']} ({data['duration_s'] / 60:.1f} min, `{data['command']}`) on "
         f"{machine['cpus']} CPUs, load average (1 min) {data['loadavg_start'][0]:.2f} at start, "
         f"{data['loadavg_end'][0]:.2f} at end; locust {machine['locust']}, "
-        f"vllm {machine['vllm']}.",
+        f"vllm {machine['vllm']}"
+        + (f", aiperf {machine['aiperf']}." if machine.get("aiperf") else "."),
     ]
     return "\n".join(lines + ratio_lines + footer)
 

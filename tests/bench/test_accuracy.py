@@ -136,3 +136,22 @@ def test_percentiles_of_nothing_are_none() -> None:
     assert percentiles([])["p99"] is None
     stats = percentiles([1.0, -3.0])
     assert stats["max_abs"] == 3.0 and stats["n"] == 2
+
+
+def test_one_itl_per_request_is_compared_with_every_tokens_true_itl() -> None:
+    # AIPerf reports one mean ITL per request: 8 ms against true ITLs of 20/3 and 20/2 ms.
+    obs = observed(chunk_tokens=None)
+    obs.request_itl_s = 0.008
+    errors = compute_errors([obs], [truth()])
+    assert errors.itl_token_ms == pytest.approx([8.0 - 20.0 / 3] * 3 + [8.0 - 10.0] * 2)
+    assert errors.chunk_gap_ms == pytest.approx([0.0, 0.0])  # its chunk times stay exact
+    summary = summarize_errors(errors)
+    assert summary["reported"] == {"chunk_times": 3.0, "itl_values": 1.0, "chunk_tokens": False}
+
+
+def test_reported_says_what_each_instrument_gave_per_request() -> None:
+    ours = summarize_errors(compute_errors([observed()], [truth()]))["reported"]
+    chunk_gaps_only = summarize_errors(compute_errors([observed(chunk_tokens=None)], [truth()]))
+    assert ours == {"chunk_times": 3.0, "itl_values": 2.0, "chunk_tokens": True}
+    assert chunk_gaps_only["reported"]["chunk_tokens"] is False
+    assert summarize_errors(compute_errors([], []))["reported"]["chunk_times"] is None

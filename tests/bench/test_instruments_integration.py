@@ -1,4 +1,5 @@
-"""Both instruments against the real truth-server process, end to end (small, ~30 s).
+"""Every instrument against the real truth-server process, end to end (small, ~45 s; the
+first AIPerf run also installs its venv, minutes).
 
 Asserts the wiring (matching, token counts, no failures), not timing: the machine is shared.
 """
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.accuracy import Truth, compute_errors
+from bench.accuracy import Truth, compute_errors, summarize_errors
+from bench.aiperf_instrument import run_aiperf
 from bench.instruments import run_locust, run_vllm_bench
 from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
@@ -27,7 +29,7 @@ WORKLOAD = Workload(
 )
 
 
-@pytest.mark.parametrize("instrument", ["locust", "requests", "fasthttp", "vllm"])
+@pytest.mark.parametrize("instrument", ["locust", "requests", "fasthttp", "vllm", "aiperf"])
 def test_instrument_is_matched_to_ground_truth(instrument: str, tmp_path: Path) -> None:
     with TruthServer(WORKLOAD, tmp_path / "server.log") as server:
         if instrument == "locust":
@@ -36,6 +38,10 @@ def test_instrument_is_matched_to_ground_truth(instrument: str, tmp_path: Path) 
             observations, _ = run_locust(
                 WORKLOAD, 2, server.url, tmp_path / "run", transport=instrument
             )
+        elif instrument == "aiperf":
+            tokenizer = build_tokenizer(tmp_path / "tokenizer")
+            observations, meta = run_aiperf(WORKLOAD, 2, server.url, tmp_path / "run", tokenizer)
+            assert meta["returncode"] == 0
         else:
             tokenizer = build_tokenizer(tmp_path / "tokenizer")
             observations, _ = run_vllm_bench(WORKLOAD, 2, server.url, tmp_path / "run", tokenizer)
@@ -49,3 +55,8 @@ def test_instrument_is_matched_to_ground_truth(instrument: str, tmp_path: Path) 
     assert len(errors.itl_token_ms) == 6 * (3 + 2 + 4)
     # Arrivals cannot precede sends by more than the server's own recording slack.
     assert min(errors.ttft_ms) > -5.0
+    # Only our harness reports tokens per chunk; AIPerf one ITL per request.
+    reported = summarize_errors(errors)["reported"]
+    assert reported["chunk_times"] == len(WORKLOAD.chunk_tokens)
+    assert reported["chunk_tokens"] is (instrument in ("locust", "requests", "fasthttp"))
+    assert reported["itl_values"] == (1 if instrument == "aiperf" else 3)

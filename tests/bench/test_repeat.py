@@ -55,3 +55,11 @@ def test_failed_repetitions_are_reported_and_missing_values_ignored() -> None:
     assert only_failed["error"] == "boom" and only_failed["failed_repetitions"] == ["boom"]
     with pytest.raises(ValueError):
         combine([])
+
+
+def test_what_an_instrument_reports_survives_combining() -> None:
+    reps = [rep(1.0), rep(2.0)]
+    reps[0]["reported"] = {"chunk_times": 14.0, "itl_values": 1.0, "chunk_tokens": False}
+    reps[1]["reported"] = {"chunk_times": 14.0, "itl_values": 1.0, "chunk_tokens": False}
+    assert combine(reps)["reported"] == reps[0]["reported"]
+    assert "reported" not in combine([rep(1.0)])  # older results without it
