@@ -129,8 +129,9 @@ test-fast: $(FAST_STAMP)
 synth: $(STAMP)
 	$(CDK) synth --quiet
 
-# Accuracy and capacity of the load generator vs ground truth and vllm bench serve
-# (~11 min; writes bench/results.json and the table in bench/README.md).
+# Accuracy and capacity of the load generator vs ground truth, vllm bench serve and AIPerf
+# (AIPerf's own venv, .cache/bench/aiperf-venv, is installed on first use; writes
+# bench/results.json and the table in bench/README.md; its duration: docs/bench.md).
 bench: $(STAMP)
 	$(PY) -m bench
 
