@@ -204,6 +204,7 @@ def test_a_quoted_figure_needs_a_source(tmp_path: Path) -> None:
 # --- measuring ----------------------------------------------------------------------------
 
 
+@pytest.mark.process  # runs commands (bash, git)
 def test_measure_runs_the_command_and_records_what_it_printed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -222,6 +223,7 @@ def test_measure_runs_the_command_and_records_what_it_printed(
     assert record.remeasure == "python -m bench.figures measure make-test"
 
 
+@pytest.mark.process  # runs commands (bash, git)
 def test_a_failing_command_writes_no_record(tmp_path: Path) -> None:
     measurement = Measurement("x", "exit 3", lambda o: suite_figures(o, False))
     with pytest.raises(MeasureError, match="exited with 3"):
@@ -230,6 +232,7 @@ def test_a_failing_command_writes_no_record(tmp_path: Path) -> None:
         run(Measurement("x", "echo ok", lambda o: suite_figures(o, False)), root=tmp_path)
 
 
+@pytest.mark.process  # runs commands (bash, git)
 def test_a_fresh_clone_measures_the_committed_tree_and_is_removed(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
