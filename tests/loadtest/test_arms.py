@@ -47,6 +47,7 @@ def test_concurrent_arms_each_get_the_whole_time_bound(tmp_path) -> None:
     assert budget("sequential") == pytest.approx(45)  # one after the other: half each
 
 
+@pytest.mark.process
 def test_master_ports_are_derived_and_a_taken_one_names_the_setting() -> None:
     assert master_ports(5557, 2, ArmsMode.SEQUENTIAL) == [5557, 5557]
     assert master_ports(5557, 2, ArmsMode.CONCURRENT) == [5557, 5558]

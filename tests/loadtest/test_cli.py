@@ -71,6 +71,7 @@ def test_local_flag_uses_the_local_scale_and_c_sets_it() -> None:
     assert _config(plain).loadtest.max_tokens == 9
 
 
+@pytest.mark.process
 def test_run_help_config_lists_the_load_keys_with_descriptions() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "loadtest", "run", "--help-config"],

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,12 +29,14 @@ def _modules_after(statement: str) -> set[str]:
     return set(json.loads(result.stdout))
 
 
+@pytest.mark.process
 def test_importing_loadtest_stats_loads_no_plotting_and_no_runner() -> None:
     loaded = _modules_after("import loadtest.stats")
     assert "matplotlib" not in loaded
     assert {"loadtest.runner", "loadtest.report", "loadtest.render.plots"}.isdisjoint(loaded)
 
 
+@pytest.mark.process
 def test_the_package_names_load_on_first_use() -> None:
     loaded = _modules_after("import loadtest")
     assert "matplotlib" not in loaded and "loadtest.runner" not in loaded

@@ -38,6 +38,7 @@ def _group_gone(pgid: int, timeout_s: float) -> bool:
     return False
 
 
+@pytest.mark.process
 def test_a_child_that_outlives_its_leader_is_killed_after_the_grace() -> None:
     leader = subprocess.Popen(
         [sys.executable, "-c", LINGERING_CHILD], stdout=subprocess.PIPE, start_new_session=True
