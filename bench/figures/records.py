@@ -24,8 +24,9 @@ BENCH_RESULT_FILES: dict[str, tuple[str, str]] = {
     "bench": ("bench/results.json", "make bench"),
     "bench-workers": (
         "bench/results_workers.json",
-        ".venv/bin/python -m bench --levels 64,256 --processes 1,2,4 --transports '' --no-vllm --no-aiperf "
-        "--repeat 3 --results bench/results_workers.json --no-readme --out runs/bench-workers",
+        ".venv/bin/python -m bench --levels 64,256 --processes 1,2,4 --transports '' --no-vllm "
+        "--no-aiperf --repeat 3 --results bench/results_workers.json --no-readme "
+        "--out runs/bench-workers",
     ),
 }
 
