@@ -128,6 +128,11 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
 PASSED = re.compile(r"^=*\s*(\d+) passed\b", re.M)
 
 
+def lint_figures(outcome: Outcome) -> TestSuiteFigures:
+    # ruff prints no pytest line: the wall time of a fresh clone's `make lint` is the figure.
+    return TestSuiteFigures(fresh_clone=True, wall_s=outcome.wall_s, passed=None)
+
+
 def suite_figures(outcome: Outcome, fresh_clone: bool) -> TestSuiteFigures:
     # make test may run pytest more than once (tiers): every summary line counts.
     passed = [int(n) for n in PASSED.findall(outcome.output)]
@@ -345,6 +350,15 @@ MEASUREMENTS: dict[str, Measurement] = {
         Measurement("make-local", "make local", lambda o: local_run_figures(o, False)),
         Measurement("make-test", "make test", lambda o: suite_figures(o, False)),
         Measurement("ci-run", ".ci/run", lambda o: suite_figures(o, True), fresh_clone=True),
+        # The light tiers: a fresh clone installs only the lint/test extras (issue 22's goal).
+        Measurement("make-lint-fresh", "make lint", lint_figures, fresh_clone=True, env=NO_CACHES),
+        Measurement(
+            "make-test-fast-fresh",
+            "make test-fast",
+            lambda o: suite_figures(o, True),
+            fresh_clone=True,
+            env=NO_CACHES,
+        ),
         Measurement("tune-sweep", ".venv/bin/python -m tune --out runs/figures/tune", tune_figures),
         Measurement(
             "miniature",

@@ -156,6 +156,16 @@ def readme_times(records: Records) -> str:
     )
 
 
+def readme_light_tiers(records: Records) -> str:
+    lint_r, lint = need(records, "make-lint-fresh", TestSuiteFigures)
+    fast_r, fast = need(records, "make-test-fast-fresh", TestSuiteFigures)
+    return (
+        f"On a fresh clone{_caches(fast_r)}, `make lint` took {dur(lint.wall_s)} "
+        f"({lint_r.day}, {lint_r.machine.text()}) and `make test-fast` {dur(fast.wall_s)}"
+        f"{_passed(fast, ', ')} ({fast_r.day}, {fast_r.machine.text()}), installs included."
+    )
+
+
 def readme_local_expected(records: Records) -> str:
     fresh_r, f = need(records, "make-local-fresh", LocalRunFigures)
     cached_r, c = need(records, "make-local", LocalRunFigures)
@@ -530,6 +540,7 @@ def bench_workers(records: Records) -> str:
 
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
+    "readme-light-tiers": readme_light_tiers,
     "readme-local-expected": readme_local_expected,
     "readme-bench": readme_bench,
     "readme-tune": readme_tune,
