@@ -21,6 +21,8 @@ from experiment import build_config
 from experiment.config import Arm, ExperimentConfig
 from runtime.model_import import _awaited_directories, argument_parser
 
+pytestmark = pytest.mark.infra  # renders the cdk8s charts, validated by kubernetes-validate
+
 CONFIG = build_config({})
 INPUTS = ClusterInputs(bucket_name="example-model-store", loadtest_image="image")
 

@@ -21,6 +21,8 @@ from charts.rollout import (
 from experiment import Arm, ExperimentConfig, build_config
 from stacks.alarms import GuardrailAlarms
 
+pytestmark = pytest.mark.infra  # synthesizes the alarms with the CDK
+
 FLOORS = {
     "experiment.routing.speculative_classes": "structured,open_ended",
     "experiment.routing.acceptance_floors": '{"structured": 0.55}',

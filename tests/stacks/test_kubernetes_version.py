@@ -11,6 +11,8 @@ from experiment import ConfigError, build_config
 from experiment.config import MIN_KUBERNETES_VERSION
 from stacks.cluster import kubectl_layer
 
+pytestmark = pytest.mark.infra  # the CDK kubectl layers
+
 DEFAULT = build_config({}).cluster
 
 
