@@ -540,7 +540,7 @@ def bench_workers(records: Records) -> str:
 
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
-    # "readme-light-tiers": readme_light_tiers,
+    "readme-light-tiers": readme_light_tiers,
     "readme-local-expected": readme_local_expected,
     "readme-bench": readme_bench,
     "readme-tune": readme_tune,
