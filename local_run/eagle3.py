@@ -37,7 +37,7 @@ from experiment.config import LocalConfig
 Log = Callable[[str], None]
 
 # Bump when this module's code changes what it produces: a new version is a new cache key.
-HEAD_VERSION = 1
+HEAD_VERSION = 2
 EAGLE3_KIND = "eagle3"  # local.drafter's value, and the head's manifest kind
 EAGLE3_ARCHITECTURE = "Eagle3Qwen3ForCausalLM"  # vllm 0.32 model registry
 EVAL_POSITIONS = 7  # draft positions scored offline (the trn2 default k)
@@ -73,6 +73,14 @@ def head_config(target_config: dict[str, Any], local: LocalConfig) -> dict[str, 
         "tie_word_embeddings": False,  # the head has its own lm_head
         "layer_types": ["full_attention"],
     }
+
+
+def _softmax(scores: Any) -> Any:
+    """Softmax over the last dimension from elementary ops: torch's CPU softmax backward
+    gives different bits on 1 and 2 threads (measured, torch 2.13), these do not, so the
+    head is byte-identical whatever local.generator.threads is."""
+    exp = (scores - scores.detach().amax(-1, keepdim=True)).exp()
+    return exp / exp.sum(-1, keepdim=True)
 
 
 def build_head(config: dict[str, Any]) -> Any:
@@ -161,7 +169,7 @@ def build_head(config: dict[str, Any]) -> Any:
                 values.append(v)
                 scores = [(q @ keys[0].transpose(-1, -2) * scale).masked_fill(~causal, -math.inf)]
                 scores += [(q * key).sum(-1, keepdim=True) * scale for key in keys[1:]]
-                weights = torch.softmax(torch.cat(scores, -1), -1)
+                weights = _softmax(torch.cat(scores, -1))
                 out = weights[..., :length] @ values[0]
                 for index, value in enumerate(values[1:]):
                     out = out + weights[..., length + index : length + index + 1] * value
