@@ -40,7 +40,7 @@ from typing import Any
 
 from experiment.config import DraftShape, LocalConfig, ModelGeneratorConfig, TinyModelShape
 from experiment.loading import PROJECT_ROOT
-from local_run import corpus
+from local_run import corpus, eagle3
 from local_run.machine import usable_cores
 from local_run.progress import Log
 
@@ -57,6 +57,8 @@ CHAT_TEMPLATE = (
 )
 MANIFEST = "manifest.json"
 TARGET, DRAFT = "target", "draft"
+EAGLE3_DRAFTER = eagle3.EAGLE3_KIND  # local.drafter's value for the EAGLE3 head
+EAGLE3_DIR = "eagle3"
 # The trained, unpadded target: the teacher of every draft generated later.
 TRAINED_TARGET = "trained-target"
 DRAFTS = "drafts"
@@ -111,6 +113,18 @@ def draft_parameters(local: LocalConfig, name: str) -> dict[str, Any]:
     }
 
 
+def head_parameters(local: LocalConfig) -> dict[str, Any]:
+    """Everything the EAGLE3 head depends on: its target and its own settings."""
+    generator = local.generator
+    return {
+        "head_version": eagle3.HEAD_VERSION,
+        "target_key": cache_key(local),
+        "eagle3": local.eagle3.model_dump(mode="json"),
+        "batch_size": generator.batch_size,
+        "sequence_length": generator.sequence_length,
+    }
+
+
 def _digest(parameters: dict[str, Any]) -> str:
     blob = json.dumps(parameters, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
@@ -123,6 +137,15 @@ def cache_key(local: LocalConfig) -> str:
 
 def draft_key(local: LocalConfig, name: str) -> str:
     return _digest(draft_parameters(local, name))
+
+
+def head_key(local: LocalConfig) -> str:
+    return _digest(head_parameters(local))
+
+
+def head_path(local: LocalConfig) -> str:
+    """Relative to the target's directory; the name says eagle3, as trn2's drafter's does."""
+    return f"{EAGLE3_DIR}/eagle3-{head_key(local)}"
 
 
 def models_root(local: LocalConfig) -> Path:
@@ -204,26 +227,38 @@ def _ensure_target(local: LocalConfig, final: Path, key: str, log: Log) -> None:
 
 
 def ensure_models(local: LocalConfig, log: Log = print, draft: str | None = None) -> ModelPair:
-    """Return the cached target and draft ``draft`` (default: the configured one),
-    generating whichever of them is missing first."""
-    name = _draft_name(local, draft)
+    """Return the cached target and its drafter, generating whichever is missing first:
+    draft ``draft`` if named, else what ``local.drafter`` chooses (``local.generator.draft``
+    or the EAGLE3 head of ``local.eagle3``)."""
     root = models_root(local)
     key = cache_key(local)
     final = root / key
-    draft_path = _draft_path(local, name)
+    if draft is None and local.drafter == EAGLE3_DRAFTER:
+        name, drafter_path = "eagle3 head", head_path(local)
+
+        def make(scratch: Path) -> dict[str, Any]:
+            return _generate_head(local, final, scratch, log)
+    else:
+        name = _draft_name(local, draft)
+        drafter_path = _draft_path(local, name)
+
+        def make(scratch: Path) -> dict[str, Any]:
+            return _generate_draft(local, name, final, scratch, log)
+
     with _locked(root / f"{key}.lock"):
         _ensure_target(local, final, key, log)
-        if (final / draft_path / MANIFEST).is_file():
-            log(f"models: reusing draft {name!r} in {final / draft_path}")
+        if (final / drafter_path / MANIFEST).is_file():
+            log(f"models: reusing {_label(name)} in {final / drafter_path}")
         else:
-            log(f"models: distilling draft {name!r} into {final / draft_path} (cached)")
-            with _scratch(final / draft_path) as scratch, _threads(local):
-                draft_manifest = _generate_draft(local, name, final, scratch, log)
+            verb = "training" if name.startswith("eagle3") else "distilling"
+            log(f"models: {verb} {_label(name)} into {final / drafter_path} (cached)")
+            with _scratch(final / drafter_path) as scratch, _threads(local):
+                drafter_manifest = make(scratch)
                 (scratch / MANIFEST).write_text(
-                    json.dumps(draft_manifest, indent=2, sort_keys=True)
+                    json.dumps(drafter_manifest, indent=2, sort_keys=True)
                 )
         manifest = json.loads((final / MANIFEST).read_text())
-        manifest["draft"] = json.loads((final / draft_path / MANIFEST).read_text())
+        manifest["draft"] = json.loads((final / drafter_path / MANIFEST).read_text())
         # The served pair at a glance (what local_run.json and the report print).
         manifest["parameter_counts"] = {
             TARGET: manifest["target"]["served_parameters"],
@@ -231,7 +266,11 @@ def ensure_models(local: LocalConfig, log: Log = print, draft: str | None = None
         }
         manifest["evaluation"] = manifest["draft"]["evaluation"]
         manifest["weights_made_heavy"] = heavy_weights_note(manifest["target"])
-        return ModelPair(final, manifest, draft_path)
+        return ModelPair(final, manifest, drafter_path)
+
+
+def _label(name: str) -> str:
+    return name if name.startswith("eagle3") else f"draft {name!r}"
 
 
 def heavy_weights_note(target: dict[str, Any]) -> dict[str, Any]:
@@ -261,6 +300,14 @@ def describe_pair(pair: ModelPair) -> str:
     draft = pair.manifest["draft"]
     name = draft["settings"]["name"]
     share = draft["weight_share_of_target"]
+    if draft.get("kind") == EAGLE3_DRAFTER:
+        return (
+            f"generated miniature models, not the configured checkpoints. "
+            f"{pair.manifest['weights_made_heavy']['note']} Drafter: a one-layer EAGLE3 head "
+            f"on the target's hidden states (layers {draft['aux_layer_ids']}), "
+            f"{draft['parameters'] / 1e6:.2f}M parameters, {share:.1%} of the target's weight "
+            "reads per draft pass."
+        )
     return (
         f"generated miniature models, not the configured checkpoints. "
         f"{pair.manifest['weights_made_heavy']['note']} Draft {name!r}: "
@@ -657,6 +704,68 @@ def _generate_draft(
         "served_parameters": _count(served),
         "weight_share_of_target": round(_count(served) / target_manifest["served_parameters"], 4),
         "padding_max_logit_diff": logit_diff,
+        "final_train_loss": losses[-1] if losses else None,
+        "evaluation": evaluation,
+        "generation_seconds": round(elapsed, 1),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _generate_head(local: LocalConfig, target_root: Path, out: Path, log: Log) -> dict[str, Any]:
+    """The EAGLE3 head (``local_run/eagle3.py``) trained on the trained target's hidden
+    states over its greedy continuations of structured chat prompts (as the drafts learn
+    them), scored offline on held-out text and the target's answers to unseen prompts."""
+    _offline()
+    import torch
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    settings = local.eagle3
+    seed = local.model_seed + 3 + int(hashlib.sha256(b"eagle3").hexdigest()[:6], 16)
+    started = time.monotonic()
+    random.seed(seed)
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(target_root / TRAINED_TARGET)
+    teacher = Qwen3ForCausalLM.from_pretrained(target_root / TRAINED_TARGET).float().eval()
+    teacher.requires_grad_(False)
+    prompts = distillation_prompts(seed, settings.prompts)
+    sequences = greedy_continuations(teacher, tokenizer, prompts, settings.new_tokens)
+    separator = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    stream = torch.tensor([t for seq in sequences for t in (*seq, separator)])
+    log(
+        f"models: {len(sequences)} greedy target continuations for the eagle3 head "
+        f"({time.monotonic() - started:.0f}s)"
+    )
+    target_config = json.loads((target_root / TRAINED_TARGET / "config.json").read_text())
+    config = eagle3.head_config(target_config, local)
+    torch.manual_seed(seed)
+    head = eagle3.build_head(config)
+    with torch.no_grad():  # start from the target's output layer
+        head.lm_head.weight.copy_(teacher.lm_head.weight)
+    states = eagle3.TargetStates(teacher, config["eagle_aux_hidden_state_layer_ids"])
+    losses = eagle3.train_head(head, states, stream, local, seed, log)
+    prose = corpus.stdlib_prose()
+    held_out = list(corpus.documents(local.model_seed + 1_000_003, eagle3.EVAL_DOCUMENTS, prose))
+    answers = greedy_continuations(
+        teacher, tokenizer, distillation_prompts(seed + 1, eagle3.EVAL_PROMPTS), settings.new_tokens
+    )
+    held_out += [(GREEDY_KIND, str(tokenizer.decode(ids))) for ids in answers]
+    evaluation = eagle3.evaluate_head(head, states, tokenizer, held_out)
+    parameters = eagle3.save_head(head, config, out)
+    # The target's tokenizer files, byte for byte: runtime.validate compares them.
+    for source in (target_root / TARGET).iterdir():
+        if source.is_file() and source.name not in MODEL_FILES:
+            shutil.copyfile(source, out / source.name)
+    target_manifest = json.loads((target_root / MANIFEST).read_text())["target"]
+    elapsed = time.monotonic() - started
+    log(f"models: eagle3 head in {elapsed:.0f}s; offline evaluation {json.dumps(evaluation)}")
+    return {
+        "settings": {"name": EAGLE3_DRAFTER, **head_parameters(local)},
+        "kind": EAGLE3_DRAFTER,
+        "parameters": parameters,
+        "served_parameters": parameters,
+        # Read per draft pass; the embedding is the target's (a lookup, not a full read).
+        "weight_share_of_target": round(parameters / target_manifest["served_parameters"], 4),
+        "aux_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
         "final_train_loss": losses[-1] if losses else None,
         "evaluation": evaluation,
         "generation_seconds": round(elapsed, 1),

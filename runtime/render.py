@@ -54,6 +54,8 @@ PLUGIN_SPECULATIVE_ONLY_FLAGS = ("--no-async-scheduling",)
 # draft; "eagle" is the method the published experiment ran with (a plain Qwen3-1.7B draft)
 # and passes the fork's config checks, so it is the default unless the config names another.
 FORK_SPECULATIVE_METHOD = "eagle"
+# The local CPU profile's method unless the spec names one (a separate draft model).
+LOCAL_DEFAULT_METHOD = "draft_model"
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,12 @@ def _render_neuron_plugin(spec: ServingSpec) -> VllmCommand:
 def _render_local_cpu(spec: ServingSpec) -> VllmCommand:
     args = _shared_args(spec, LOCAL_HOST)
     if spec.speculative:
-        # Keys checked against vllm 0.32 vllm/config/speculative.py (SpeculativeConfig).
+        # Keys checked against vllm 0.32 vllm/config/speculative.py (SpeculativeConfig). The
+        # plugin profile's keys (method, model, num_speculative_tokens), minus its Neuron-only
+        # options: "eagle3" serves a head as Eagle3Qwen3ForCausalLM
+        # (vllm/model_executor/models/qwen3_eagle3.py), "draft_model" a separate model.
         speculative: dict[str, object] = {
-            "method": "draft_model",
+            "method": spec.speculative_method or LOCAL_DEFAULT_METHOD,
             "model": spec.draft_model,
             "num_speculative_tokens": spec.num_speculative_tokens,
         }

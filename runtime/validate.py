@@ -30,7 +30,8 @@ _DRAFT_KIND = {"eagle3": "an EAGLE3", "dflash": "a DFlash"}
 # DFlash on Neuron: tensor_parallel_size 4 or 8 only, prefix caching and chunked prefill off,
 # k = the drafter's trained block_size - 1 (DFlashProposer.__init__, dflash.py above).
 DFLASH_TENSOR_PARALLEL_SIZES = (4, 8)
-LOCAL_SPECULATIVE_METHODS = ("draft_model",)
+# vllm 0.32 on CPU: a separate draft model, or an EAGLE3 head (Eagle3Qwen3ForCausalLM).
+LOCAL_SPECULATIVE_METHODS = ("draft_model", "eagle3")
 NEURON_GENERATIONS = (Generation.NEURON_FORK, Generation.NEURON_PLUGIN)
 LOGICAL_NEURON_CORE_VALUES = (1, 2)
 # Files whose content defines the token <-> id mapping; equal content = same tokenizer.
@@ -104,8 +105,9 @@ def check_speculative_method(
             )
     if generation == Generation.LOCAL_CPU and method not in (None, *LOCAL_SPECULATIVE_METHODS):
         raise SpecError(
-            f"{name('speculative_method')}: the local CPU profile runs a plain draft model; "
-            f"speculative_method must be 'draft_model', not {method!r}",
+            f"{name('speculative_method')}: the local CPU profile runs a plain draft model "
+            "or an EAGLE3 head; speculative_method must be 'draft_model' or 'eagle3' "
+            f"(local.drafter draft-model or eagle3), not {method!r}",
             "speculative_method",
         )
 

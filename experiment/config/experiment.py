@@ -24,6 +24,9 @@ from experiment.instance_regions import regions_offering
 from runtime import validate as rules
 from runtime.spec import Generation, ServingSpec
 
+# local.drafter -> vLLM's speculative method (vllm 0.32 vllm/config/speculative.py).
+LOCAL_METHODS = {"draft-model": "draft_model", "eagle3": "eagle3"}
+
 
 class ExperimentConfig(Section):
     project: str = Field(
@@ -260,7 +263,7 @@ class ExperimentConfig(Section):
             seed=self.serving.seed,
             draft_model=draft_dir if speculative else None,
             num_speculative_tokens=k if speculative else None,
-            speculative_method="draft_model" if speculative else None,
+            speculative_method=LOCAL_METHODS[local.drafter] if speculative else None,
             host=local.host,
             cpu_kvcache_gib=local.cpu_kvcache_gib,
             dtype=local.dtype,

