@@ -6,9 +6,9 @@ that may only put metrics in the project's CloudWatch namespace. It first waits,
 compile for hours.
 
 With ``loadtest.workers`` N > 1 the Job's pod is the Locust master (``python -m loadtest run
---workers N --workers-external``) and a second Job runs N worker pods of the same image and
-size. Why a plain Job of workers plus a headless Service for the master, not one Indexed Job:
-the master is a different program (it waits, runs both arms in turn, writes the report and
+--workers-external``, N from the config file) and a second Job runs N worker pods of the same
+image and size. Why a plain Job of workers plus a headless Service for the master, not one
+Indexed Job: the master is a different program (it waits, runs both arms, writes the report and
 publishes to CloudWatch with the service account's role) while the workers only need the
 master's address; Locust hands out worker indexes itself (the master's ``ack``), so the Job
 index would be a second, unused numbering. The workers need no AWS access and run without

@@ -109,8 +109,8 @@ class MetricNames(Section):
 class LoadTestPodConfig(Section):
     """Size of each in-cluster load-test pod (the master, and every worker). A Locust process
     is one gevent loop (one core at most; bench/README.md: ~0.15 core for 64 streams, ~0.4
-    for 256), the arms run one after the other, and the report's plotting needs the headroom
-    of the limit."""
+    for 256), with concurrent arms (loadtest.arms_mode) the pod runs both arms' Locust
+    processes at once, and the report's plotting needs the headroom of the limit."""
 
     cpu: Annotated[int, Field(ge=1)] = Field(
         default=1, description="CPU cores each load-test pod requests."
