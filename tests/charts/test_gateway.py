@@ -104,8 +104,9 @@ def test_retries_and_health_checks_come_from_the_routing_section() -> None:
             "experiment.routing.health.base_ejection_time_s": "45",
         }
     )
-    spec = backend_traffic_policy(config)["spec"]
-    assert spec["targetRefs"][0]["name"] == http_route(config)["metadata"]["name"]
+    policy = backend_traffic_policy(config)
+    assert policy is not None
+    spec = policy["spec"]
     assert spec["retry"] == {
         "numRetries": 1,
         "numAttemptsPerPriority": 1,
@@ -116,7 +117,31 @@ def test_retries_and_health_checks_come_from_the_routing_section() -> None:
         "maxEjectionPercent": 100,
     }  # fmt: skip
     no_retry = backend_traffic_policy(build_config({"experiment.routing.fallback.retries": "0"}))
-    assert "retry" not in no_retry["spec"]
+    assert no_retry is not None and "retry" not in no_retry["spec"]
+
+
+def test_the_policy_attaches_to_the_speculative_rules_only() -> None:
+    config = build_config(CONFIGS["own-header"])
+    route = http_route(config)
+    names = [rule["name"] for rule in route["spec"]["rules"]]
+    assert names == ["speculative-0", "speculative-1", "everything-else"]
+    policy = backend_traffic_policy(config)
+    assert policy is not None
+    assert policy["spec"]["targetRefs"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+         "name": route["metadata"]["name"], "sectionName": name}
+        for name in names[:2]
+    ]  # fmt: skip
+    # No speculative class: nothing to retry or eject, so no policy at all.
+    none = build_config(CONFIGS["none"])
+    assert backend_traffic_policy(none) is None
+    assert "BackendTrafficPolicy" not in [m["kind"] for m in gateway_manifests(none)]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_no_rule_has_a_request_timeout(name: str) -> None:
+    for rule in http_route(build_config(CONFIGS[name]))["spec"]["rules"]:
+        assert rule["timeouts"] == {"request": "0s"}, rule["name"]
 
 
 def test_the_gateway_has_no_endpoint_outside_the_cluster() -> None:

@@ -23,6 +23,7 @@ import pytest
 from gateway_harness import Outcome, send, stat, tiered
 
 from experiment.config import Arm, FallbackConfig, HealthConfig, RoutingConfig
+from local_run.gateway import decide
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -145,6 +146,8 @@ def test_class_headers_are_routed_by_the_allow_list_rule(tmp_path: Path, forged:
             expected = ROUTING.arm_for(values)
             assert outcome.ok, (case, outcome)
             assert outcome.arm == expected.value, (case, values, outcome.arm)
+            # The pure evaluator of the rendered bootstrap picks what the real Envoy picked.
+            assert decide(gateway.bootstrap, {HEADER: values}) == outcome.arm, (case, values)
         # Each server saw exactly the requests routed to it.
         seen = {arm: server.received() for arm, server in arms.items()}
         speculative_cases = [

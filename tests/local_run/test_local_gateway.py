@@ -3,6 +3,7 @@ hook that starts the gateway beside the servers when ``local.tiered`` is set."""
 
 from __future__ import annotations
 
+import copy
 import json
 import platform
 import subprocess
@@ -18,7 +19,14 @@ from experiment import build_config
 from experiment.config import Arm, ExperimentConfig, FallbackConfig, HealthConfig, RoutingConfig
 from experiment.loading import context_from_pairs
 from local_run import run as run_module
-from local_run.gateway import FALLBACK_CLUSTER, Address, envoy_binary, envoy_bootstrap
+from local_run.gateway import (
+    FALLBACK_CLUSTER,
+    Address,
+    decide,
+    envoy_binary,
+    envoy_bootstrap,
+    priorities,
+)
 from local_run.servers import ServerError, free_port, port_is_free
 
 ROUTING = RoutingConfig(
@@ -99,6 +107,29 @@ def test_only_the_speculative_cluster_is_ejected_on_failures() -> None:
         "address": HOST,
         "port_value": 9001,
     }
+
+
+def test_decide_evaluates_the_rendered_route_table_first_match_wins() -> None:
+    bootstrap = render()
+    assert decide(bootstrap, {"x-class": ["code"]}) == Arm.SPECULATIVE.value
+    assert decide(bootstrap, {"X-Class": [" structured\t"]}) == Arm.SPECULATIVE.value
+    assert decide(bootstrap, {"x-class": ["open_ended", "code"]}) == Arm.SPECULATIVE.value
+    for values in [[], ["open_ended"], ["Code"], ["code,structured"], ["code-x"]]:
+        assert decide(bootstrap, {"x-class": values}) == Arm.BASELINE.value, values
+    assert decide(bootstrap, {"x-other": ["code"]}) == Arm.BASELINE.value
+    assert priorities(bootstrap, FALLBACK_CLUSTER) == [Arm.SPECULATIVE.value, Arm.BASELINE.value]
+    # It reads the JSON, not the config: the catch-all first takes every request.
+    reordered = copy.deepcopy(bootstrap)
+    manager(reordered)["route_config"]["virtual_hosts"][0]["routes"].reverse()
+    assert decide(reordered, {"x-class": ["code"]}) == Arm.BASELINE.value
+
+
+def test_decide_refuses_a_matcher_it_does_not_evaluate() -> None:
+    bootstrap = render()
+    matcher = routes(bootstrap)[0]["match"]["headers"][0]
+    matcher["string_match"]["ignore_case"] = True
+    with pytest.raises(ValueError, match="exact header matchers only"):
+        decide(bootstrap, {"x-class": ["STRUCTURED"]})
 
 
 def test_the_local_gateway_listens_where_the_config_says() -> None:
