@@ -1,8 +1,9 @@
 """``routing``: which prompt classes the speculative arm serves, and how requests fall back.
 
-One section, rendered twice: into the local Envoy bootstrap (``local_run/gateway.py``) and,
-in a later step, into Envoy Gateway resources on EKS. ``RoutingConfig.arm_for`` is the rule
-both renderings must enact, written once so a test can hold each rendering to it.
+One section, rendered twice: into the local Envoy bootstrap (``local_run/gateway.py``) and
+into Envoy Gateway resources on EKS (``charts/gateway.py``). ``RoutingConfig.arm_for`` is the
+rule both renderings must enact, written once; tests/test_routing_renderings.py holds the two
+renderings to it and to each other.
 
 The rollback thresholds that already exist are not repeated here: the failure-share ceiling
 is ``guardrails.max_failed_request_share`` and the lossless tolerance is
