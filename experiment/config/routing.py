@@ -169,6 +169,23 @@ class EksRoutingConfig(Section):
             "Guardrail periods (guardrails.period_minutes) each analysis query looks back; 1-288."
         ),
     )
+    abort_scale_down_delay_s: Annotated[int, Field(ge=1, le=3600)] = Field(
+        default=1,
+        description=(
+            "Seconds Argo Rollouts keeps the speculative pods after an abort (the rollback), "
+            "1-3600. They get no traffic then; 0 (keep them for ever) is refused because the "
+            "controller would keep re-pointing the speculative Service at them between its "
+            "switches back to the baseline."
+        ),
+    )
+    initial_revision_timeout_minutes: Annotated[int, Field(ge=1, le=14)] = Field(
+        default=10,
+        description=(
+            "Minutes cdk deploy waits for Argo Rollouts to make the baseline the Rollout's "
+            "stable revision before it turns the template into the speculative one (the "
+            "canary); 1-14, the kubectl handler's Lambda runs 15 minutes at most."
+        ),
+    )
     operators_group: str = Field(
         default="specdecode-rollout-operators",
         description=(
