@@ -169,7 +169,7 @@ class EksRoutingConfig(Section):
             "Guardrail periods (guardrails.period_minutes) each analysis query looks back; 1-288."
         ),
     )
-    abort_scale_down_delay_s: Annotated[int, Field(ge=1, le=3600)] = Field(
+    abort_scale_down_delay_s: Annotated[int, Field(ge=0, le=3600)] = Field(
         default=1,
         description=(
             "Seconds Argo Rollouts keeps the speculative pods after an abort (the rollback), "
@@ -211,6 +211,18 @@ class EksRoutingConfig(Section):
                     f"routing.eks.operator_principal_arns: {arn!r} is not an IAM role or user "
                     "ARN like 'arn:aws:iam::123456789012:role/Oncall'"
                 )
+        return value
+
+    @field_validator("abort_scale_down_delay_s")
+    @classmethod
+    def _aborted_canary_is_scaled_down(cls, value: int) -> int:
+        # argo-rollouts v1.9.0 docs/features/scaledown-aborted-rs.md: 0 = never scale down.
+        if value == 0:
+            raise ValueError(
+                "routing.eks.abort_scale_down_delay_s 0 would keep the aborted speculative "
+                "pods for ever, and Argo would keep re-pointing the speculative Service at "
+                "them; set 1 or more seconds"
+            )
         return value
 
     @field_validator("envoy_gateway_version")
