@@ -78,7 +78,15 @@ def add_canary_revision(
     with the baseline template; a KubernetesObjectValue waits until ``.status.stableRS`` is
     set (the baseline is stable); only then does a KubernetesPatch merge the speculative
     template over it, which Argo runs as the canary through the steps. Patched before that,
-    the speculative template would itself become the stable revision."""
+    the speculative template would itself become the stable revision.
+
+    Later deploys rely on how aws-cdk-lib's kubectl handler applies (2.275.0,
+    custom-resource-handlers aws-eks-v2/kubectl-handler): a chart is created with ``kubectl
+    create --save-config`` and updated with client-side ``kubectl apply --prune``, so an
+    unchanged Rollout in an updated chart is not patched back to the baseline, and a Rollout
+    renamed for a new baseline replaces the old one, which is pruned. The value polls
+    ``kubectl get -o jsonpath`` every 10 s until it is non-empty; the patch runs ``kubectl
+    patch --type merge`` on create and update, and its restore patch on delete."""
     from charts.rollout import ROLLOUTS_API, canary_patches, rollout_name
 
     name = rollout_name(config)

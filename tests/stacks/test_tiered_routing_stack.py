@@ -139,6 +139,8 @@ def test_the_speculative_revision_is_patched_in_only_after_the_baseline_is_stabl
     assert props["ObjectNamespace"] == config.serving.namespace
     assert int(props["TimeoutSeconds"]) == config.routing.eks.initial_revision_timeout_minutes * 60
     assert routing in wait.get("DependsOn", [])
+    # A new baseline is a new Rollout name: the old one must be pruned on update.
+    assert resources[routing]["Properties"]["PruneLabel"]
     (patch,) = [r for r in resources.values() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesPatch"]
     assert wait_id in patch.get("DependsOn", [])
     apply, restore = canary_patches(config)
