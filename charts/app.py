@@ -2,13 +2,14 @@
 
 - ``<project>-serving``: namespace, the runtime package and both arms' specs, the Neuron
   DRA claim template, the S3 model-store volumes, the model-import Job (checkpoints from the
-  hub; ``charts/model_import_job.py``), and ``qwen-vllm`` / ``qwen-sd-vllm`` from the one
-  ``VllmService`` construct (each pod waits for its models, precompiles its arm into the
-  store on first start, then serves). With ``tuning.deploy`` the same construct also makes one arm
-  per tuning candidate (draft, k), each with its own fingerprinted artifacts path.
+  hub; ``charts/model_import_job.py``), and the Services ``qwen-vllm`` / ``qwen-sd-vllm`` with
+  their PDBs (each pod waits for its models, precompiles its arm into the store on first
+  start, then serves). With ``tuning.deploy`` the ``VllmService`` construct makes one
+  Deployment per tuning candidate (draft, k), each with its own fingerprinted artifacts path.
 - ``<project>-loadtest``: the load-test service account and Job (depends on serving).
-- ``<project>-routing``: the tiered-routing gateway and the guardrail rollback's analysis and
-  RBAC (``charts/gateway.py``, ``charts/rollout.py``; depends on serving).
+- ``<project>-routing``: the tiered-routing gateway and the guardrail rollback: its analysis,
+  RBAC and the Rollout whose stable and canary revisions are the baseline and speculative
+  pods (``charts/gateway.py``, ``charts/rollout.py``; depends on serving).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from charts.model_store import model_store_volumes
 from charts.naming import labels
 from charts.network_policy import network_policies
 from charts.objects import api_object
-from charts.rollout import rollout_manifests
+from charts.rollout import revision_manifests, rollout_arm_manifests, rollout_manifests
 from charts.symmetry import arm_asymmetries, fleet_asymmetries
-from charts.vllm_service import VllmService, arm_manifests, runtime_configmap
+from charts.vllm_service import arm_manifests, runtime_configmap
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import ConfigError
 from runtime.artifacts import compile_fingerprint
@@ -123,6 +124,12 @@ def shared_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[di
 
 
 def check_arms(config: ExperimentConfig) -> None:
+    revisions = [revision_manifests(config, arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE)]
+    problems = arm_asymmetries(*revisions)
+    if problems:
+        raise ArmsDriftError(
+            "the Rollout's two revisions differ beyond decoding: " + "; ".join(problems)
+        )
     baseline = arm_manifests(config, Arm.BASELINE)
     problems = arm_asymmetries(baseline, arm_manifests(config, Arm.SPECULATIVE))
     if problems:
@@ -135,6 +142,17 @@ def check_arms(config: ExperimentConfig) -> None:
         raise ArmsDriftError("the arms differ beyond decoding: " + "; ".join(problems))
 
 
+class VllmService(Construct):
+    """One arm: its spec ConfigMap, Deployment, Service and PodDisruptionBudget."""
+
+    def __init__(self, scope: Construct, construct_id: str, config: ExperimentConfig, arm: Arm):
+        super().__init__(scope, construct_id)
+        self.arm = arm
+        self.manifests = arm_manifests(config, arm)
+        for body in self.manifests:
+            api_object(self, body["kind"], body)
+
+
 class ServingChart(cdk8s.Chart):
     def __init__(
         self, scope: Construct, construct_id: str, config: ExperimentConfig, inputs: ClusterInputs
@@ -143,7 +161,11 @@ class ServingChart(cdk8s.Chart):
         check_arms(config)
         for body in shared_manifests(config, inputs):
             api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
-        self.services = {arm: VllmService(self, arm.value, config, arm) for arm in Arm}
+        # The two arms' pods are the Rollout's revisions (routing chart, charts/rollout.py);
+        # their spec ConfigMaps, Services and PDBs are here, applied before it.
+        for arm in Arm:
+            for body in rollout_arm_manifests(config, arm):
+                api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
         self.candidates = {
             name: VllmService(self, name, candidate, Arm.SPECULATIVE)
             for name, candidate in candidate_configs(config).items()
@@ -172,7 +194,8 @@ def build_charts(
     """Charts in apply order; attach each with ``cluster.add_cdk8s_chart``."""
     serving = ServingChart(app, f"{config.project}-serving", config, inputs)
     loadtest = LoadTestChart(app, f"{config.project}-loadtest", config, inputs)
-    loadtest.add_dependency(serving)
     routing = RoutingChart(app, f"{config.project}-routing", config)
     routing.add_dependency(serving)
+    loadtest.add_dependency(serving)
+    loadtest.add_dependency(routing)  # the arms' pods are the routing chart's Rollout
     return [serving, loadtest, routing]

@@ -2,8 +2,10 @@
 
 Runs under its own service account, which EKS Pod Identity binds (CDK stack) to a role
 that may only put metrics in the project's CloudWatch namespace. It first waits, bounded by
-``loadtest.wait_ready_s``, for both services' ``/health`` (logged): on a first deploy they
-compile for hours.
+``loadtest.wait_ready_s``, until each compared arm's Service selects its own revision of the
+guardrail Rollout (init container, ``runtime/arms_routed.py``: before the speculative pods
+are available, and after an abort, the speculative Service reaches baseline pods), then for
+both services' ``/health`` (logged): on a first deploy they compile for hours.
 
 With ``loadtest.workers`` N > 1 the Job's pod is the Locust master (``python -m loadtest run
 --workers-external``, N from the config file) and a second Job runs N worker pods of the same
@@ -22,6 +24,7 @@ from typing import Any
 
 from charts.inputs import ClusterInputs
 from charts.naming import labels, metadata, short_hash
+from charts.rollout import ROLLOUTS_API, rollout_name
 from experiment.config import Arm, ExperimentConfig
 
 COMPONENT = "loadtest"
@@ -152,12 +155,17 @@ def _pod_spec(
         },
         "volumeMounts": mounts,
     }
+    init_containers: list[dict[str, Any]] = []
+    if reports:
+        init_containers = [arms_routed_container(config, inputs, container)]
+        volumes.append(API_TOKEN_VOLUME)
     if distributed(config) and reports:
         container["ports"] = [
             {"name": "locust-master", "containerPort": config.loadtest.master_port}
         ]
     spec: dict[str, Any] = {
-        # No Kubernetes API access needed; Pod Identity mounts its own token.
+        # Pod Identity mounts its own token; the master's init container alone gets an API
+        # token (API_TOKEN_VOLUME).
         "automountServiceAccountToken": False,
         "restartPolicy": "Never",
         "securityContext": {
@@ -166,6 +174,7 @@ def _pod_spec(
             "runAsGroup": 10001,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
+        **({"initContainers": init_containers} if init_containers else {}),
         "containers": [container],
         "volumes": volumes,
     }
@@ -176,6 +185,93 @@ def _pod_spec(
             **spec,
         }
     return spec
+
+
+# The init container's only Kubernetes API credential: a projected, expiring token of the
+# load test's service account, mounted in that container alone (the pod keeps
+# automountServiceAccountToken false). Same layout as the kubelet's own kube-api-access.
+API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_TOKEN_VOLUME: dict[str, Any] = {
+    "name": "kube-api-access",
+    "projected": {
+        "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        ]
+    },
+}  # fmt: skip
+
+
+def arms_routed_container(
+    config: ExperimentConfig, inputs: ClusterInputs, main: dict[str, Any]
+) -> dict[str, Any]:
+    """Waits (bounded by ``loadtest.wait_ready_s``) until the baseline Service selects the
+    Rollout's stable revision and the speculative Service its canary revision
+    (runtime/arms_routed.py): before that, or after an abort, the speculative Service
+    reaches baseline pods and ``/health`` alone cannot tell."""
+    serving = config.serving
+    return {
+        "name": "wait-arms-routed",
+        "image": inputs.loadtest_image,
+        "imagePullPolicy": main["imagePullPolicy"],
+        "command": [
+            "python",
+            "-m",
+            "runtime.arms_routed",
+            "--namespace",
+            serving.namespace,
+            "--rollout",
+            rollout_name(config),
+            "--baseline-service",
+            serving.service_name(Arm.BASELINE),
+            "--speculative-service",
+            serving.service_name(Arm.SPECULATIVE),
+            "--timeout-s",
+            str(config.loadtest.wait_ready_s),
+        ],
+        "resources": {
+            "requests": dict(ARMS_ROUTED_RESOURCES),
+            "limits": dict(ARMS_ROUTED_RESOURCES),
+        },
+        "securityContext": dict(main["securityContext"]),
+        "volumeMounts": [{"name": "kube-api-access", "mountPath": API_TOKEN_DIR, "readOnly": True}],
+    }
+
+
+# The wait only polls the API server.
+ARMS_ROUTED_RESOURCES = {"cpu": "100m", "memory": "128Mi"}
+
+
+def arms_routed_access(config: ExperimentConfig) -> list[dict[str, Any]]:
+    """What the wait reads, and nothing else: the Rollout and the two arms' Services."""
+    name = f"{config.project}-loadtest-reads-arms"
+    serving = config.serving
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(config, name, labels(config, COMPONENT, name)),
+        "rules": [
+            {"apiGroups": [ROLLOUTS_API.split("/")[0]], "resources": ["rollouts"],
+             "resourceNames": [rollout_name(config)], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["services"],
+             "resourceNames": [serving.service_name(arm) for arm in Arm], "verbs": ["get"]},
+        ],
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(config, name, labels(config, COMPONENT, name)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": config.loadtest.service_account,
+                "namespace": serving.namespace,
+            }
+        ],
+    }
+    return [role, binding]
 
 
 def _pod_labels(config: ExperimentConfig, role: str) -> dict[str, str]:
@@ -258,7 +354,12 @@ CHECKOV_SKIPS: dict[str, str] = {
 
 
 def loadtest_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[dict[str, Any]]:
-    manifests = [service_account(config), config_map(config), job(config, inputs)]
+    manifests = [
+        service_account(config),
+        *arms_routed_access(config),
+        config_map(config),
+        job(config, inputs),
+    ]
     if distributed(config):
         manifests += [master_service(config), worker_job(config, inputs)]
     return manifests

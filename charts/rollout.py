@@ -15,6 +15,18 @@
   ``promote`` also patches status (``pauseConditions``, ``promoteFull``,
   ``currentStepIndex``; ``cmd/promote/promote.go``), so RBAC verbs alone cannot tell them
   apart. No one is granted ``patch`` on ``rollouts`` itself (``spec.paused``).
+- the Rollout, the actuator: one workload whose stable revision is the baseline pod template
+  and whose canary revision is the speculative one, both from ``charts.vllm_service``
+  (``pod_template``), so ``charts.symmetry`` proves they differ only in decoding. Its
+  stableService and canaryService are the two arms' Services: Argo adds each revision's
+  ``rollouts-pod-template-hash`` to their selectors, so the HTTPRoute and the load test keep
+  addressing ``<baseline>`` and ``<speculative>`` by name. On abort (a failed analysis) Argo
+  points the speculative Service at the stable (baseline) pods and scales the canary down:
+  every speculative class reaches the baseline without a deploy, through the same HTTPRoute
+  rules and their fallback. ``kubectl argo rollouts retry`` re-runs the steps.
+- ``canary_patches``: the merge patch that turns the Rollout's template from the baseline into
+  the speculative revision after Argo made the baseline stable (stacks/workloads.py applies it;
+  docs/routing.md, "How the two revisions come to exist").
 """
 
 from __future__ import annotations
@@ -22,10 +34,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from charts.naming import labels, metadata
+from charts.gateway import GATEWAY_API
+from charts.naming import NAME, PART_OF, labels, metadata, short_hash
+from charts.vllm_service import (
+    checkov_skips,
+    disruption_budget,
+    pod_template,
+    service,
+    spec_configmap,
+)
 from experiment.config import Arm, ExperimentConfig
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
+# The Gateway API traffic-router plugin's name, the key of trafficRouting.plugins
+# (argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi v0.9.0 pkg/plugin/plugin.go,
+# PluginName) and of the controller's trafficRouterPlugins (stacks/gateway.py).
+GATEWAY_API_PLUGIN = "argoproj-labs/gatewayAPI"
+# Shared by both revisions' pods: the Rollout's selector and the arms' Service selectors.
+ROLLOUT_LABEL = "specdecode.aws/rollout"
 # The statuses `abort`/`retry` change; everything else in .status is the controller's.
 OPERATOR_STATUS_FIELDS = ("abort",)
 
@@ -238,5 +264,180 @@ def no_promote_policy(config: ExperimentConfig) -> list[dict[str, Any]]:
     return [policy, binding]
 
 
+def rollout_group(config: ExperimentConfig) -> str:
+    """The value of ``ROLLOUT_LABEL``: fixed, so the Services' selectors never change."""
+    return f"{config.project}-arms"
+
+
+def rollout_name(config: ExperimentConfig) -> str:
+    """``<project>-arms-<fingerprint of the baseline pod template>``. Argo promotes only a
+    Rollout's first revision without steps, and promotion is nobody's to do here: a changed
+    baseline (any setting both arms share) therefore becomes a new Rollout whose first
+    revision is the new baseline, and the old Rollout is pruned with its pods."""
+    return f"{rollout_group(config)}-{short_hash(pod_template(config, Arm.BASELINE))}"
+
+
+def rollout_pods(config: ExperimentConfig) -> dict[str, str]:
+    """Labels every pod of both revisions carries (and the NetworkPolicies' selectors)."""
+    return {PART_OF: config.project, NAME: "vllm", ROLLOUT_LABEL: rollout_group(config)}
+
+
+def revision_template(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
+    """One revision of the Rollout: the arm's pod template plus the shared Rollout label."""
+    template = pod_template(config, arm)
+    template["metadata"]["labels"] = {**template["metadata"]["labels"], **rollout_pods(config)}
+    return template
+
+
+def rollout_arm_manifests(config: ExperimentConfig, arm: Arm) -> list[dict[str, Any]]:
+    """The arm's spec ConfigMap, Service and PodDisruptionBudget; its pods are a revision of
+    the Rollout. The Service selects by labels both revisions share: Argo requires each of
+    its selector's labels in the Rollout's current template (argo-rollouts v1.9.0
+    pkg/apis/rollouts/validation/validation_references.go, ValidateService) and adds the
+    revision's rollouts-pod-template-hash itself."""
+    return [
+        spec_configmap(config, arm),
+        service(config, arm, rollout_pods(config)),
+        disruption_budget(config, arm),
+    ]
+
+
+def revision_manifests(config: ExperimentConfig, arm: Arm) -> list[dict[str, Any]]:
+    """One revision of the Rollout with the arm's own objects, as ``charts.symmetry``
+    compares arms (the Rollout object stands for that revision's template)."""
+    revision = {
+        "apiVersion": ROLLOUTS_API,
+        "kind": "Rollout",
+        "metadata": {"name": rollout_name(config)},
+        "spec": {"template": revision_template(config, arm)},
+    }
+    return [*rollout_arm_manifests(config, arm), revision]
+
+
+def weights_route_name(config: ExperimentConfig) -> str:
+    return f"{config.project}-rollout-weights"
+
+
+def weights_route(config: ExperimentConfig) -> dict[str, Any]:
+    """The HTTPRoute the traffic-router plugin writes weights to, attached to no Gateway.
+
+    setCanaryScale requires trafficRouting (argo-rollouts v1.9.0 validation.go,
+    InvalidSetCanaryScaleTrafficPolicy), and the plugin's SetWeight needs a route naming both
+    Services and sets the weight of every reference to the canary Service in it (plugin
+    v0.9.0 pkg/plugin/httproute.go, setHTTPRouteWeight). On the tiered HTTPRoute that would
+    zero the speculative classes' backend, so the plugin gets this route of its own."""
+    name = weights_route_name(config)
+    port = config.serving.port
+    refs = [
+        {"kind": "Service", "name": config.serving.service_name(arm), "port": port, "weight": w}
+        for arm, w in ((Arm.BASELINE, 100), (Arm.SPECULATIVE, 0))
+    ]
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "HTTPRoute",
+        "metadata": metadata(config, name, labels(config, "rollout", name)),
+        "spec": {"rules": [{"backendRefs": refs}]},
+    }
+
+
+def controller_route_access(config: ExperimentConfig) -> list[dict[str, Any]]:
+    """The controller (running the plugin) may read and update that one HTTPRoute: the
+    argo-rollouts chart grants nothing on gateway.networking.k8s.io (argoproj/argo-helm
+    charts/argo-rollouts/templates/controller/clusterrole.yaml), and the plugin gets and
+    updates the route (setHTTPRouteWeight)."""
+    name = f"{config.project}-rollouts-controller-route"
+    eks = config.routing.eks
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(config, name, labels(config, "rollout", name)),
+        "rules": [
+            {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
+             "resourceNames": [weights_route_name(config)], "verbs": ["get", "update"]},
+        ],
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(config, name, labels(config, "rollout", name)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": eks.rollouts_service_account,
+                "namespace": eks.rollouts_namespace,
+            }
+        ],
+    }
+    return [role, binding]
+
+
+def rollout(config: ExperimentConfig) -> dict[str, Any]:
+    """The Rollout as ``cdk deploy`` creates it: the baseline template, which Argo makes the
+    stable revision at once ("Initial deploy": rollout/sync.go shouldFullPromote, v1.9.0).
+    Every field below is in argo-rollouts v1.9.0 pkg/apis/rollouts/v1alpha1/types.go."""
+    serving = config.serving
+    eks = config.routing.eks
+    name = rollout_name(config)
+    canary = {
+        "stableService": serving.service_name(Arm.BASELINE),
+        "canaryService": serving.service_name(Arm.SPECULATIVE),
+        # docs/features/scaledown-aborted-rs.md: with traffic routing the canary is scaled
+        # down this long after an abort (0 would keep it up for ever).
+        "abortScaleDownDelaySeconds": eks.abort_scale_down_delay_s,
+        "trafficRouting": {
+            "plugins": {
+                GATEWAY_API_PLUGIN: {
+                    # plugin v0.9.0 pkg/plugin/types.go, GatewayAPITrafficRouting
+                    "httpRoute": weights_route_name(config),
+                    "namespace": serving.namespace,
+                }
+            }
+        },
+        # Background analysis (types.go RolloutAnalysisBackground): runs from the first
+        # step while the canary lives; a failed run aborts the Rollout.
+        "analysis": {"templates": [{"templateName": analysis_template_name(config)}]},
+        "steps": [
+            # As many speculative pods as the baseline has, whatever the weight (which stays
+            # 0: the tiered HTTPRoute, not a weight, decides which requests they serve).
+            {"setCanaryScale": {"replicas": serving.replicas}},
+            {"pause": {}},  # indefinite: only the controller or an abort ends it
+        ],
+    }
+    return {
+        "apiVersion": ROLLOUTS_API,
+        "kind": "Rollout",
+        "metadata": {
+            **metadata(config, name, labels(config, "rollout", rollout_group(config))),
+            "annotations": checkov_skips(config),
+        },
+        "spec": {
+            "replicas": serving.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": rollout_pods(config)},
+            "template": revision_template(config, Arm.BASELINE),
+            "strategy": {"canary": canary},
+        },
+    }
+
+
+def canary_patches(config: ExperimentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(apply, restore) JSON merge patches (RFC 7386) of the Rollout: the speculative
+    template, and back to the baseline. Both templates have the same keys (the symmetry
+    check), so merging one over the other yields it exactly."""
+    return tuple(  # type: ignore[return-value]
+        {"spec": {"template": revision_template(config, arm)}}
+        for arm in (Arm.SPECULATIVE, Arm.BASELINE)
+    )
+
+
 def rollout_manifests(config: ExperimentConfig) -> list[dict[str, Any]]:
-    return [analysis_template(config), *operator_role(config), *no_promote_policy(config)]
+    """In apply order: what the Rollout references exists before it."""
+    return [
+        analysis_template(config),
+        *operator_role(config),
+        *no_promote_policy(config),
+        weights_route(config),
+        *controller_route_access(config),
+        rollout(config),
+    ]

@@ -13,6 +13,10 @@ and returns every difference that is not one of the allowed ones:
   names it with its source). Everything else -- prefix caching, chunked prefill, the
   ``neuron_config`` JSON -- must be identical.
 
+The same check holds the guardrail Rollout's two revisions (stable = baseline, canary =
+speculative) to this rule: ``charts.rollout.revision_manifests`` gives each revision with its
+Service, PDB and spec ConfigMap as one arm.
+
 ``fleet_asymmetries`` extends the proof to N arms (the tuning candidates of
 ``tuning.deploy``): each arm against the baseline, and no two arms with the same name,
 artifacts path or (draft, k) -- one compile per candidate, none twice.
@@ -53,6 +57,9 @@ ALLOWED_DIFFERENCES: dict[Generation, dict[str, str]] = {
         for flag in PLUGIN_SPECULATIVE_ONLY_FLAGS
     },
 }
+# Objects holding an arm's pod template: a Deployment, or one revision of the Rollout
+# (charts/rollout.py ``revision_manifests``).
+WORKLOAD_KINDS = {"Deployment", "Rollout"}
 # Only the fork's NxD Inference override JSON carries a speculative key.
 FORK_OVERRIDE_FLAG = "--override-neuron-config"
 
@@ -169,7 +176,7 @@ def arm_asymmetries(baseline: list[dict[str, Any]], speculative: list[dict[str, 
             a = {**a, "data": None}
             b = {**b, "data": None}
         command_path = f"spec.template.metadata.annotations.{COMMAND_ANNOTATION}"
-        if kind == "Deployment":
+        if kind in WORKLOAD_KINDS:
             # Always compared, so that two identical commands (no draft) are caught too.
             annotations = "spec", "template", "metadata", "annotations"
             base_cmd, spec_cmd = (

@@ -2,15 +2,14 @@
 
 Both arms come from the same functions, parameterized only by the ``Arm``: everything
 that is not a name, a label or the arm's ServingSpec is shared by construction, and
-``charts.symmetry`` checks that it stays that way.
+``charts.symmetry`` checks that it stays that way. Plain dicts, no cdk8s: the ``VllmService``
+construct (charts/app.py) and the guardrail Rollout (charts/rollout.py) are built from them.
 """
 
 from __future__ import annotations
 
 import shlex
 from typing import Any
-
-from constructs import Construct
 
 from charts import dra
 from charts.model_import_job import wait_command
@@ -29,7 +28,6 @@ from charts.naming import (
     short_hash,
     spec_configmap_name,
 )
-from charts.objects import api_object
 from charts.runtime_package import PACKAGE_NAME, package_files
 from experiment.config import Arm, ExperimentConfig, SecurityProfile
 from runtime.render import render
@@ -226,9 +224,24 @@ def vllm_command_text(config: ExperimentConfig, arm: Arm) -> str:
     return shlex.join(command.args)
 
 
+def pod_template(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
+    """The arm's pod template: the Deployment's, and one revision of the guardrail Rollout
+    (charts/rollout.py), so both are proven symmetric by the same checker."""
+    checksum = short_hash({"runtime": package_files(), "spec": config.serving_spec(arm).to_json()})
+    return {
+        "metadata": {
+            "labels": arm_labels(config, arm),
+            "annotations": {
+                COMMAND_ANNOTATION: vllm_command_text(config, arm),
+                CHECKSUM_ANNOTATION: checksum,
+            },
+        },
+        "spec": pod_spec(config, arm),
+    }
+
+
 def deployment(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
     name = config.serving.service_name(arm)
-    checksum = short_hash({"runtime": package_files(), "spec": config.serving_spec(arm).to_json()})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -242,21 +255,16 @@ def deployment(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
             # No surge: a second pod would need a second set of Neuron devices.
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector(config, arm)},
-            "template": {
-                "metadata": {
-                    "labels": arm_labels(config, arm),
-                    "annotations": {
-                        COMMAND_ANNOTATION: vllm_command_text(config, arm),
-                        CHECKSUM_ANNOTATION: checksum,
-                    },
-                },
-                "spec": pod_spec(config, arm),
-            },
+            "template": pod_template(config, arm),
         },
     }
 
 
-def service(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
+def service(
+    config: ExperimentConfig, arm: Arm, pods: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The arm's Service; ``pods`` replaces its selector (the Rollout's arms select by labels
+    both revisions share, and Argo adds the revision's hash)."""
     name = config.serving.service_name(arm)
     return {
         "apiVersion": "v1",
@@ -264,7 +272,7 @@ def service(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
         "metadata": metadata(config, name, arm_labels(config, arm)),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector(config, arm),
+            "selector": pods if pods is not None else selector(config, arm),
             "ports": [
                 {
                     "name": PORT_NAME,
@@ -339,14 +347,3 @@ def checkov_skips(config: ExperimentConfig) -> dict[str, str]:
         for index, (check, reason) in enumerate(SAMPLE_PROFILE_FINDINGS.items(), start=1)
     }
     return {**CHECKOV_SKIPS, **extra}
-
-
-class VllmService(Construct):
-    """One arm: its spec ConfigMap, Deployment, Service and PodDisruptionBudget."""
-
-    def __init__(self, scope: Construct, construct_id: str, config: ExperimentConfig, arm: Arm):
-        super().__init__(scope, construct_id)
-        self.arm = arm
-        self.manifests = arm_manifests(config, arm)
-        for body in self.manifests:
-            api_object(self, body["kind"], body)

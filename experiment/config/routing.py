@@ -170,6 +170,23 @@ class EksRoutingConfig(Section):
             "Guardrail periods (guardrails.period_minutes) each analysis query looks back; 1-288."
         ),
     )
+    abort_scale_down_delay_s: Annotated[int, Field(ge=0, le=3600)] = Field(
+        default=1,
+        description=(
+            "Seconds Argo Rollouts keeps the speculative pods after an abort (the rollback), "
+            "1-3600. They get no traffic then; 0 (keep them for ever) is refused because the "
+            "controller would keep re-pointing the speculative Service at them between its "
+            "switches back to the baseline."
+        ),
+    )
+    initial_revision_timeout_minutes: Annotated[int, Field(ge=1, le=14)] = Field(
+        default=10,
+        description=(
+            "Minutes cdk deploy waits for Argo Rollouts to make the baseline the Rollout's "
+            "stable revision before it turns the template into the speculative one (the "
+            "canary); 1-14, the kubectl handler's Lambda runs 15 minutes at most."
+        ),
+    )
     operators_group: str = Field(
         default="specdecode-rollout-operators",
         description=(
@@ -195,6 +212,18 @@ class EksRoutingConfig(Section):
                     f"routing.eks.operator_principal_arns: {arn!r} is not an IAM role or user "
                     "ARN like 'arn:aws:iam::123456789012:role/Oncall'"
                 )
+        return value
+
+    @field_validator("abort_scale_down_delay_s")
+    @classmethod
+    def _aborted_canary_is_scaled_down(cls, value: int) -> int:
+        # argo-rollouts v1.9.0 docs/features/scaledown-aborted-rs.md: 0 = never scale down.
+        if value == 0:
+            raise ValueError(
+                "routing.eks.abort_scale_down_delay_s 0 would keep the aborted speculative "
+                "pods for ever, and Argo would keep re-pointing the speculative Service at "
+                "them; set 1 or more seconds"
+            )
         return value
 
     @field_validator("envoy_gateway_version")

@@ -31,12 +31,13 @@ class ServingConfig(Section):
     baseline_service: ServiceName = Field(
         default="qwen-vllm",
         description=(
-            "Service (and Deployment) name of the baseline arm; differs from speculative_service."
+            "Service name of the baseline arm (the Rollout's stable Service); differs from "
+            "speculative_service."
         ),
     )
     speculative_service: ServiceName = Field(
         default="qwen-sd-vllm",
-        description="Service (and Deployment) name of the speculative-decoding arm.",
+        description="Service name of the speculative-decoding arm (the Rollout's canary Service).",
     )
     profile: ServingProfile = Field(
         default=ServingProfile.REPRODUCE,

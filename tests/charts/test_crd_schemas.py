@@ -71,6 +71,8 @@ def _validate(doc: dict[str, Any]) -> None:
 
 CONFIGS = {
     "default": {},
+    "plugin-profile": {"experiment.serving.profile": "new-deployment"},
+    "sample-security": {"experiment.serving.security_profile": "sample"},
     "everything-baseline": {"experiment.routing.speculative_classes": "[]"},
     "no-retries": {"experiment.routing.fallback.retries": "0"},
     "floors": {"experiment.routing.acceptance_floors": '{"structured": 0.55}'},
@@ -90,7 +92,7 @@ def test_the_checked_in_crds_cover_every_kind_rendered() -> None:
     kinds = {doc["kind"] for doc in _custom_resources({})}
     assert kinds == {
         "GatewayClass", "Gateway", "HTTPRoute", "EnvoyProxy", "Backend",
-        "BackendTrafficPolicy", "AnalysisTemplate",
+        "BackendTrafficPolicy", "AnalysisTemplate", "Rollout",
     }  # fmt: skip
     for doc in _custom_resources({}):
         assert (doc["apiVersion"], doc["kind"]) in SCHEMAS
@@ -111,6 +113,9 @@ def test_every_custom_resource_passes_its_crd_schema(name: str) -> None:
         ("BackendTrafficPolicy", ("spec", "healthCheck", "passive", "interval"), "1.5s"),
         ("Backend", ("spec", "fallbak"), True),
         ("AnalysisTemplate", ("spec", "metrics", 0, "provider", "cloudWatch", "query"), "x"),
+        ("Rollout", ("spec", "strategy", "canary", "steps", 0, "setCanaryScale", "replica"), 1),
+        ("Rollout", ("spec", "strategy", "canary", "stableSvc"), "x"),
+        ("Rollout", ("spec", "template", "spec", "containers", 0, "imagePullPolicy"), 1),
     ],
 )
 def test_strict_validation_catches_a_bad_field(kind: str, path: tuple, value: Any) -> None:

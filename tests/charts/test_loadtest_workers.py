@@ -96,6 +96,8 @@ def test_network_policies_allow_exactly_master_worker_and_loadtest_serving() -> 
     assert len(network_policies(SINGLE)) == 2
     assert [d["kind"] for d in loadtest_manifests(SINGLE, INPUTS)] == [
         "ServiceAccount",
+        "Role",  # the wait for both arms routed reads the Rollout and the Services
+        "RoleBinding",
         "ConfigMap",
         "Job",
     ]

@@ -22,7 +22,7 @@ CONFIG = build_config({})
 # Custom resources are validated against their own CRDs in test_crd_schemas.py.
 CRD_KINDS_EXEMPT = {
     "GatewayClass", "Gateway", "HTTPRoute", "EnvoyProxy", "Backend", "BackendTrafficPolicy",
-    "AnalysisTemplate",
+    "AnalysisTemplate", "Rollout",
 }  # fmt: skip
 
 
@@ -35,6 +35,21 @@ def _loadtest_job(documents) -> dict:
     return next(
         d for d in documents if d["kind"] == "Job" and "-loadtest-" in d["metadata"]["name"]
     )
+
+
+def _pod_template(documents, arm: Arm) -> dict:
+    """The arm's pods: the Rollout's template as created (the baseline), or as the canary
+    patch turns it (the speculative revision)."""
+    if arm == Arm.BASELINE:
+        return dict(_find(documents, "Rollout")["spec"]["template"])
+    from charts.rollout import canary_patches
+
+    return dict(canary_patches(CONFIG)[0]["spec"]["template"])
+
+
+def _as_pod(template: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", **template["metadata"]},
+            "spec": template["spec"]}  # fmt: skip
 
 
 def _find(documents, kind: str, name: str | None = None) -> dict:
@@ -57,14 +72,18 @@ def test_every_manifest_passes_strict_validation(documents) -> None:
             continue
         kubernetes_validate.validate(doc, _version(), strict=True)
         checked += 1
-    assert checked == len(documents) - len(CRD_KINDS_EXEMPT) >= 17
+    exempt = [doc for doc in documents if doc["kind"] in CRD_KINDS_EXEMPT]
+    assert checked == len(documents) - len(exempt) >= 17
+    # Both revisions of the Rollout are core pods too: strict against the cluster's schema.
+    for arm in Arm:
+        kubernetes_validate.validate(_as_pod(_pod_template(documents, arm)), _version(), True)
 
 
 def test_strict_validation_catches_a_typo(documents) -> None:
-    deployment = copy.deepcopy(_find(documents, "Deployment", "qwen-vllm"))
-    deployment["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    pod = copy.deepcopy(_as_pod(_pod_template(documents, Arm.BASELINE)))
+    pod["spec"]["containers"][0]["resource"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(deployment, _version(), strict=True)
+        kubernetes_validate.validate(pod, _version(), strict=True)
 
 
 def test_resource_claim_template_is_the_ga_shape(documents) -> None:
@@ -96,7 +115,7 @@ def test_model_store_volumes(documents) -> None:
 @pytest.mark.parametrize("arm", list(Arm))
 def test_serving_pod(documents, arm: Arm) -> None:
     name = CONFIG.serving.service_name(arm)
-    pod = _find(documents, "Deployment", name)["spec"]["template"]["spec"]
+    pod = _pod_template(documents, arm)["spec"]
     vllm = pod["containers"][0]
     assert vllm["command"][:3] == ["python3", "-m", "runtime.serve"]
     assert vllm["resources"]["claims"] == [{"name": "neuron"}]
@@ -120,8 +139,7 @@ def test_serving_pod(documents, arm: Arm) -> None:
 
 @pytest.mark.parametrize("arm", list(Arm))
 def test_serving_pod_security_defaults_to_strict(documents, arm: Arm) -> None:
-    deployment = _find(documents, "Deployment", CONFIG.serving.service_name(arm))
-    pod = deployment["spec"]["template"]["spec"]
+    pod = _pod_template(documents, arm)["spec"]
     assert CONFIG.serving.security_profile == "strict"
     assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     for container in [*pod["initContainers"], *pod["containers"]]:
@@ -129,7 +147,7 @@ def test_serving_pod_security_defaults_to_strict(documents, arm: Arm) -> None:
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
         }
-    annotations = deployment["metadata"]["annotations"]
+    annotations = _find(documents, "Rollout")["metadata"]["annotations"]
     assert not any("security_profile" in reason for reason in annotations.values())
 
 

@@ -209,3 +209,154 @@ def test_the_admission_policy_keeps_promotion_to_the_controller() -> None:
     )
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+# The actuator: one Rollout, stable = baseline pods, canary = speculative pods.
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as kubectl patch --type merge applies it."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+def _labels_match(selector: dict[str, str], pod_labels: dict[str, str]) -> bool:
+    return all(pod_labels.get(key) == value for key, value in selector.items())
+
+
+PROFILES = [{}, {"experiment.serving.profile": "new-deployment"},
+            {"experiment.serving.replicas": "2"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("overrides", PROFILES)
+def test_the_rollouts_stable_and_canary_are_the_baseline_and_speculative_services(
+    overrides,
+) -> None:
+    from charts.rollout import (
+        GATEWAY_API_PLUGIN,
+        analysis_template_name,
+        revision_template,
+        rollout,
+        weights_route_name,
+    )
+
+    config = build_config(overrides)
+    body = rollout(config)
+    canary = body["spec"]["strategy"]["canary"]
+    assert canary["stableService"] == config.serving.service_name(Arm.BASELINE)
+    assert canary["canaryService"] == config.serving.service_name(Arm.SPECULATIVE)
+    assert body["spec"]["template"] == revision_template(config, Arm.BASELINE)
+    assert body["spec"]["replicas"] == config.serving.replicas
+    # Scale the canary like the baseline, then hold it: no step ever promotes it.
+    assert canary["steps"] == [
+        {"setCanaryScale": {"replicas": config.serving.replicas}},
+        {"pause": {}},
+    ]
+    assert not any("setWeight" in step or "setHeaderRoute" in step for step in canary["steps"])
+    assert canary["analysis"] == {"templates": [{"templateName": analysis_template_name(config)}]}
+    plugin = canary["trafficRouting"]["plugins"][GATEWAY_API_PLUGIN]
+    route = weights_route_name(config)
+    assert plugin == {"httpRoute": route, "namespace": config.serving.namespace}
+    assert canary["abortScaleDownDelaySeconds"] == config.routing.eks.abort_scale_down_delay_s >= 1
+
+
+def test_the_weights_route_is_the_plugins_own_and_reaches_no_gateway() -> None:
+    """The plugin zeroes every reference to the canary Service in its route: that must not
+    be the tiered HTTPRoute, whose speculative classes go to that Service."""
+    from charts.gateway import http_route
+    from charts.rollout import controller_route_access, weights_route, weights_route_name
+
+    config = build_config({})
+    route = weights_route(config)
+    assert "parentRefs" not in route["spec"]
+    (rule,) = route["spec"]["rules"]
+    weights = {ref["name"]: ref["weight"] for ref in rule["backendRefs"]}
+    assert weights == {config.serving.service_name(Arm.BASELINE): 100,
+                       config.serving.service_name(Arm.SPECULATIVE): 0}  # fmt: skip
+    assert http_route(config)["metadata"]["name"] != weights_route_name(config)
+    role, binding = controller_route_access(config)
+    assert role["rules"] == [{"apiGroups": ["gateway.networking.k8s.io"],
+                              "resources": ["httproutes"],
+                              "resourceNames": [weights_route_name(config)],
+                              "verbs": ["get", "update"]}]  # fmt: skip
+    eks = config.routing.eks
+    assert binding["subjects"] == [{"kind": "ServiceAccount",
+                                    "name": eks.rollouts_service_account,
+                                    "namespace": eks.rollouts_namespace}]  # fmt: skip
+
+
+@pytest.mark.parametrize("overrides", PROFILES)
+def test_each_services_selector_is_in_both_revisions_labels(overrides) -> None:
+    """Argo rejects a Service whose selector has a label the current template lacks
+    (ValidateService), and the template is the baseline first, the speculative later."""
+    from charts.rollout import revision_template, rollout, rollout_arm_manifests
+
+    config = build_config(overrides)
+    templates = [revision_template(config, arm)["metadata"]["labels"] for arm in Arm]
+    selector = rollout(config)["spec"]["selector"]["matchLabels"]
+    for arm in Arm:
+        svc = next(m for m in rollout_arm_manifests(config, arm) if m["kind"] == "Service")
+        assert svc["metadata"]["name"] == config.serving.service_name(arm)  # names kept
+        for labels in templates:
+            assert _labels_match(svc["spec"]["selector"], labels)
+            assert _labels_match(selector, labels)
+
+
+def test_every_policy_and_budget_still_selects_the_rollouts_pods() -> None:
+    """The NetworkPolicies admit the load test and the gateway to both revisions' pods;
+    each arm's PDB guards its own revision only."""
+    from charts.gateway import serving_from_gateway
+    from charts.network_policy import network_policies
+    from charts.rollout import revision_template, rollout_arm_manifests
+
+    config = build_config({})
+    pods = {arm: revision_template(config, arm)["metadata"]["labels"] for arm in Arm}
+    vllm_policies = [
+        p for p in [*network_policies(config), serving_from_gateway(config)]
+        if p["metadata"]["name"].startswith(f"{config.project}-vllm-")
+    ]  # fmt: skip
+    assert len(vllm_policies) == 2
+    for policy in vllm_policies:
+        for labels in pods.values():
+            assert _labels_match(policy["spec"]["podSelector"]["matchLabels"], labels)
+    for arm in Arm:
+        pdb = next(
+            m for m in rollout_arm_manifests(config, arm) if m["kind"] == "PodDisruptionBudget"
+        )
+        chosen = {a for a in Arm if _labels_match(pdb["spec"]["selector"]["matchLabels"], pods[a])}
+        assert chosen == {arm}
+
+
+@pytest.mark.parametrize("overrides", PROFILES)
+def test_the_canary_patch_turns_the_baseline_into_the_speculative_template_and_back(
+    overrides,
+) -> None:
+    from charts.rollout import canary_patches, revision_template, rollout
+
+    config = build_config(overrides)
+    created = rollout(config)
+    apply, restore = canary_patches(config)
+    patched = _merge_patch(created, apply)
+    assert patched["spec"]["template"] == revision_template(config, Arm.SPECULATIVE)
+    assert {k: v for k, v in patched["spec"].items() if k != "template"} == {
+        k: v for k, v in created["spec"].items() if k != "template"
+    }
+    assert _merge_patch(patched, restore) == created
+
+
+def test_the_rollout_name_follows_the_baseline_and_only_the_baseline() -> None:
+    """A changed baseline must become a new Rollout (its first revision is promoted at
+    once); a changed speculative arm must stay a new revision of the same one."""
+    from charts.rollout import rollout_name
+
+    base = rollout_name(build_config({}))
+    assert rollout_name(build_config({"experiment.serving.num_speculative_tokens": 5})) == base
+    assert rollout_name(build_config({"experiment.serving.max_num_seqs": 8})) != base
+    assert rollout_name(build_config({"experiment.serving.image": "repo/vllm:other"})) != base

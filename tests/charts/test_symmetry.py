@@ -298,7 +298,7 @@ def test_the_serving_chart_deploys_every_candidate() -> None:
     chart = ServingChart(cdk8s.App(), "serving", config, ClusterInputs("bucket", "image:tag"))
     assert len(chart.candidates) == 8
     deployments = [o for o in chart.to_json() if o["kind"] == "Deployment"]
-    assert len(deployments) == 10
+    assert len(deployments) == 8  # the two compared arms are the Rollout's revisions
 
 
 # The plugin path (vllm-neuron 1.x): the one difference it imposes is named, not tolerated.
@@ -356,3 +356,65 @@ def test_plugin_prefix_caching_and_neuron_config_must_match(old: str, new: str, 
     assert old in _command(target)
     _set_command(target, _command(target).replace(old, new))
     assert arm_asymmetries(baseline, speculative) != [], f"{new} on {arm} went unnoticed"
+
+
+# The guardrail Rollout's two revisions: stable = baseline, canary = speculative.
+
+
+def _revisions(config=None) -> tuple[list[Manifest], list[Manifest]]:
+    from charts.rollout import revision_manifests
+
+    config = config or build_config({})
+    return revision_manifests(config, Arm.BASELINE), revision_manifests(config, Arm.SPECULATIVE)
+
+
+def _revision_pod(manifests: list[Manifest]) -> dict[str, Any]:
+    return _kind(manifests, "Rollout")["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"experiment.serving.profile": "new-deployment"}, {"experiment.serving.replicas": 2}],
+)
+def test_the_rollouts_revisions_differ_only_in_decoding(overrides) -> None:
+    baseline, speculative = _revisions(build_config(overrides))
+    assert arm_asymmetries(baseline, speculative) == []
+    command = _kind(speculative, "Rollout")["spec"]["template"]["metadata"]["annotations"]
+    assert "--speculative-config" in command[COMMAND_ANNOTATION]
+
+
+REVISION_MUTATIONS: dict[str, Callable[[list[Manifest]], None]] = {
+    "image": lambda m: _revision_pod(m)["containers"][0].update(image="other:tag"),
+    "cpu": lambda m: _revision_pod(m)["containers"][0]["resources"]["limits"].update(cpu="91"),
+    "shared vLLM flag": lambda m: _kind(m, "Rollout")["spec"]["template"]["metadata"][
+        "annotations"
+    ].update({COMMAND_ANNOTATION: "--port 1 --speculative-config {}"}),
+    "extra pod label": lambda m: _kind(m, "Rollout")["spec"]["template"]["metadata"][
+        "labels"
+    ].update(canary="yes"),
+    "service selector": lambda m: _kind(m, "Service")["spec"]["selector"].update(extra="x"),
+}
+
+
+@pytest.mark.parametrize("arm", list(Arm))
+@pytest.mark.parametrize("name", sorted(REVISION_MUTATIONS))
+def test_checker_reports_a_revision_changed_beyond_decoding(name: str, arm: Arm) -> None:
+    baseline, speculative = _revisions()
+    REVISION_MUTATIONS[name](baseline if arm == Arm.BASELINE else speculative)
+    assert arm_asymmetries(baseline, speculative) != [], f"{name} on {arm} went unnoticed"
+
+
+def test_synthesis_refuses_drifted_rollout_revisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import charts.app as app_module
+
+    real = app_module.revision_manifests
+
+    def drifted(config, arm):
+        manifests = real(config, arm)
+        if arm == Arm.SPECULATIVE:
+            REVISION_MUTATIONS["cpu"](manifests)
+        return manifests
+
+    monkeypatch.setattr(app_module, "revision_manifests", drifted)
+    with pytest.raises(ArmsDriftError, match=r"Rollout's two revisions.*limits\.cpu"):
+        check_arms(build_config({}))

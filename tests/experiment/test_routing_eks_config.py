@@ -16,6 +16,8 @@ from experiment import ConfigError, build_config
         ("namespace", "Envoy_Gateway", r"routing\.eks\.namespace"),
         ("analysis_window_periods", "0", r"routing\.eks\.analysis_window_periods"),
         ("operators_group", "", r"routing\.eks\.operators_group"),
+        ("abort_scale_down_delay_s", "0", r"routing\.eks\.abort_scale_down_delay_s.*1 or more"),
+        ("initial_revision_timeout_minutes", "15", r"routing\.eks\.initial_revision_timeout"),
     ],
 )
 def test_bad_eks_routing_settings_name_the_key(key: str, value: str, message: str) -> None:

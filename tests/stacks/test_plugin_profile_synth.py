@@ -54,18 +54,29 @@ def _manifests(outdir: Path) -> list[dict[str, Any]]:
 def test_the_plugin_profile_synthesizes_with_only_the_one_setting(tmp_path: Path) -> None:
     result = _run_app(PROFILE, tmp_path)
     assert result.returncode == 0, result.stderr
-    deployments = {
-        obj["metadata"]["name"]: obj for obj in _manifests(tmp_path) if obj["kind"] == "Deployment"
+    # The two arms are the Rollout's revisions: the baseline as created, the speculative
+    # template as the KubernetesPatch applies it.
+    (rollout,) = [obj for obj in _manifests(tmp_path) if obj["kind"] == "Rollout"]
+    (patch,) = [
+        resource["Properties"]
+        for template in tmp_path.glob("*.template.json")
+        for resource in json.loads(template.read_text())["Resources"].values()
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesPatch"
+    ]
+    arms = {
+        "qwen-vllm": rollout["spec"]["template"],
+        "qwen-sd-vllm": json.loads(patch["ApplyPatchJson"])["spec"]["template"],
     }
-    arms = {name: deployments[name] for name in ("qwen-vllm", "qwen-sd-vllm")}
-    for name, deployment in arms.items():
-        pod = deployment["spec"]["template"]
+    for name, pod in arms.items():
         command = pod["metadata"]["annotations"][COMMAND_ANNOTATION]
         assert pod["spec"]["containers"][0]["image"] == PLUGIN_IMAGE, name
         assert '"neuron_config"' in command, name
         assert "--no-enable-prefix-caching" in command, name
         assert [key for key in NXDI_ONLY if key in command] == [], name
-    speculative = arms["qwen-sd-vllm"]["spec"]["template"]["metadata"]["annotations"]
+    assert arms["qwen-sd-vllm"]["metadata"]["labels"]["app.kubernetes.io/instance"] == (
+        "qwen-sd-vllm"
+    )
+    speculative = arms["qwen-sd-vllm"]["metadata"]["annotations"]
     assert '"method":"eagle3"' in speculative[COMMAND_ANNOTATION]
     assert "RedHatAI/Qwen3-32B-speculator.eagle3" in speculative[COMMAND_ANNOTATION]
 

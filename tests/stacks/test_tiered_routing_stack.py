@@ -103,3 +103,67 @@ def test_operators_get_an_access_entry_in_their_group_only(synth, synth_options)
     (entry,) = entries
     assert entry["KubernetesGroups"] == [config.routing.eks.operators_group]
     assert "AccessPolicies" not in entry
+
+
+def _manifest_with(resources: dict, kind: str) -> str:
+    (logical_id,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        and any(obj["kind"] == kind for obj in decode_manifest(r["Properties"]["Manifest"]))
+    ]
+    return logical_id
+
+
+def test_the_speculative_revision_is_patched_in_only_after_the_baseline_is_stable(synth) -> None:
+    """Rollout (baseline) -> wait for .status.stableRS -> merge patch to the speculative
+    template, in that order in the template; the patch is canary_patches' own."""
+    from charts.rollout import canary_patches, rollout_name
+
+    config = synth.config
+    resources = synth.templates["Cluster"]["Resources"]
+    routing = _manifest_with(resources, "Rollout")
+    (rollout,) = [
+        obj
+        for obj in decode_manifest(resources[routing]["Properties"]["Manifest"])
+        if obj["kind"] == "Rollout"
+    ]
+    assert rollout["metadata"]["name"] == rollout_name(config)
+    value_type = "Custom::AWSCDK-EKS-KubernetesObjectValue"
+    (wait_id, wait), *more = [(k, r) for k, r in resources.items() if r["Type"] == value_type]
+    assert not more
+    props = wait["Properties"]
+    assert (props["ObjectType"], props["ObjectName"], props["JsonPath"]) == (
+        "rollout.argoproj.io", rollout_name(config), ".status.stableRS",
+    )  # fmt: skip
+    assert props["ObjectNamespace"] == config.serving.namespace
+    assert int(props["TimeoutSeconds"]) == config.routing.eks.initial_revision_timeout_minutes * 60
+    assert routing in wait.get("DependsOn", [])
+    # A new baseline is a new Rollout name: the old one must be pruned on update.
+    assert resources[routing]["Properties"]["PruneLabel"]
+    (patch,) = [r for r in resources.values() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesPatch"]
+    assert wait_id in patch.get("DependsOn", [])
+    apply, restore = canary_patches(config)
+    assert patch["Properties"]["ResourceName"] == f"rollout.argoproj.io/{rollout_name(config)}"
+    assert patch["Properties"]["PatchType"] == "merge"
+    assert json.loads(patch["Properties"]["ApplyPatchJson"]) == apply
+    assert json.loads(patch["Properties"]["RestorePatchJson"]) == restore
+
+
+def test_the_load_test_applies_after_the_rollout_that_runs_its_servers(synth) -> None:
+    from charts.loadtest_job import COMPONENT as LOADTEST_COMPONENT
+    from charts.naming import COMPONENT
+
+    resources = synth.templates["Cluster"]["Resources"]
+    routing = _manifest_with(resources, "Rollout")
+    (loadtest,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        and any(
+            obj["kind"] == "Job"
+            and obj["metadata"].get("labels", {}).get(COMPONENT) == LOADTEST_COMPONENT
+            for obj in decode_manifest(r["Properties"]["Manifest"])
+        )
+    ]
+    assert routing in resources[loadtest].get("DependsOn", [])
