@@ -7,25 +7,34 @@ guardrail Rollout (init container, ``runtime/arms_routed.py``: before the specul
 are available, and after an abort, the speculative Service reaches baseline pods), then for
 both services' ``/health`` (logged): on a first deploy they compile for hours.
 
-With ``loadtest.workers`` N > 1 the Job's pod is the Locust master (``python -m loadtest run
---workers-external``, N from the config file) and a second Job runs N worker pods of the same
-image and size. Why a plain Job of workers plus a headless Service for the master, not one
-Indexed Job: the master is a different program (it waits, runs both arms, writes the report and
-publishes to CloudWatch with the service account's role) while the workers only need the
-master's address; Locust hands out worker indexes itself (the master's ``ack``), so the Job
-index would be a second, unused numbering. The workers need no AWS access and run without
-the service account. Worker pods retry until their master has run both arms
-(loadtest/worker_pod.py), bounded by the same deadline.
+With ``loadtest.workers`` N > 1 the Job's pod runs the arms' Locust masters (``python -m
+loadtest run --workers-external``, N from the config file) and worker Jobs run N worker pods
+each, of the same image and size (``worker_sets``). Arms at once (``loadtest.arms_mode``
+concurrent, the default): both masters run in the pod together, each on its own port
+(``loadtest.master_port_of``), and each arm has its own worker Job whose pods connect only to
+that arm's port, so a worker can never take a share of the other arm's schedule. Arms in
+turn (sequential): one master port and one worker Job whose pods serve each arm's master in
+turn. A headless Service names the masters' pod with one port per master; the NetworkPolicy
+opens each port only to its own arm's workers.
+
+Why plain Jobs of workers plus a headless Service, not one Indexed Job: the master is a
+different program (it waits, runs the arms, writes the report and publishes to CloudWatch
+with the service account's role) while the workers only need the master's address; Locust
+hands out worker indexes itself (the master's ``ack``), so the Job index would be a second,
+unused numbering. The workers need no AWS access and run without the service account.
+Worker pods retry until their arms' masters have run (loadtest/worker_pod.py), bounded by the
+same deadline.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from charts.inputs import ClusterInputs
-from charts.naming import labels, metadata, short_hash
+from charts.naming import ARM_LABEL, labels, metadata, short_hash
 from charts.rollout import ROLLOUTS_API, rollout_name
-from experiment.config import Arm, ExperimentConfig
+from experiment.config import Arm, ArmsMode, ExperimentConfig
 
 COMPONENT = "loadtest"
 # The resolved experiment config the stack was synthesized with, so the Job measures with
@@ -45,10 +54,36 @@ def service_url(config: ExperimentConfig, arm: Arm) -> str:
 ROLE_LABEL = "specdecode.aws/loadtest-role"
 MASTER_ROLE = "master"
 WORKER_ROLE = "worker"
+# The one master port of arms in turn. Named ports are IANA_SVC_NAMEs: at most 15 of
+# [-a-z0-9] (kubernetes/kubernetes: staging/src/k8s.io/apimachinery/pkg/util/validation/
+# validation.go, IsValidPortName); the arms' own names ("speculative") fit.
+SHARED_PORT_NAME = "locust-master"
 
 
 def distributed(config: ExperimentConfig) -> bool:
     return config.loadtest.workers > 1
+
+
+@dataclass(frozen=True)
+class WorkerSet:
+    """One Job of worker pods and the Locust master they connect to."""
+
+    arm: Arm | None  # None: every arm's master in turn (sequential arms)
+    port: int
+    arms: int  # masters each pod serves, one after the other
+
+    @property
+    def port_name(self) -> str:
+        return SHARED_PORT_NAME if self.arm is None else self.arm.value
+
+
+def worker_sets(config: ExperimentConfig) -> list[WorkerSet]:
+    """Sequential arms: one set serves both masters in turn on the one port. Otherwise the
+    masters run at once, each on its own port, with a set of workers each."""
+    lt = config.loadtest
+    if lt.arms_mode is ArmsMode.SEQUENTIAL:
+        return [WorkerSet(None, lt.master_port, len(Arm))]
+    return [WorkerSet(arm, lt.master_port_of(arm), 1) for arm in Arm]
 
 
 def master_service_name(config: ExperimentConfig) -> str:
@@ -61,8 +96,10 @@ def deadline_s(config: ExperimentConfig) -> int:
     the deadline Kubernetes sends SIGTERM: the run stops, writes its partial report and
     publishes it (``python -m loadtest run`` handles SIGTERM as a cancel)."""
     lt = config.loadtest
-    # Each arm's master may wait this long for the worker pods before its run time starts.
-    workers_connect = 2 * lt.workers_connect_timeout_s if distributed(config) else 0
+    # Each master may wait this long for its worker pods before its run time starts: once
+    # per arm in turn, once for masters that run at once.
+    turns = worker_sets(config)[0].arms
+    workers_connect = turns * lt.workers_connect_timeout_s if distributed(config) else 0
     return lt.wait_ready_s + int(lt.max_duration_s) + workers_connect + lt.job_deadline_margin_s
 
 
@@ -82,12 +119,13 @@ def loadtest_command(config: ExperimentConfig) -> list[str]:
     return command
 
 
-def worker_command(config: ExperimentConfig) -> list[str]:
+def worker_command(config: ExperimentConfig, workers: WorkerSet) -> list[str]:
     master = f"{master_service_name(config)}.{config.serving.namespace}.svc"
     return [
         "python", "-m", "loadtest.worker_pod",
         "--master-host", master,
-        "--master-port", str(config.loadtest.master_port),
+        "--master-port", str(workers.port),
+        "--arms", str(workers.arms),
         "--deadline-s", str(deadline_s(config)),
     ]  # fmt: skip
 
@@ -161,7 +199,7 @@ def _pod_spec(
         volumes.append(API_TOKEN_VOLUME)
     if distributed(config) and reports:
         container["ports"] = [
-            {"name": "locust-master", "containerPort": config.loadtest.master_port}
+            {"name": w.port_name, "containerPort": w.port} for w in worker_sets(config)
         ]
     spec: dict[str, Any] = {
         # Pod Identity mounts its own token; the master's init container alone gets an API
@@ -274,9 +312,17 @@ def arms_routed_access(config: ExperimentConfig) -> list[dict[str, Any]]:
     return [role, binding]
 
 
-def _pod_labels(config: ExperimentConfig, role: str) -> dict[str, str]:
+def _pod_labels(config: ExperimentConfig, role: str, arm: Arm | None = None) -> dict[str, str]:
     base = labels(config, COMPONENT, config.project)
-    return {**base, ROLE_LABEL: role} if distributed(config) else base
+    if not distributed(config):
+        return base
+    # Worker pods of one arm (arms at once) carry the arm as the vLLM pods do: the
+    # NetworkPolicy opens that arm's master port to them only.
+    return {**base, ROLE_LABEL: role, **({ARM_LABEL: arm.value} if arm else {})}
+
+
+def worker_pod_labels(config: ExperimentConfig, workers: WorkerSet) -> dict[str, str]:
+    return _pod_labels(config, WORKER_ROLE, workers.arm)
 
 
 def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
@@ -302,12 +348,17 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
     }
 
 
-def worker_job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
-    """N worker pods; each runs a Locust worker per arm against the master's Service."""
-    command = worker_command(config)
+def worker_job(
+    config: ExperimentConfig, inputs: ClusterInputs, workers_set: WorkerSet
+) -> dict[str, Any]:
+    """N worker pods; each runs a Locust worker per arm of its set against the master's
+    Service, on its set's port."""
+    command = worker_command(config, workers_set)
     workers = config.loadtest.workers
-    name = f"{config.project}-loadtest-workers-{short_hash([*command, settings_json(config)])}"
-    worker_labels = _pod_labels(config, WORKER_ROLE)
+    arm = f"{workers_set.arm.value}-" if workers_set.arm else ""
+    digest = short_hash([*command, settings_json(config)])
+    name = f"{config.project}-loadtest-workers-{arm}{digest}"
+    worker_labels = worker_pod_labels(config, workers_set)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -326,7 +377,8 @@ def worker_job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any
 
 
 def master_service(config: ExperimentConfig) -> dict[str, Any]:
-    """Headless: the workers resolve the master pod's own address (ZeroMQ connects to it)."""
+    """Headless: the workers resolve the master pod's own address (ZeroMQ connects to it);
+    one port per master that runs (each arm's, or the one shared in turn)."""
     name = master_service_name(config)
     return {
         "apiVersion": "v1",
@@ -336,12 +388,8 @@ def master_service(config: ExperimentConfig) -> dict[str, Any]:
             "clusterIP": "None",
             "selector": _pod_labels(config, MASTER_ROLE),
             "ports": [
-                {
-                    "name": "locust-master",
-                    "port": config.loadtest.master_port,
-                    "targetPort": config.loadtest.master_port,
-                    "protocol": "TCP",
-                }
+                {"name": w.port_name, "port": w.port, "targetPort": w.port, "protocol": "TCP"}
+                for w in worker_sets(config)
             ],
         },
     }
@@ -361,5 +409,6 @@ def loadtest_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[
         job(config, inputs),
     ]
     if distributed(config):
-        manifests += [master_service(config), worker_job(config, inputs)]
+        manifests.append(master_service(config))
+        manifests += [worker_job(config, inputs, w) for w in worker_sets(config)]
     return manifests

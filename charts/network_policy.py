@@ -1,6 +1,8 @@
 """NetworkPolicies: only the load-test pods may reach the vLLM services; nothing may
-reach the load-test pods, except the Locust master from its workers (``loadtest.workers``
-> 1) on the master port. Enforced when the VPC CNI network-policy agent is enabled.
+reach the load-test pods, except the Locust masters from their workers (``loadtest.workers``
+> 1), each master port only from its own workers (arms at once: each arm's workers reach
+only their arm's master, charts/loadtest_job.py ``worker_sets``). Enforced when the VPC CNI
+network-policy agent is enabled.
 
 The master talks to the services too (``/health`` before the run, ``/metrics`` around the
 window), so the serving policy admits every load-test pod, master and workers. Workers
@@ -12,7 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from charts.loadtest_job import COMPONENT as LOADTEST_COMPONENT
-from charts.loadtest_job import MASTER_ROLE, ROLE_LABEL, WORKER_ROLE, distributed
+from charts.loadtest_job import (
+    MASTER_ROLE,
+    ROLE_LABEL,
+    distributed,
+    worker_pod_labels,
+    worker_sets,
+)
 from charts.naming import COMPONENT, NAME, PART_OF, labels, metadata
 from experiment.config import ExperimentConfig
 
@@ -39,12 +47,16 @@ def network_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
         _policy(config, f"{config.project}-loadtest-no-ingress", loadtest_pods, []),
     ]
     if distributed(config):
-        # Policies add up: this opens only the master's port, only to the workers.
-        from_workers = {
-            "from": [{"podSelector": {"matchLabels": {**loadtest_pods, ROLE_LABEL: WORKER_ROLE}}}],
-            "ports": [{"protocol": "TCP", "port": config.loadtest.master_port}],
-        }
+        # Policies add up: this opens only the masters' ports, each only to its own workers
+        # (the workers' labels select them: project, component, role and arm).
+        from_workers = [
+            {
+                "from": [{"podSelector": {"matchLabels": worker_pod_labels(config, workers)}}],
+                "ports": [{"protocol": "TCP", "port": workers.port}],
+            }
+            for workers in worker_sets(config)
+        ]
         master_pods = {**loadtest_pods, ROLE_LABEL: MASTER_ROLE}
         name = f"{config.project}-loadtest-master-from-workers"
-        policies.append(_policy(config, name, master_pods, [from_workers]))
+        policies.append(_policy(config, name, master_pods, from_workers))
     return policies

@@ -74,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workers-external",
         action="store_true",
-        help="do not start loadtest.workers here: they connect to loadtest.master_port "
-        "(cluster pods)",
+        help="do not start loadtest.workers here: each arm's workers connect to its master's "
+        "port (loadtest.master_port; + 1 for the speculative arm when the arms run at once; "
+        "the cluster's worker pods)",
     )
     run.add_argument(
         "--wait-ready",

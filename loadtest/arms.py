@@ -85,15 +85,6 @@ def ready_file(run_dir: Path, arm: str) -> Path:
     return run_dir / f"ready_{arm}.json"
 
 
-def master_ports(master_port: int, arms: int, mode: ArmsMode) -> list[int]:
-    """Each arm's master port. Sequential arms reuse ``master_port``; concurrent ones take
-    ``master_port``, ``master_port + 1``, ... (downwards at the top of the port range)."""
-    if mode is ArmsMode.SEQUENTIAL:
-        return [master_port] * arms
-    step = 1 if master_port + arms - 1 <= 65535 else -1
-    return [master_port + step * i for i in range(arms)]
-
-
 def check_ports_free(ports: Sequence[int]) -> None:
     """Raise a clear error when a master port is taken (Locust's own error names no setting)."""
     for port in sorted(set(ports)):

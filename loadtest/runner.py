@@ -41,7 +41,6 @@ from loadtest.analysis import analysis_info
 from loadtest.arms import (
     check_ports_free,
     finish_arm,
-    master_ports,
     ready_file,
     run_together,
     start_arm,
@@ -148,15 +147,15 @@ def run_comparison(
             "least one user; lower loadtest.workers or raise the concurrency"
         )
     mode = config.loadtest.arms_mode
-    ports = master_ports(config.loadtest.master_port, len(plans), mode)
+    ports = [config.loadtest.master_port_of(arm) for arm in plans]
+    if workers > 1 and not local_workers and workers != config.loadtest.workers:
+        # The worker pods (charts/loadtest_job.py) are loadtest.workers per arm: a master
+        # expecting another count would wait for workers that never come.
+        raise ValueError(
+            f"{workers} workers per arm, but the worker pods are loadtest.workers "
+            f"({config.loadtest.workers}): set loadtest.workers instead of passing workers"
+        )
     if workers > 1 and mode is ArmsMode.CONCURRENT:
-        if not local_workers:
-            # A worker pod runs one Locust worker at a time against one master port
-            # (loadtest/worker_pod.py, charts/loadtest_job.py).
-            raise ValueError(
-                "concurrent arms with worker pods are not supported yet: set "
-                "loadtest.arms_mode=sequential, or loadtest.workers=1"
-            )
         check_ports_free(ports)
     if wait_ready_s:
         LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)

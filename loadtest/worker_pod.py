@@ -1,6 +1,9 @@
-"""A load-test worker pod: one Locust worker per arm, until the master has run both arms.
+"""A load-test worker pod: one Locust worker per arm it serves, until those arms have run.
 
-``python -m loadtest.worker_pod --master-host HOST`` (charts/loadtest_job.py). A Locust
+``python -m loadtest.worker_pod --master-host HOST --master-port PORT --arms N``
+(charts/loadtest_job.py). Arms in turn (``loadtest.arms_mode=sequential``): one set of pods
+serves every arm's master on the one port, ``--arms`` 2. Arms at once: one set per arm, each
+against its own arm's master port (``loadtest.master_port_of``), ``--arms`` 1. A Locust
 worker exits when its master quits (after each arm) and gives up when no master answers
 (~5 min of retries, locust/runners.py ``connect_to_master``), so this runs ``locust
 --worker`` again until ``--arms`` workers have ended cleanly or ``--deadline-s`` passes.
@@ -56,13 +59,20 @@ def run_worker_pod(master_host: str, master_port: int, arms: int, deadline_s: fl
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m loadtest.worker_pod")
     parser.add_argument("--master-host", required=True)
-    parser.add_argument("--master-port", type=int, required=True)  # loadtest.master_port
-    parser.add_argument("--arms", type=int, default=2)
+    # loadtest.master_port_of(arm): its arm's master, or the one all arms share in turn
+    parser.add_argument("--master-port", type=int, required=True)
+    parser.add_argument(
+        "--arms", type=int, required=True, help="how many arms' masters this pod serves in turn"
+    )
     parser.add_argument("--deadline-s", type=float, required=True)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     return run_worker_pod(args.master_host, args.master_port, args.arms, args.deadline_s)
 

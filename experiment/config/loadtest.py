@@ -228,7 +228,13 @@ class LoadTestConfig(Section):
     )
     master_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
         default=5557,
-        description="Port of a distributed arm's Locust master (Locust's default 5557).",
+        description=(
+            "Port of a distributed arm's Locust master (Locust's default 5557). Arms run "
+            "one after the other (arms_mode sequential) share it; arms whose masters run at "
+            "once take one port each from it upwards: baseline master_port, speculative "
+            "master_port + 1, all within 65535 (the worker pods' Service and NetworkPolicy "
+            "open each)."
+        ),
     )
     workers_connect_timeout_s: Annotated[int, Field(ge=1, le=3600)] = Field(
         default=300,
@@ -299,6 +305,25 @@ class LoadTestConfig(Section):
                 f"({self.concurrency}): every worker needs at least one user; lower workers"
             )
         return self
+
+    @model_validator(mode="after")
+    def _master_ports_in_range(self) -> LoadTestConfig:
+        last = self.master_port_of(list(Arm)[-1])
+        if last > 65535:
+            raise ValueError(
+                f"loadtest.master_port ({self.master_port}) leaves no room for one Locust master "
+                f"port per arm ({len(Arm)} arms at once, up to {last}): set loadtest.master_port "
+                f"to at most {65536 - len(Arm)}"
+            )
+        return self
+
+    def master_port_of(self, arm: Arm) -> int:
+        """The port ``arm``'s Locust master listens on and its workers connect to: the one
+        source for the runner (loadtest/runner.py) and the worker pods' Jobs, Service and
+        NetworkPolicy (charts/). Masters that run at the same time each need their own."""
+        if self.arms_mode is ArmsMode.SEQUENTIAL:
+            return self.master_port
+        return self.master_port + list(Arm).index(arm)
 
     @field_validator("metric_namespace")
     @classmethod

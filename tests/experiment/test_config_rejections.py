@@ -190,6 +190,11 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         r"loadtest\.temperature: Input should be less than or equal to 2",
     ),
     "temperature-not-finite": (["loadtest.temperature=.nan"], r"loadtest\.temperature: "),
+    # Masters that run at once take one port per arm upwards from master_port.
+    "master-ports-beyond-65535": (
+        ["loadtest.master_port=65535"],
+        r"loadtest\.master_port \(65535\) leaves no room .* set loadtest\.master_port to at most",
+    ),
     "metric-namespace-of-aws": (
         ["loadtest.metric_namespace=AWS/SpecDecode"],
         r"loadtest\.metric_namespace: 'AWS/SpecDecode' is not a CloudWatch namespace",

@@ -16,7 +16,6 @@ from loadtest.arms import (
     announce_ready,
     arms_timing,
     check_ports_free,
-    master_ports,
     ready_file,
     shared_start,
     timing_warnings,
@@ -49,9 +48,16 @@ def test_concurrent_arms_each_get_the_whole_time_bound(tmp_path) -> None:
 
 @pytest.mark.process
 def test_master_ports_are_derived_and_a_taken_one_names_the_setting() -> None:
-    assert master_ports(5557, 2, ArmsMode.SEQUENTIAL) == [5557, 5557]
-    assert master_ports(5557, 2, ArmsMode.CONCURRENT) == [5557, 5558]
-    assert master_ports(65535, 2, ArmsMode.CONCURRENT) == [65535, 65534]
+    def ports(mode: str, base: int = 5557) -> list[int]:
+        config = build_config({"loadtest.arms_mode": mode, "loadtest.master_port": str(base)})
+        return [config.loadtest.master_port_of(arm) for arm in Arm]
+
+    assert ports("sequential") == [5557, 5557]  # one master at a time: one port
+    assert ports("concurrent") == [5557, 5558]  # both at once: one each, in the arms' order
+    assert ports("concurrent", 65534) == [65534, 65535]
+    assert ports("sequential", 65535) == [65535, 65535]
+    with pytest.raises(ConfigError, match=r"set loadtest\.master_port to at most 65534"):
+        ports("concurrent", 65535)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -126,11 +132,15 @@ def test_report_header_states_mode_pairing_and_the_time_saved(fake_run_dir) -> N
     assert "Arms: sequential," in text and "measured at different times" in text
 
 
-def test_concurrent_arms_with_worker_pods_are_refused_before_anything_runs(tmp_path) -> None:
+def test_worker_pods_of_another_count_than_the_config_are_refused_before_anything_runs(
+    tmp_path,
+) -> None:
+    """The worker pods are loadtest.workers per arm: a master told to expect another count
+    would wait for workers that never come."""
     from loadtest.runner import run_comparison
 
     config = build_config({"loadtest.workers": "2"})
     out = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"loadtest\.arms_mode=sequential"):
-        run_comparison(config, "http://a", "http://b", out, local_workers=False)
+    with pytest.raises(ValueError, match=r"worker pods are loadtest\.workers \(2\)"):
+        run_comparison(config, "http://a", "http://b", out, workers=3, local_workers=False)
     assert not out.exists()
