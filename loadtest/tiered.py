@@ -8,8 +8,9 @@ mean E2E, each with its paired bootstrap interval.
 The check: a class the gateway sends to the speculative arm must look like SD, every other
 class like the baseline (issue 24's goal). On a speculative class the tiered arm's speedup
 over the baseline must lie within SD's interval of that speedup; on the others its interval
-must contain 1, the baseline's speedup over itself. A missing interval (too few pairs) is
-"can't tell", never a pass.
+must contain 1, the baseline's speedup over itself. Fewer pairs than
+``statistics.min_pairs_for_verdict`` (as for the verdict) or a missing interval is "can't
+tell", never a pass.
 """
 
 from __future__ import annotations
@@ -52,8 +53,13 @@ def _contains(interval: Interval | None, value: float | None) -> bool | None:
 
 
 def _check(
-    routed_to: Arm, vs_baseline: Interval, sd_speedup: Interval | None
+    routed_to: Arm, vs_baseline: Interval, sd_speedup: Interval | None, min_pairs: int
 ) -> tuple[bool | None, str]:
+    if vs_baseline.n < min_pairs:
+        return None, (
+            f"can't tell: {vs_baseline.n} pairs, fewer than "
+            f"statistics.min_pairs_for_verdict={min_pairs}"
+        )
     if routed_to is Arm.SPECULATIVE:
         held = _contains(sd_speedup, vs_baseline.estimate)
         if held is None:
@@ -96,7 +102,7 @@ def tiered_comparison(
         against_sd = _e2e_interval(vs_sd.subset(vs_sd.prompt_class == name), settings)
         scope = statistics.by_class.get(name) if statistics is not None else None
         sd_speedup = scope.speedup.get(METRIC, {}).get(STAT) if scope is not None else None
-        held, reason = _check(routed_to, against_base, sd_speedup)
+        held, reason = _check(routed_to, against_base, sd_speedup, settings.min_pairs_for_verdict)
         by_class[name] = TieredClass(
             prompt_class=name,
             routed_to=routed_to.value,
