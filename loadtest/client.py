@@ -38,7 +38,10 @@ class RequestParams:
     api: Api = "chat"
     timeout_s: float = 300.0
     # routing.class_header: every request carries its prompt class in it, on every arm, so
-    # the arms send identical requests; the tiered gateway routes on it, a server ignores it.
+    # the arms send identical requests; the tiered gateway routes on it, vLLM ignores it
+    # (vllm-project/vllm vllm/entrypoints/openai/api_server.py, build_app: its middlewares
+    # read only Authorization with --api-key and X-Request-Id with
+    # --enable-request-id-headers).
     class_header: str | None = None
 
 
