@@ -115,6 +115,7 @@ class SentLog:
     chunk_tokens: list[int] = field(default_factory=list)
     fault: str | None = None
     status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)  # the request's, names lower-cased
 
 
 ScriptChooser = Callable[[int, dict[str, Any]], Script]
@@ -274,7 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
         owner = self.server.owner
-        entry, script = owner.begin(self.path, body, received)
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        entry, script = owner.begin(self.path, body, received, headers)
         if script.fault == Fault.HTTP_ERROR:
             entry.status = script.http_status
             self._send_json(
@@ -437,10 +439,18 @@ class ScriptedServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def begin(self, path: str, body: dict[str, Any], received: float) -> tuple[SentLog, Script]:
+    def begin(
+        self,
+        path: str,
+        body: dict[str, Any],
+        received: float,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[SentLog, Script]:
         with self._lock:
             index = len(self.log)
-            entry = SentLog(index=index, path=path, body=body, received=received)
+            entry = SentLog(
+                index=index, path=path, body=body, received=received, headers=headers or {}
+            )
             self.log.append(entry)
             if callable(self._scripts):
                 script = self._scripts(index, body)

@@ -1,7 +1,7 @@
 """The HTTP clients of Locust's HttpUser and FastHttpUser behind the load test's transport API.
 
 ``loadtest.client.stream_request`` talks to a ``loadtest.transport.StreamSession``:
-``post_stream(url, body, timeout_s)`` returns a response with ``status``, iteration over
+``post_stream(url, body, timeout_s, headers)`` returns a response with ``status``, iteration over
 ``(arrival perf_counter, body bytes)``, ``read_all(limit)`` and ``close()``; failures are
 ``TransportError``. These adapters give the same API to
 
@@ -18,7 +18,7 @@ unchanged. Bench only: the load test itself always uses ``loadtest.transport``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import requests
@@ -69,12 +69,14 @@ class RequestsStreamSession:
     def __init__(self) -> None:
         self._session = requests.Session()
 
-    def post_stream(self, url: str, body: bytes, timeout_s: float) -> _AdaptedResponse:
+    def post_stream(
+        self, url: str, body: bytes, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> _AdaptedResponse:
         try:
             response = self._session.post(
                 url,
                 data=body,
-                headers={"Content-Type": "application/json"},
+                headers={"Content-Type": "application/json", **(headers or {})},
                 stream=True,
                 timeout=(timeout_s, timeout_s),
             )
@@ -94,14 +96,16 @@ class FastHttpStreamSession:
     def __init__(self, session: FastHttpSession) -> None:
         self._session = session
 
-    def post_stream(self, url: str, body: bytes, timeout_s: float) -> _AdaptedResponse:
+    def post_stream(
+        self, url: str, body: bytes, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> _AdaptedResponse:
         response = self._session.request(
             "POST",
             url,
             # Annotated str | dict, but the docstring (locust/contrib/fasthttp.py) and
             # geventhttpclient take bytes as they are: the cast only tells the checker.
             data=cast(str, body),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **(headers or {})},
             stream=True,
             name="fasthttp-stream",
         )

@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
         "(with --local: default http://<local.host>:<local.baseline_port>)",
     )
     run.add_argument("--speculative", help="SD arm base URL (with --local: local.speculative_port)")
+    run.add_argument(
+        "--tiered",
+        help="tiered gateway base URL, driven as a third arm after the two (with --local and "
+        "local.tiered: local.gateway_port)",
+    )
     run.add_argument("--out", type=Path, help="run directory (default runs/loadtest-<time>)")
     add_config_arguments(run)  # --config FILE, -c/--set KEY=VALUE: as every CLI of the project
     run.add_argument(
@@ -130,6 +135,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.local:
         args.baseline = args.baseline or f"http://{local.host}:{local.baseline_port}"
         args.speculative = args.speculative or f"http://{local.host}:{local.speculative_port}"
+        if local.tiered:
+            args.tiered = args.tiered or f"http://{local.host}:{local.gateway_port}"
     if not args.baseline or not args.speculative:
         raise ConfigError(
             "give both --baseline URL and --speculative URL (or --local for the local run's ports)"
@@ -148,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
             local_workers=not args.workers_external,
             wait_ready_s=args.wait_ready,
             handle_signals=True,
+            tiered_url=args.tiered,
         )
     except NotReady as err:
         print(f"error: {err}", file=sys.stderr)

@@ -37,6 +37,19 @@ class RequestParams:
     seed: int = 0
     api: Api = "chat"
     timeout_s: float = 300.0
+    # routing.class_header: every request carries its prompt class in it, on every arm, so
+    # the arms send identical requests; the tiered gateway routes on it, vLLM ignores it
+    # (vllm-project/vllm vllm/entrypoints/openai/api_server.py, build_app: its middlewares
+    # read only Authorization with --api-key and X-Request-Id with
+    # --enable-request-id-headers).
+    class_header: str | None = None
+
+
+def class_headers(params: RequestParams, prompt_class: str) -> dict[str, str]:
+    """The request's own headers: its prompt class under ``params.class_header``."""
+    if not params.class_header or not prompt_class:
+        return {}
+    return {params.class_header: prompt_class}
 
 
 def build_payload(prompt: str, params: RequestParams) -> dict[str, Any]:
@@ -180,7 +193,9 @@ def stream_request(
     response: Response | None = None
     try:
         try:
-            response = session.post_stream(url, body, params.timeout_s)
+            response = session.post_stream(
+                url, body, params.timeout_s, headers=class_headers(params, record.prompt_class)
+            )
         except TransportError as err:
             raise _StreamError(_CONNECT_REASONS[err.kind], str(err)[:500]) from None
         record.http_status = response.status

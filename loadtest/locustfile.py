@@ -44,7 +44,7 @@ from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.stats import CSV_STATS_INTERVAL_SEC
 
-from experiment.config import Arm
+from experiment.config import TIERED_ARM, Arm
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from loadtest.acceptance import scrape
 from loadtest.arms import READY_POLL_S, announce_ready, shared_start
@@ -80,8 +80,8 @@ def _add_arguments(parser: Any) -> None:
     group.add_argument(
         "--arm",
         default="baseline",
-        choices=[arm.value for arm in Arm],
-        help="which arm this endpoint is (standalone use)",
+        choices=[*(arm.value for arm in Arm), TIERED_ARM],
+        help="which arm this endpoint is (standalone use; tiered: the routing gateway)",
     )
     # -c KEY=VALUE as on every command of the project; Locust's own --config is its settings
     # file, so the experiment's file is -c experiment_file=FILE here.
@@ -508,9 +508,9 @@ def _standalone_plan(environment: Environment) -> RunPlan:
         config = config_from_arguments(options, file_option=False)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    arm = Arm(options.arm)
+    arm = options.arm
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(options.records_dir or f"runs/locust-{arm.value}-{stamp}")
+    run_dir = Path(options.records_dir or f"runs/locust-{arm}-{stamp}")
     run_dir.mkdir(parents=True, exist_ok=True)
     return build_plan(
         config, arm, environment.host, run_dir,

@@ -1,7 +1,8 @@
 """The plan of one arm's run: what the Locust process executes, derived from the config.
 
-Both arms get plans that differ only in ``arm`` and ``base_url`` (and output paths): same
-request parameters, same schedule, same load shape.
+Both arms (and the tiered arm, when the run drives the gateway) get plans that differ only
+in ``arm`` and ``base_url`` (and output paths): same request parameters, same schedule,
+same load shape.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiment.config import Arm, ArmsMode, ExperimentConfig
+from experiment.config import TIERED_ARM, Arm, ArmsMode, ExperimentConfig
 from loadtest.client import RequestParams
 from loadtest.prompts import ScheduleItem, build_schedule, load_prompts
 
@@ -103,20 +104,33 @@ def local_scale(config: ExperimentConfig) -> ExperimentConfig:
     return config.model_copy(update={"loadtest": loadtest})
 
 
+def arms_in_turn(mode: ArmsMode, tiered: bool) -> int:
+    """How many arms' time bounds follow one another: concurrent serving arms share one, and
+    the tiered arm runs after them (alone, so its requests never add to the serving arms'
+    load) in the same mode."""
+    return (1 if mode is ArmsMode.CONCURRENT else 2) + (1 if tiered else 0)
+
+
 def build_plan(
     config: ExperimentConfig,
-    arm: Arm,
+    arm: Arm | str,
     base_url: str,
     run_dir: Path,
     *,
     max_requests: int | None = None,
     api: str = "chat",
+    tiered: bool = False,
 ) -> RunPlan:
-    """The arm's plan from ``config.loadtest``. ``max_requests``: cap on measured requests
-    (after the shuffle; a smoke test of a big suite); ``api``: chat or completions."""
+    """The arm's plan from ``config.loadtest``. ``arm``: a serving arm or ``TIERED_ARM``.
+    ``max_requests``: cap on measured requests (after the shuffle; a smoke test of a big
+    suite); ``api``: chat or completions; ``tiered``: the run drives the tiered arm too
+    (each arm's share of ``loadtest.max_duration_s`` shrinks)."""
     lt = config.loadtest
+    arm = str(arm)
+    if arm not in (*Arm, TIERED_ARM):
+        raise ValueError(f"arm {arm!r}: use one of {[*map(str, Arm), TIERED_ARM]}")
     if not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"{arm.value} URL {base_url!r} must start with http:// or https://")
+        raise ValueError(f"{arm} URL {base_url!r} must start with http:// or https://")
     if api not in API:
         raise ValueError(f"api {api!r}: use 'chat' or 'completions'")
     if max_requests is not None and max_requests < 1:
@@ -129,6 +143,7 @@ def build_plan(
         seed=lt.seed,
         api="completions" if api == "completions" else "chat",
         timeout_s=lt.request_timeout_s,
+        class_header=config.routing.class_header,
     )
     schedule = build_schedule(
         load_prompts(list(lt.prompts.files)),
@@ -141,17 +156,15 @@ def build_plan(
     shape = LoadShape(
         concurrency=lt.concurrency,
         request_rate=lt.request_rate,
-        max_duration_s=arm_time_budget(
-            lt.max_duration_s, 1 if lt.arms_mode is ArmsMode.CONCURRENT else 2
-        ),
+        max_duration_s=arm_time_budget(lt.max_duration_s, arms_in_turn(lt.arms_mode, tiered)),
     )
     return RunPlan(
-        arm=arm.value,
+        arm=arm,
         base_url=base_url.rstrip("/"),
         params=params,
         shape=shape,
         schedule=schedule,
-        records_path=str(run_dir / f"records_{arm.value}.jsonl"),
-        meta_path=str(run_dir / f"window_{arm.value}.json"),
-        variant_label=lt.variant_labels[arm],
+        records_path=str(run_dir / f"records_{arm}.jsonl"),
+        meta_path=str(run_dir / f"window_{arm}.json"),
+        variant_label=lt.tiered_label if arm == TIERED_ARM else lt.variant_labels[Arm(arm)],
     )

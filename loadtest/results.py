@@ -21,7 +21,7 @@ from experiment.config import Arm, StatisticsConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -30,6 +30,8 @@ SCHEMA_VERSION = 5
 #    figures: Lossless.prefix_agreement_rate, tokens_compared, LosslessMismatch.agreement
 #    and compared_tokens (issue 23); RunInfo.arms_mode and RunSummary.arms_timing (issue 25:
 #    concurrent arms).
+# 6: the tiered arm (issue 24): RunSummary.tiered, RunInfo.tiered, RequestInfo.class_header
+#    and, when the run drove the gateway, a third entry "tiered" in arms and run.urls.
 
 
 class _Result(BaseModel):
@@ -302,6 +304,8 @@ class RequestInfo(_Result):
     seed: int
     api: str
     timeout_s: float
+    class_header: str | None = None
+    """Header carrying each request's prompt class, on every arm (None: older runs, none)."""
 
 
 class LoadShapeInfo(_Result):
@@ -344,6 +348,17 @@ class RunInfo(_Result):
     """k, bootstrap settings and price for the statistics and cost (None: older runs)."""
     arms_mode: str | None = None
     """loadtest.arms_mode of the run: concurrent or sequential (None: older runs, sequential)."""
+    tiered: TieredRouting | None = None
+    """The routing of the tiered arm; None: the run did not drive the gateway."""
+
+
+class TieredRouting(_Result):
+    """How the tiered arm's gateway routed (the run's ``routing`` section): written to
+    run.json so the summary knows which arm each class should match."""
+
+    class_header: str
+    speculative_classes: list[str]
+    """Classes the gateway sends to the speculative arm; every other class to the baseline."""
 
 
 class CloudWatchResult(_Result):
@@ -531,13 +546,45 @@ class ArmsTiming(_Result):
     when sequential."""
 
 
+class TieredClass(_Result):
+    """The tiered arm in one prompt class against both serving arms (loadtest.tiered)."""
+
+    prompt_class: str
+    routed_to: str
+    """The serving arm the gateway sends this class to (speculative or baseline): the one
+    the tiered arm must match."""
+    vs_baseline: Interval
+    """Baseline / tiered mean E2E, paired on the same prompt: > 1 means tiered is faster."""
+    vs_speculative: Interval
+    """SD / tiered mean E2E, paired on the same prompt: > 1 means tiered is faster."""
+    speculative_vs_baseline: Interval | None = None
+    """SD's own E2E speedup over the baseline in this class (the statistics block)."""
+    held: bool | None
+    """Tiered matches the arm it is routed to, within the intervals: on a speculative class
+    its speedup over the baseline lies within SD's interval; on the others its interval
+    contains 1 (the baseline's). None: an interval is missing (too few pairs)."""
+    reason: str
+
+
+class TieredComparison(_Result):
+    """The tiered arm (the gateway routing each class) against both serving arms."""
+
+    routing: TieredRouting
+    by_class: dict[str, TieredClass] = Field(default_factory=dict)
+    lossless: Lossless
+    """The tiered arm's outputs against the baseline's, like the SD arm's."""
+    unpaired: int
+    """Measured schedule indices that failed or are missing on the tiered arm or the
+    baseline."""
+
+
 class RunSummary(_Result):
     """The whole summary of a run: summary.json."""
 
     schema_version: int = SCHEMA_VERSION
     run: RunInfo
     arms: dict[str, ArmSummary]
-    """Keyed by Arm value, baseline first."""
+    """Keyed by Arm value, baseline first; "tiered" last when the run drove the gateway."""
     speedup: Comparison = Field(default_factory=Comparison)
     lossless: Lossless
     warnings: list[str] = Field(default_factory=list)
@@ -553,6 +600,8 @@ class RunSummary(_Result):
     """Per prompt class then "all": use SD / don't / can't tell."""
     arms_timing: ArmsTiming | None = None
     """When the arms ran; None for runs from before loadtest.arms_mode."""
+    tiered: TieredComparison | None = None
+    """The tiered arm per class against both serving arms; None: the run did not drive it."""
 
     def arm(self, arm: Arm | str) -> ArmSummary:
         return self.arms[str(arm)]

@@ -1,6 +1,10 @@
 """Run both arms (at once or in turn: ``loadtest.arms_mode``, loadtest/arms.py) and turn the
 run directory into a summary.
 
+With a tiered URL (the gateway routing each prompt class, docs/routing.md) a third arm,
+``tiered``, runs the same plan after the two, in the same mode and alone: run beside them it
+would add its requests to the servers they measure.
+
 Locust runs in subprocesses: importing Locust monkey-patches the whole interpreter with
 gevent, which must not happen inside a caller such as the local run. Each arm gets the same
 plan except for its URL; a hard wall-clock timeout backs up Locust's own ``-t``. With
@@ -21,6 +25,7 @@ Run directory layout::
                                   workers' CPU shares and clock skew, launch and first
                                   measured request times
     ready_<arm>.json              concurrent arms: when the arm's warm-up was done
+                                  (<arm>: baseline, speculative, and tiered when driven)
     locust/<arm>_stats.csv, locust/<arm>.html, locust/<arm>.log   Locust's own outputs
     summary.json                  (loadtest.summary: the typed RunSummary, loadtest.results)
     summary.csv, report.md, report.html, *.png                   (loadtest.report)
@@ -36,7 +41,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
-from experiment.config import Arm, ArmsMode, ExperimentConfig, LoadTestConfig
+from experiment.config import TIERED_ARM, Arm, ArmsMode, ExperimentConfig, LoadTestConfig
 from loadtest.analysis import analysis_info
 from loadtest.arms import (
     check_ports_free,
@@ -50,7 +55,14 @@ from loadtest.launch import LOCUSTFILE, stop_arm, wait_ready
 from loadtest.plan import RunPlan, build_plan
 from loadtest.processes import signals_raise
 from loadtest.report import write_report
-from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, RunSummary, SloInfo
+from loadtest.results import (
+    LoadShapeInfo,
+    RequestInfo,
+    RunInfo,
+    RunSummary,
+    SloInfo,
+    TieredRouting,
+)
 from loadtest.summary import RUN_JSON, summarize, write_summary
 from loadtest.window import WindowMeta
 
@@ -119,6 +131,7 @@ def run_comparison(
     wait_ready_s: float | None = None,
     handle_signals: bool = False,
     served_models: str | None = None,
+    tiered_url: str | None = None,
 ) -> RunSummary:
     """Run both arms with identical load (``config.loadtest``), at once or in turn
     (``loadtest.arms_mode``), write the run directory and its report.
@@ -132,14 +145,21 @@ def run_comparison(
     ``handle_signals``: SIGINT/SIGTERM cancel the run (summary.cancelled_by), for a CLI;
     a caller with its own handlers (the local run) leaves it off. ``served_models``: what
     the servers really serve when the model name requests carry is only an alias (the
-    report's run header says it)."""
+    report's run header says it). ``tiered_url``: the tiered gateway, driven as a third
+    arm after the two (summary.tiered compares it per class with both)."""
     out_dir = Path(out_dir)
     workers = workers or config.loadtest.workers
-    urls = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
+    urls: dict[str, str] = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
+    if tiered_url is not None:
+        urls[TIERED_ARM] = tiered_url
+    tiered = tiered_url is not None
     plans = {
-        arm: build_plan(config, arm, url, out_dir, max_requests=max_requests, api=api)
+        arm: build_plan(
+            config, arm, url, out_dir, max_requests=max_requests, api=api, tiered=tiered
+        )
         for arm, url in urls.items()
     }
+    serving = [plans[Arm.BASELINE], plans[Arm.SPECULATIVE]]
     concurrency = plans[Arm.BASELINE].shape.concurrency
     if workers > concurrency:  # the config refuses this too; a caller's workers or scale may not
         raise ValueError(
@@ -147,7 +167,7 @@ def run_comparison(
             "least one user; lower loadtest.workers or raise the concurrency"
         )
     mode = config.loadtest.arms_mode
-    ports = [config.loadtest.master_port_of(arm) for arm in plans]
+    ports = [config.loadtest.master_port_of(arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE)]
     if workers > 1 and not local_workers and workers != config.loadtest.workers:
         # The worker pods (charts/loadtest_job.py) are loadtest.workers per arm: a master
         # expecting another count would wait for workers that never come.
@@ -158,7 +178,7 @@ def run_comparison(
     if workers > 1 and mode is ArmsMode.CONCURRENT:
         check_ports_free(ports)
     if wait_ready_s:
-        LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
+        LOG.info("waiting up to %.0f s for the services to report healthy", wait_ready_s)
         not_ready = wait_ready([plan.base_url for plan in plans.values()], wait_ready_s)
         if not_ready:
             raise NotReady(
@@ -171,8 +191,8 @@ def run_comparison(
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         model=reference.params.model,
         served_models=served_models,
-        urls={arm.value: plan.base_url for arm, plan in plans.items()},
-        variant_labels={arm.value: label for arm, label in config.loadtest.variant_labels.items()},
+        urls={str(arm): plan.base_url for arm, plan in plans.items()},
+        variant_labels={str(arm): plan.variant_label for arm, plan in plans.items()},
         request=RequestInfo.model_validate(asdict(reference.params)),
         load_shape=LoadShapeInfo.model_validate(asdict(reference.shape)),  # per arm
         max_duration_s=config.loadtest.max_duration_s,
@@ -186,14 +206,24 @@ def run_comparison(
         loadtest_config=config.loadtest.model_dump(mode="json"),
         analysis=analysis_info(config, local=local),
         arms_mode=mode.value,
+        tiered=TieredRouting(
+            class_header=config.routing.class_header,
+            speculative_classes=list(config.routing.speculative_classes),
+        )
+        if tiered
+        else None,
     )
     run_json = json.dumps(run_info.model_dump(mode="json"), indent=1)
     (out_dir / RUN_JSON).write_text(run_json)
     cancelled: Cancelled | None = None
     with _cancel_on_signals() if handle_signals else nullcontext():
         try:
-            run_arms(list(plans.values()), out_dir, ports, workers=workers,
+            run_arms(serving, out_dir, ports, workers=workers,
                      local_workers=local_workers, config=config.loadtest)  # fmt: skip
+            if tiered:
+                LOG.info("tiered: the gateway, after the serving arms, in the same mode")
+                run_arms([plans[TIERED_ARM]], out_dir, ports[:1], workers=workers,
+                         local_workers=local_workers, config=config.loadtest)  # fmt: skip
         except Cancelled as cancel:
             cancelled = cancel
             LOG.warning("cancelled by %s: writing the report of the partial run", cancel)

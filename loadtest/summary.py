@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from experiment.config import Arm, LoadTestConfig
+from experiment.config import TIERED_ARM, Arm, LoadTestConfig, StatisticsConfig
 from loadtest.acceptance import acceptance_from_deltas, decode_tokens
 from loadtest.analysis import analyse
 from loadtest.arms import arms_timing, timing_warnings
@@ -22,11 +22,13 @@ from loadtest.records import RequestRecord, read_records
 from loadtest.results import (
     SCHEMA_VERSION,
     Acceptance,
+    AcceptanceSource,
     ArmSummary,
     CloudWatchResult,
     RunInfo,
     RunSummary,
 )
+from loadtest.tiered import tiered_comparison, tiered_warnings
 from loadtest.window import WindowMeta
 
 RUN_JSON = "run.json"
@@ -129,12 +131,12 @@ def skew_warning_ms(run: RunInfo) -> float:
 
 
 def _arm_summary(
-    run: RunInfo, arm: Arm, records: list[RequestRecord], meta: WindowMeta
+    run: RunInfo, arm: str, records: list[RequestRecord], meta: WindowMeta, acceptance: Acceptance
 ) -> ArmSummary:
     metrics = arm_metrics(records, run.slo.model_dump())
     return ArmSummary(
-        label=run.variant_labels[arm.value],
-        url=run.urls[arm.value],
+        label=run.variant_labels[arm],
+        url=run.urls[arm],
         stopped_by=meta.stopped_by,
         unfinished_requests=meta.unfinished_requests,
         load_generator_cpu=meta.load_generator_cpu,
@@ -150,8 +152,18 @@ def _arm_summary(
         overall=metrics.overall,
         by_class=metrics.by_class,
         length_mismatch_examples=metrics.length_mismatch_examples,
-        acceptance=window_acceptance(meta, arm, records),
+        acceptance=acceptance,
     )
+
+
+# The gateway has no counters of its own: its /metrics is the baseline's (the catch-all
+# route), so a delta there would be mislabelled as the tiered arm's.
+TIERED_ACCEPTANCE = Acceptance(
+    available=False,
+    source=AcceptanceSource.NOT_AVAILABLE,
+    reason="the tiered arm is the gateway in front of both servers: its SD classes' "
+    "acceptance is the speculative arm's",
+)
 
 
 def window_acceptance(meta: WindowMeta, arm: Arm, records: list[RequestRecord]) -> Acceptance:
@@ -164,9 +176,14 @@ def window_acceptance(meta: WindowMeta, arm: Arm, records: list[RequestRecord]) 
     )
 
 
-def read_window_meta(run_dir: Path, arm: Arm) -> WindowMeta:
+def read_window_meta(run_dir: Path, arm: Arm | str) -> WindowMeta:
     """window_<arm>.json of a run directory, typed (an arm that left none reads as such)."""
-    return WindowMeta.read(Path(run_dir) / f"window_{arm.value}.json", arm.value)
+    return WindowMeta.read(Path(run_dir) / f"window_{arm}.json", str(arm))
+
+
+def _read_arm(run_dir: Path, arm: str) -> tuple[list[RequestRecord], WindowMeta]:
+    path = run_dir / f"records_{arm}.jsonl"
+    return (read_records(path) if path.is_file() else []), read_window_meta(run_dir, arm)
 
 
 def summarize(run_dir: Path) -> RunSummary:
@@ -179,18 +196,38 @@ def summarize(run_dir: Path) -> RunSummary:
     warnings: list[str] = []
     metas: dict[str, WindowMeta] = {}
     for arm in Arm:
-        path = run_dir / f"records_{arm.value}.jsonl"
-        records = read_records(path) if path.is_file() else []
-        meta = metas[arm.value] = read_window_meta(run_dir, arm)
+        records, meta = _read_arm(run_dir, arm.value)
+        metas[arm.value] = meta
         records_by_arm[arm] = records
-        arms[arm.value] = _arm_summary(run, arm, records, meta)
+        acceptance = window_acceptance(meta, arm, records)
+        arms[arm.value] = _arm_summary(run, arm.value, records, meta, acceptance)
         warnings += _arm_warnings(
             arm.value, arms[arm.value], run.request.max_tokens, skew_warning_ms(run)
+        )
+    tiered_records: list[RequestRecord] = []
+    if run.tiered is not None:
+        tiered_records, meta = _read_arm(run_dir, TIERED_ARM)
+        arms[TIERED_ARM] = _arm_summary(run, TIERED_ARM, tiered_records, meta, TIERED_ACCEPTANCE)
+        warnings += _arm_warnings(
+            TIERED_ARM, arms[TIERED_ARM], run.request.max_tokens, skew_warning_ms(run)
         )
     lossless = lossless_check(
         records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
     )
     analysis = analyse(run.analysis, records_by_arm, arms, lossless)
+    tiered = None
+    if run.tiered is not None:
+        tiered = tiered_comparison(
+            run.tiered,
+            records_by_arm[Arm.BASELINE],
+            records_by_arm[Arm.SPECULATIVE],
+            tiered_records,
+            statistics=analysis.statistics,
+            settings=run.analysis.statistics if run.analysis else StatisticsConfig(),
+            temperature=run.request.temperature,
+        )
+        warnings += tiered_warnings(tiered)
+    # The serving arms' timing: the tiered arm runs after them, alone.
     timing = arms_timing(run.arms_mode, metas)
     warnings += timing_warnings(timing)
     summary = RunSummary(
@@ -203,6 +240,7 @@ def summarize(run_dir: Path) -> RunSummary:
         cost=analysis.cost,
         verdict=analysis.verdict,
         arms_timing=timing,
+        tiered=tiered,
     )
     write_summary(summary, run_dir)
     return summary

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import errno
 import platform
+import re
 import select
 import socket
 import ssl
 import struct
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -88,7 +89,9 @@ class Transport(Protocol):
     """What the client needs of an HTTP client: StreamSession here; the bench adapts others
     (bench/transports.py) to compare them."""
 
-    def post_stream(self, url: str, body: bytes, timeout_s: float) -> Response: ...
+    def post_stream(
+        self, url: str, body: bytes, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> Response: ...
 
     def close(self) -> None: ...
 
@@ -288,6 +291,18 @@ class StreamResponse:
             self._abort()
 
 
+# RFC 9110 section 5.1 (a field name is a token) and 5.5 (a value holds no CR, LF or NUL):
+# a prompt class from a prompts file must not be able to inject another header.
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[^\r\n\x00]*")
+
+
+def _header_line(name: str, value: str) -> str:
+    if not _FIELD_NAME.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
+        raise ValueError(f"header {name!r}: {value!r} is not a valid HTTP field")
+    return f"{name}: {value}\r\n"
+
+
 class StreamSession:
     """Keeps at most one idle connection per origin; ``post_stream`` opens a response."""
 
@@ -298,8 +313,14 @@ class StreamSession:
         self.stamps = ArrivalStamps()
 
     def post_stream(
-        self, url: str, body: bytes, timeout_s: float, content_type: str = "application/json"
+        self,
+        url: str,
+        body: bytes,
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
     ) -> StreamResponse:
+        """``headers``: the request's own (the prompt class); framing ones are set here."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise TransportError(
@@ -311,7 +332,9 @@ class StreamSession:
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {parts.netloc.rsplit('@', 1)[-1]}\r\n"
             f"User-Agent: {USER_AGENT}\r\nAccept: text/event-stream\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            + "".join(_header_line(name, value) for name, value in (headers or {}).items())
+            + "\r\n"
         )
         request = head.encode("latin-1") + body
         sent = time.perf_counter()  # no byte of the response can arrive before this

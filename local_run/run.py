@@ -4,6 +4,8 @@
 vLLM servers (commands rendered by ``runtime/``), runs ``loadtest.run_comparison`` at the
 local scale, prints the summary table and the headline (acceptance rate, speedups,
 lossless match rate), and writes everything to ``config.local.runs_dir/<timestamp>/``.
+With ``local.tiered`` the Envoy gateway starts in front of both servers and the comparison
+drives it as a third arm, ``tiered``, after the two (loadtest/runner.py).
 The servers are stopped on every path out, including Ctrl-C and SIGTERM.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT
 from loadtest.render.headline import Headline, headline, headline_text
+from loadtest.render.tiered import tiered_lines
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
 from local_run.gateway import EnvoyGateway, local_gateway
@@ -60,20 +63,23 @@ def new_run_dir(config: ExperimentConfig) -> Path:
 
 def _problems(summary: RunSummary) -> list[str]:
     problems = []
-    for arm in Arm:
-        overall = summary.arm(arm).overall
+    for name, arm in summary.arms.items():  # the tiered arm too, when driven
+        overall = arm.overall
         if overall.failed or overall.succeeded != overall.requests:
             problems.append(
-                f"{arm.value}: {overall.succeeded} of {overall.requests} requests "
+                f"{name}: {overall.succeeded} of {overall.requests} requests "
                 f"succeeded ({overall.failures_by_reason})"
             )
-    lossless = summary.lossless
-    if lossless.applicable and lossless.exact_matches != lossless.prompts_compared:
-        # The local CPU servers are bit-exact: 100% exact match is the local bar.
-        problems.append(
-            f"lossless: {lossless.exact_matches} of {lossless.prompts_compared} prompts exact; "
-            "the local run is bit-exact and must match every prompt"
-        )
+    checks = [("lossless", summary.lossless)]
+    if summary.tiered is not None:
+        checks.append(("tiered lossless", summary.tiered.lossless))
+    for label, lossless in checks:
+        if lossless.applicable and lossless.exact_matches != lossless.prompts_compared:
+            # The local CPU servers are bit-exact: 100% exact match is the local bar.
+            problems.append(
+                f"{label}: {lossless.exact_matches} of {lossless.prompts_compared} prompts "
+                "exact; the local run is bit-exact and must match every prompt"
+            )
     return problems
 
 
@@ -88,10 +94,12 @@ def _write_local_report(
     table: str,
     problems: list[str],
     gateway_url: str | None = None,
+    tiered: list[str] | None = None,
 ) -> None:
     data = {
         "headline": numbers.model_dump(mode="json"),
         "gateway_url": gateway_url,
+        **({"tiered": tiered} if tiered else {}),
         "problems": problems,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "server_ready_after_s": {s.name: s.ready_after_s for s in servers.servers},
@@ -115,6 +123,7 @@ def _write_local_report(
         "## Headline",
         "",
         *(f"- {line.strip()}" for line in headline_text(numbers).splitlines()),
+        *(f"- {line}" for line in tiered or []),
         "",
         "## Summary",
         "",
@@ -152,8 +161,8 @@ def run_local(
     log(f"local run: writing to {run_dir}")
     servers = arm_servers(config, pair.target_dir, pair.draft_dir, run_dir / SERVER_LOGS)
     write_commands(servers, run_dir / "commands.json")
-    # local.tiered: Envoy in front of both servers, rendered from `routing`. Driving a tiered
-    # arm through the load test is a later step; for now the run reports the gateway's URL.
+    # local.tiered: Envoy in front of both servers, rendered from `routing`; the comparison
+    # drives it as the tiered arm.
     tiered: contextlib.AbstractContextManager[EnvoyGateway | None] = (
         local_gateway(config, run_dir / SERVER_LOGS / "gateway")
         if config.local.tiered
@@ -191,6 +200,7 @@ def run_local(
             run_dir,
             local=True,
             served_models=served,
+            tiered_url=gateway_url,
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         # Outside the measured window: the overall counters cannot tell classes apart.
@@ -202,13 +212,17 @@ def run_local(
     table = render_summary_table(summary)
     numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
     problems = _problems(summary)
+    tiered_checks = tiered_lines(summary)
     _write_local_report(
-        run_dir, pair, served, running, timings, host, numbers, table, problems, gateway_url
-    )
+        run_dir, pair, served, running, timings, host, numbers, table, problems, gateway_url,
+        tiered_checks,
+    )  # fmt: skip
     log("")
     log(table)
     log("")
     log(headline_text(numbers))
+    for line in tiered_checks:
+        log(line)
     for warning in summary.warnings:
         log(f"warning: {warning}")
     for problem in problems:

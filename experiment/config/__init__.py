@@ -8,7 +8,13 @@ rejected when the app is synthesized, before anything is deployed. Every field's
 description is in docs/config.md (``python -m experiment.reference`` writes it).
 """
 
-from experiment.config.base import Arm, NamespaceName, ServiceAccountName, ServiceName
+from experiment.config.base import (
+    TIERED_ARM,
+    Arm,
+    NamespaceName,
+    ServiceAccountName,
+    ServiceName,
+)
 from experiment.config.cluster import (
     CONNECTED_DEVICE_GROUP_SIZES,
     MIN_KUBERNETES_VERSION,
@@ -81,6 +87,7 @@ __all__ = [
     "PLUGIN_DRAFT",
     "PLUGIN_IMAGE",
     "PROFILES",
+    "TIERED_ARM",
     "Arm",
     "ArmsMode",
     "CapacityType",

@@ -99,3 +99,9 @@ class Arm(StrEnum):
 
     BASELINE = "baseline"
     SPECULATIVE = "speculative"
+
+
+# The load test's optional third arm: the tiered gateway in front of both serving arms
+# (routing). It has no server of its own, so it is not an ``Arm``: the serving arms, their
+# Deployments, alarms and dashboard stay two.
+TIERED_ARM = "tiered"

@@ -167,6 +167,14 @@ class LoadTestConfig(Section):
             "Label of each arm in metrics and reports; names both baseline and speculative."
         ),
     )
+    tiered_label: str = Field(
+        default="Tiered",
+        description=(
+            "Label of the tiered arm (the gateway routing each class, driven with the same "
+            "load when a tiered URL is given) in reports; differs from variant_labels."
+        ),
+        min_length=1,
+    )
     prompts: PromptSuiteConfig = Field(
         default_factory=PromptSuiteConfig, description="The prompt suite."
     )
@@ -293,6 +301,16 @@ class LoadTestConfig(Section):
     def _labels_name_both_arms(self) -> LoadTestConfig:
         if set(self.variant_labels) != set(Arm):
             raise ValueError("loadtest.variant_labels must name both arms: baseline, speculative")
+        return self
+
+    @model_validator(mode="after")
+    def _tiered_label_is_its_own(self) -> LoadTestConfig:
+        # The report tells the arms apart by their labels.
+        if self.tiered_label in self.variant_labels.values():
+            raise ValueError(
+                f"loadtest.tiered_label {self.tiered_label!r} is also a serving arm's label in "
+                "loadtest.variant_labels; choose another, such as 'Tiered'"
+            )
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from loadtest.render.decision import cost_rows, price_text, routing_text, verdict_rows
 from loadtest.render.load_generator import load_generator_rows
 from loadtest.render.tables import summary_rows
+from loadtest.render.tiered import tiered_rows, tiered_text
 from loadtest.results import RunSummary
 
 
@@ -24,7 +25,7 @@ def fixed_width(header: list[str], rows: list[list[str]]) -> str:
 def render_summary_table(summary: RunSummary) -> str:
     """Both arms and the speedups, one metric per line; the load generator (workers, CPU,
     clock skew); then the cost per 1M output tokens and the verdict per prompt class when
-    the run has them."""
+    the run has them; then the tiered arm per class when the run drove it."""
     parts = [fixed_width(*summary_rows(summary)), fixed_width(*load_generator_rows(summary))]
     costs = cost_rows(summary)
     if costs[1]:
@@ -35,4 +36,7 @@ def render_summary_table(summary: RunSummary) -> str:
     routing = routing_text(summary)
     if routing is not None:
         parts.append(routing)
+    tiered = tiered_text(summary)
+    if tiered is not None:
+        parts += [fixed_width(*tiered_rows(summary)), tiered]
     return "\n\n".join(parts)

@@ -39,17 +39,40 @@ def write_csv(summary: RunSummary, path: Path) -> None:
             source = block.acceptance.source.value
             writer.writerow([arm, block.label, ALL_CLASSES, "acceptance_source", "value", source])
         writer.writerows(_comparison_rows(summary))
+        writer.writerows(_tiered_rows(summary))
 
 
 COMPARISON = "comparison"  # the arm column of SD-vs-baseline figures
+TIERED_VS_BASE = "tiered vs baseline"
+TIERED_VS_SD = "tiered vs SD"
+TIERED_VS_ROUTED = "tiered vs its routed arm"
 INTERVAL_STATS = ("estimate", "low", "high", "n")
 
 
-def _interval_rows(scope: str, metric: str, interval: Interval) -> list[list[object]]:
+def _interval_rows(
+    scope: str, metric: str, interval: Interval, variant: str = "SD vs baseline"
+) -> list[list[object]]:
     return [
-        [COMPARISON, "SD vs baseline", scope, metric, stat, getattr(interval, stat)]
+        [COMPARISON, variant, scope, metric, stat, getattr(interval, stat)]
         for stat in INTERVAL_STATS
     ]
+
+
+def _tiered_rows(summary: RunSummary) -> list[list[object]]:
+    """The tiered arm's paired E2E speedups per class (> 1: tiered faster) and its check."""
+    if summary.tiered is None:
+        return []
+    rows: list[list[object]] = []
+    for scope, check in sorted(summary.tiered.by_class.items()):
+        rows += _interval_rows(scope, "speedup_e2e_ms_mean", check.vs_baseline, TIERED_VS_BASE)
+        rows += _interval_rows(scope, "speedup_e2e_ms_mean", check.vs_speculative, TIERED_VS_SD)
+        rows.append([COMPARISON, TIERED_VS_ROUTED, scope, "held", "value", check.held])
+    lossless = summary.tiered.lossless
+    rows.append(
+        [COMPARISON, TIERED_VS_BASE, ALL_CLASSES, "lossless_exact_match_rate", "value",
+         lossless.exact_match_rate]
+    )  # fmt: skip
+    return rows
 
 
 def _comparison_rows(summary: RunSummary) -> list[list[object]]:

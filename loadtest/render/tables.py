@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from experiment.config import Arm
+from experiment.config import TIERED_ARM, Arm
 from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
 from loadtest.render.decision import (
     NOT_AVAILABLE,
@@ -24,10 +24,12 @@ from loadtest.render.decision import (
 )
 from loadtest.render.load_generator import load_generator_rows
 from loadtest.render.plot_files import KEY_PLOTS
+from loadtest.render.tiered import tiered_rows, tiered_text
 from loadtest.results import (
     AcceptanceSource,
     ArmSummary,
     Distribution,
+    Lossless,
     MetricBlock,
     RunSummary,
     Speedups,
@@ -140,12 +142,11 @@ def summary_rows(summary: RunSummary) -> Table:
 
 
 def _class_row(
-    cls: str, arm_name: str, label: str, block: MetricBlock, speedup: Speedups | None
+    cls: str, arm_name: str, label: str, block: MetricBlock, e2e_mean: float | None
 ) -> list[str]:
     def cell(distribution: Distribution, stat: str, pattern: str = "{:.1f}") -> str:
         return fmt(distribution.stat(stat), pattern)
 
-    e2e_mean = speedup.e2e_ms.mean if speedup else None
     return [
         cls,
         label,
@@ -182,11 +183,21 @@ def class_rows(summary: RunSummary) -> Table:
         "speedup E2E mean",
     ]
     rows = [
-        _class_row(cls, arm_name, arm.label, block, summary.speedup.by_class.get(cls))
+        _class_row(cls, arm_name, arm.label, block, _e2e_speedup(summary, arm_name, cls))
         for arm_name, arm in summary.arms.items()
         for cls, block in arm.by_class.items()
     ]
     return header, rows
+
+
+def _e2e_speedup(summary: RunSummary, arm: str, prompt_class: str) -> float | None:
+    """The arm's mean E2E speedup over the baseline in the class: SD's from the per-arm
+    means, the tiered arm's paired one (loadtest.tiered)."""
+    if arm == TIERED_ARM:
+        check = summary.tiered.by_class.get(prompt_class) if summary.tiered else None
+        return check.vs_baseline.estimate if check else None
+    speedup = summary.speedup.by_class.get(prompt_class)
+    return speedup.e2e_ms.mean if speedup else None
 
 
 def distribution_rows(summary: RunSummary) -> Table:
@@ -256,8 +267,11 @@ def _client_acceptance_note(summary: RunSummary) -> str:
     )
 
 
-def lossless_rows(summary: RunSummary) -> Table:
-    header = ["prompt", "class", "first differing token", "agreement", "baseline", "SD"]
+def lossless_rows(
+    summary: RunSummary, lossless: Lossless | None = None, other: str = "SD"
+) -> Table:
+    """The mismatches of ``lossless`` (default: SD's) against the baseline's outputs."""
+    header = ["prompt", "class", "first differing token", "agreement", "baseline", other]
     rows = [
         [
             m.prompt_id,
@@ -267,7 +281,7 @@ def lossless_rows(summary: RunSummary) -> Table:
             repr(m.baseline_context),
             repr(m.speculative_context),
         ]
-        for m in summary.lossless.mismatches
+        for m in (lossless or summary.lossless).mismatches
     ]
     return header, rows
 
@@ -391,6 +405,11 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
     if key_plots:
         result.append(Section("Latency by prompt class, over the run", key_plots))
     result.append(Section("Per prompt class", class_rows(summary)))
+    tiered = tiered_text(summary)
+    if tiered is not None:
+        result.append(
+            Section("Tiered arm: per class vs baseline and SD", tiered_rows(summary), note=tiered)
+        )
     if summary.warnings:
         result.append(Section("Warnings", "\n".join(f"- {w}" for w in summary.warnings)))
     result += [
@@ -430,6 +449,14 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
     )
     if summary.lossless.mismatches:
         result.append(Section("Lossless mismatches", lossless_rows(summary), folded=True))
+    if summary.tiered is not None and summary.tiered.lossless.mismatches:
+        result.append(
+            Section(
+                "Lossless mismatches (tiered vs baseline)",
+                lossless_rows(summary, summary.tiered.lossless, summary.arm(TIERED_ARM).label),
+                folded=True,
+            )
+        )
     for arm in summary.arms.values():
         if arm.length_mismatch_examples:
             result.append(

@@ -189,6 +189,11 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["loadtest.temperature=2.5"],
         r"loadtest\.temperature: Input should be less than or equal to 2",
     ),
+    # The report tells the arms apart by label: the tiered arm cannot borrow a serving one's.
+    "tiered-label-of-a-serving-arm": (
+        ["loadtest.tiered_label=SD"],
+        r"loadtest\.tiered_label 'SD' is also a serving arm's label",
+    ),
     "temperature-not-finite": (["loadtest.temperature=.nan"], r"loadtest\.temperature: "),
     # Masters that run at once take one port per arm upwards from master_port.
     "master-ports-beyond-65535": (

@@ -71,6 +71,25 @@ def test_local_flag_uses_the_local_scale_and_c_sets_it() -> None:
     assert _config(plain).loadtest.max_tokens == 9
 
 
+def test_tiered_url_reaches_the_comparison_and_local_tiered_defaults_it(monkeypatch) -> None:
+    """--tiered URL drives the gateway as the third arm; with --local and local.tiered the
+    local gateway's port is the default, and without either there is no tiered arm."""
+    import loadtest.runner
+
+    seen: list[str | None] = []
+
+    def capture(*_args, tiered_url=None, **_kwargs):
+        seen.append(tiered_url)
+        raise ValueError("captured")
+
+    monkeypatch.setattr(loadtest.runner, "run_comparison", capture)
+    urls = ["--baseline", "http://b", "--speculative", "http://s"]
+    assert main(["run", *urls, "--tiered", "http://g:9"]) == 2
+    assert main(["run", "--local", "-c", "local.tiered=true", "-c", "local.gateway_port=8999"]) == 2
+    assert main(["run", "--local"]) == 2
+    assert seen == ["http://g:9", "http://127.0.0.1:8999", None]
+
+
 @pytest.mark.process
 def test_run_help_config_lists_the_load_keys_with_descriptions() -> None:
     result = subprocess.run(

@@ -18,7 +18,7 @@ import pytest
 from bench.scripted_server import Fault, Script, unused_loopback_url
 from loadtest.client import RequestParams, build_payload, stream_request
 from loadtest.metrics import chunk_gaps_s, per_token_itl_s, tpot_s
-from loadtest.records import FailureReason
+from loadtest.records import FailureReason, RequestRecord
 
 pytestmark = pytest.mark.process
 
@@ -144,3 +144,28 @@ def test_each_fault_is_classified_and_bounded(serve, session, new_record, script
 def test_refused_connection(session, params, new_record) -> None:
     record = stream_request(session, unused_loopback_url(), "x", params, new_record())
     assert record.error == FailureReason.CONNECTION_REFUSED.value
+
+
+def test_every_request_carries_its_prompt_class_header(serve, session, params) -> None:
+    """The tiered gateway routes on routing.class_header: the client sends the record's class
+    there (on every arm, so the arms' requests stay identical); no header when unset."""
+    server = serve(Script.fixed(4, 1, ttft_s=0.01, gaps_s=0.001))
+    with_header = replace(params, class_header="x-prompt-class")
+    for index, prompt_class in enumerate(("structured", "open_ended")):
+        record = RequestRecord(arm="tiered", index=index, prompt_id="p", prompt_class=prompt_class)
+        assert stream_request(session, server.url, "hi", with_header, record).ok
+    plain = RequestRecord(arm="baseline", index=2, prompt_id="p", prompt_class="structured")
+    assert stream_request(session, server.url, "hi", params, plain).ok
+    sent = [entry.headers.get("x-prompt-class") for entry in server.log]
+    assert sent == ["structured", "open_ended", None]
+
+
+@pytest.mark.parametrize("prompt_class", ["a\r\nx-forged: 1", "a\nb", "a\x00"])
+def test_a_class_cannot_inject_a_header(serve, session, params, prompt_class) -> None:
+    server = serve(Script.fixed(4, 1, ttft_s=0.01, gaps_s=0.001))
+    record = RequestRecord(arm="tiered", index=0, prompt_id="p", prompt_class=prompt_class)
+    with pytest.raises(ValueError, match="not a valid HTTP field"):
+        stream_request(
+            session, server.url, "hi", replace(params, class_header="x-prompt-class"), record
+        )
+    assert server.log == []

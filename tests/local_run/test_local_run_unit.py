@@ -23,6 +23,8 @@ from loadtest.results import (
     SloInfo,
     Speedups,
     StatSpeedups,
+    TieredComparison,
+    TieredRouting,
 )
 from local_run.__main__ import main
 from local_run.arms import arm_commands, arm_servers
@@ -179,6 +181,27 @@ def test_any_lossless_mismatch_is_a_local_problem() -> None:
         "lossless: 15 of 16 prompts exact; the local run is bit-exact and must match every prompt"
     ]
     data.lossless = data.lossless.model_copy(update={"exact_matches": 16})
+    assert _problems(data) == []
+
+
+def test_the_tiered_arms_failures_and_lossless_mismatches_are_problems() -> None:
+    """With local.tiered the gateway's arm counts like the two: a failed request or an output
+    that differs from the baseline's fails the local run."""
+    data = summary()
+    failing = summary(failed=1).arms["baseline"].model_copy(update={"label": "Tiered"})
+    data.arms["tiered"] = failing
+    data.tiered = TieredComparison(
+        routing=TieredRouting(class_header="x-prompt-class", speculative_classes=["structured"]),
+        lossless=data.lossless.model_copy(update={"exact_matches": 15}),
+        unpaired=1,
+    )
+    assert _problems(data) == [
+        "tiered: 15 of 16 requests succeeded ({'timeout': 1})",
+        "tiered lossless: 15 of 16 prompts exact; the local run is bit-exact and must match "
+        "every prompt",
+    ]
+    data.arms["tiered"] = data.arms["baseline"]
+    data.tiered.lossless.exact_matches = 16
     assert _problems(data) == []
 
 
