@@ -10,6 +10,8 @@ from experiment.config.base import Section
 from experiment.config.local import Drafter
 from experiment.config.profiles import PROFILES, ServingProfile
 
+DEFAULT_DRAFTERS: list[Drafter] = ["draft-model"]
+
 # Defaults are the serving profile's (ExperimentConfig._profile_tuning_defaults); these are
 # the reproduce profile's, for a tuning section built on its own.
 _REPRODUCE = PROFILES[ServingProfile.REPRODUCE]
@@ -32,7 +34,7 @@ class TuningConfig(Section):
     )
     # Draft-model only by default: the sweep's time and outputs stay what they were.
     drafters: list[Drafter] = Field(
-        default_factory=lambda: ["draft-model"],
+        default_factory=lambda: list(DEFAULT_DRAFTERS),
         description=(
             "Local drafters the sweep compares: draft-model (every local.generator.drafts "
             "entry) and/or eagle3 (the head of local.eagle3); distinct, one or more."
