@@ -3,10 +3,11 @@ local_run's launcher; each measured with tune.measure; then the model is fitted.
 
 Order (the machine has 2 cores, so never two servers at once):
 1. the baseline at every concurrency level of ``tuning.concurrency``;
-2. every (draft, k) of ``tuning.fit_k`` + ``tuning.holdout_k`` at concurrency 1;
+2. every candidate (each draft of the draft-model drafter, the EAGLE3 head: tuning.drafters)
+   at every k of ``tuning.fit_k`` + ``tuning.holdout_k`` at concurrency 1;
 3. the recommended (draft, k) again at the levels above 1 (break-even load).
 Every server gets the same rendered flags as the comparison's arms (config.local_serving_spec)
-and differs from the baseline only in its draft and k.
+and differs from the baseline only in its drafter, draft and k.
 """
 
 from __future__ import annotations
