@@ -25,8 +25,8 @@ from pathlib import Path
 
 from experiment.config import ExperimentConfig
 from experiment.loading import ConfigError, config_from_arguments, config_parser
-from tune.render.markdown import speedup_text
-from tune.results import TuneResult, tune_json_schema
+from tune.render.text import summary_lines
+from tune.results import tune_json_schema
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     from local_run.run import runs_root
-    from tune.local import local_plan, plan_text, run_local_sweep
+    from tune.local import candidate_names, local_plan, plan_text, run_local_sweep
     from tune.predict import PredictionError
     from tune.report import write_outputs
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         from local_run.arms import local_experiment
 
         prompts = len(load_prompts(local_experiment(config).loadtest.prompts.files))
-        drafts = sorted(config.local.generator.drafts)
+        drafts = candidate_names(config)
         try:
             print(plan_text(local_plan(config, drafts, prompts, args.quick)))
         except PredictionError as err:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         paths = write_outputs(result, out)
-        for line in _summary(result):
+        for line in summary_lines(result):
             print(line)
         print(f"report: {paths['markdown']}")
         return 0 if result.recommendations else 1
@@ -143,29 +143,10 @@ def _fit(args: argparse.Namespace, config: ExperimentConfig) -> int:
 
     out = args.out or runs_root(config) / f"tune-fit-{time.strftime('%Y%m%d-%H%M%S')}"
     paths = write_outputs(result, out)
-    for line in _summary(result):
+    for line in summary_lines(result):
         print(line)
     print(f"report: {paths['markdown']}")
     return 0 if result.recommendations else 1
-
-
-def _summary(result: TuneResult) -> list[str]:
-    lines = []
-    for c in result.checks:
-        lines.append(
-            f"held-out {c.draft}/{c.prompt_class} k={c.k}: predicted {c.predicted_speedup:.2f}x, "
-            f"measured {speedup_text(c.measured)}, error {c.relative_error:+.1%}"
-        )
-    for r in result.recommendations:
-        lines.append(
-            f"recommended ({r.scope}): {r.draft} k={r.k}, predicted {r.predicted_speedup:.2f}x"
-        )
-    for b in result.break_even:
-        lines.append(f"break-even ({b.prompt_class}): {b.break_even_concurrency}")
-    if result.overrides:
-        lines.append(f"paste: {result.overrides}")
-    lines += [f"note: {n}" for n in result.notes]
-    return lines
 
 
 if __name__ == "__main__":

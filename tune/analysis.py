@@ -6,13 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from statistics import fmean, median
 
-import numpy as np
-
 from experiment.config import StatisticsConfig
 from loadtest.cost import optimal_load, usd_per_million
 from loadtest.metrics import ALL_CLASSES
 from loadtest.results import PriceBasis
-from loadtest.stats import paired_speedups, resample_counts
+from tune.drafters import drafter_choices, workload_speedups
 from tune.overrides import overrides_line
 from tune.predict import (
     PredictionError,
@@ -37,14 +35,16 @@ from tune.results import (
     KPrediction,
     LoadCost,
     MeasuredSpeedup,
+    MeasuredStep,
     Recommendation,
-    Role,
     Run,
     Setting,
     StepCostFit,
     TauSource,
     TuneResult,
+    drafter_of,
 )
+from tune.speedups import find_run, measured_points, measured_speedup
 
 TOLERANCE = 0.15  # the issue's goal: held-out predictions within 15 % of measured
 CLIENT_CHUNKS_FALLBACK = "comes from the tokens each streamed chunk carried, one request at a time"
@@ -52,64 +52,6 @@ CLIENT_CHUNKS_NOTE = (
     f"no spec-decode counters on /metrics (e.g. the Neuron fork): per-position acceptance "
     f"{CLIENT_CHUNKS_FALLBACK}"
 )
-
-
-def find_run(runs: Sequence[Run], setting: Setting, concurrency: int) -> Run | None:
-    for run in runs:
-        if run.setting == setting and run.concurrency == concurrency:
-            return run
-    return None
-
-
-def paired_e2e(baseline: ClassRun, speculative: ClassRun) -> tuple[list[float], list[float]]:
-    """E2E of the requests both arms completed, paired by (prompt, repeat)."""
-    base = {(s.prompt_id, s.repeat): s.e2e_s for s in baseline.ok_samples}
-    pairs = [
-        (base[(s.prompt_id, s.repeat)], s.e2e_s)
-        for s in speculative.ok_samples
-        if (s.prompt_id, s.repeat) in base
-    ]
-    return [b for b, _ in pairs if b is not None], [s for _, s in pairs if s is not None]
-
-
-def measured_speedup(
-    baseline: Sequence[ClassRun],
-    speculative: Sequence[ClassRun],
-    k: int,
-    role: Role,
-    boot: StatisticsConfig,
-) -> MeasuredSpeedup | None:
-    """Pooled over the given classes (one class, or all for ALL_CLASSES); None: no pairs."""
-    base_e2e: list[float] = []
-    spec_e2e: list[float] = []
-    for b, s in zip(baseline, speculative, strict=True):
-        pb, ps = paired_e2e(b, s)
-        base_e2e += pb
-        spec_e2e += ps
-    if not base_e2e:
-        return None
-    interval = paired_speedups(
-        np.asarray(base_e2e),
-        np.asarray(spec_e2e),
-        lower_is_better=True,
-        resamples=resample_counts(len(base_e2e), boot),
-        settings=boot,
-        stats=("mean",),
-    )["mean"]
-    if interval.estimate is None:
-        return None
-    tokens = [
-        (sum(x.chunk_tokens) - x.chunk_tokens[0]) / x.decode_steps
-        for run in speculative
-        for x in run.ok_samples
-        if x.decode_steps >= 1
-    ]
-    return MeasuredSpeedup(
-        k=k,
-        role=role,
-        e2e_speedup=interval,
-        tokens_per_step=fmean(tokens) if tokens else None,
-    )
 
 
 def step_time_s(run: ClassRun) -> float:
@@ -235,6 +177,7 @@ def class_model(
             )
         )
     measured = []
+    steps = []
     for run in runs:
         if run.setting.draft != draft or run.concurrency != 1 or prompt_class not in run.classes:
             continue
@@ -243,8 +186,18 @@ def class_model(
         )
         if point is not None:
             measured.append(point)
+        if any(s.step_s is not None for s in run.classes[prompt_class].ok_samples):
+            steps.append(
+                MeasuredStep(
+                    k=run.setting.k,
+                    role=run.role,
+                    step_ms=step_time_s(run.classes[prompt_class]) * 1e3,
+                    baseline_step_ms=cost.baseline_s * 1e3,
+                )
+            )
     model = ClassModel(
         draft=draft,
+        drafter=drafter_of(draft),
         prompt_class=prompt_class,
         acceptance=acceptance,
         acceptance_from_k=k_rates,
@@ -260,6 +213,7 @@ def class_model(
         baseline_ttft_ms=baseline_ttft * 1e3,
         predictions=predictions,
         measured=sorted(measured, key=lambda m: m.k),
+        steps=sorted(steps, key=lambda m: m.k),
     )
     return model, notes
 
@@ -363,10 +317,6 @@ def within_one_step(k: int, best: int, grid: Sequence[int]) -> bool:
     return low <= k <= high
 
 
-def _baseline_e2e(model: ClassModel) -> float:
-    return model.baseline_ttft_ms + (model.output_tokens - 1) * model.step_cost.baseline_step_ms
-
-
 def _best_measured(points: Sequence[MeasuredSpeedup]) -> MeasuredSpeedup | None:
     return max(points, key=lambda m: m.point) if points else None
 
@@ -405,21 +355,7 @@ def recommend(
             )
         )
     # Overall: the total time of the workload (classes weighted by their request counts).
-    drafts = sorted({m.draft for m in models})
-    candidates: list[tuple[float, str, int]] = []
-    for draft in drafts:
-        mine = [m for m in models if m.draft == draft]
-        if len(mine) != len(by_class):
-            continue
-        for k in (p.k for p in mine[0].predictions if not p.extrapolated):
-            if any(m.prediction(k).extrapolated for m in mine):
-                continue
-            base = sum(weights.get(m.prompt_class, 1) * _baseline_e2e(m) for m in mine)
-            spec = sum(
-                weights.get(m.prompt_class, 1) * _baseline_e2e(m) / m.prediction(k).e2e_speedup
-                for m in mine
-            )
-            candidates.append((base / spec, draft, k))
+    candidates = workload_speedups(models, weights)
     if candidates and baseline_run is not None:
         speedup, draft, k = max(candidates)
         pooled = _overall_measured(runs, baseline_run, draft, boot)
@@ -442,21 +378,7 @@ def recommend(
 def _overall_measured(
     runs: Sequence[Run], baseline_run: Run, draft: str, boot: StatisticsConfig
 ) -> list[MeasuredSpeedup]:
-    points = []
-    for run in runs:
-        if run.setting.draft != draft or run.concurrency != 1:
-            continue
-        names = sorted(set(run.classes) & set(baseline_run.classes))
-        point = measured_speedup(
-            [baseline_run.classes[n] for n in names],
-            [run.classes[n] for n in names],
-            run.setting.k,
-            run.role,
-            boot,
-        )
-        if point is not None:
-            points.append(point)
-    return sorted(points, key=lambda m: m.k)
+    return measured_points(runs, baseline_run, draft, sorted(baseline_run.classes), boot)
 
 
 def break_even_by_class(
@@ -550,6 +472,9 @@ def fit_and_recommend(
     result.checks = holdout_checks(result.models, runs, result.tolerance)
     weights = {name: len(run.samples) for name, run in baseline.classes.items()}
     result.recommendations = recommend(result.models, runs, weights, boot)
+    result.drafter_choices = drafter_choices(
+        result.models, runs, result.recommendations, weights, result.target, boot
+    )
     overall = next((r for r in result.recommendations if r.scope == ALL_CLASSES), None)
     if overall is not None:
         result.overrides = overrides_line(result.target, overall.draft, overall.k)

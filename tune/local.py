@@ -3,10 +3,11 @@ local_run's launcher; each measured with tune.measure; then the model is fitted.
 
 Order (the machine has 2 cores, so never two servers at once):
 1. the baseline at every concurrency level of ``tuning.concurrency``;
-2. every (draft, k) of ``tuning.fit_k`` + ``tuning.holdout_k`` at concurrency 1;
+2. every candidate (each draft of the draft-model drafter, the EAGLE3 head: tuning.drafters)
+   at every k of ``tuning.fit_k`` + ``tuning.holdout_k`` at concurrency 1;
 3. the recommended (draft, k) again at the levels above 1 (break-even load).
 Every server gets the same rendered flags as the comparison's arms (config.local_serving_spec)
-and differs from the baseline only in its draft and k.
+and differs from the baseline only in its drafter, draft and k.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiment.config import Arm, ExperimentConfig
+from pydantic import ValidationError
+
+from experiment.config import Arm, ExperimentConfig, LocalConfig
+from experiment.config.local import Drafter
 from loadtest.cost import price_basis
 from loadtest.metrics import ALL_CLASSES
 from loadtest.prompts import Prompt, load_prompts
@@ -31,12 +35,12 @@ from tune.analysis import (
     TOLERANCE,
     break_even_by_class,
     cost_at_load,
-    find_run,
     fit_and_recommend,
 )
 from tune.measure import measure_classes
 from tune.predict import PredictionError
-from tune.results import LocalPlan, Role, Run, Setting, TuneResult
+from tune.results import EAGLE3_CANDIDATE, LocalPlan, Role, Run, Setting, TuneResult, drafter_of
+from tune.speedups import find_run
 
 # Rough costs for the printed estimate, from a default sweep on a quiet 2-core machine
 # (docs/tuning.md): ~27 s per server start and stop (cached models), ~9 ms per output token
@@ -46,13 +50,35 @@ EST_TOKEN_S = 0.009
 QUICK_K = (1, 3)
 
 
+def candidate_names(config: ExperimentConfig) -> list[str]:
+    """The sweep's candidates by name, drafter by drafter (tuning.drafters): every draft of
+    local.generator.drafts for draft-model, the head (EAGLE3_CANDIDATE) for eagle3."""
+    names: list[str] = []
+    for drafter in config.tuning.drafters:
+        names += sorted(config.local.generator.drafts) if drafter == "draft-model" else []
+        names += [EAGLE3_CANDIDATE] if drafter == "eagle3" else []
+    return names
+
+
+def with_drafter(local: LocalConfig, drafter: Drafter) -> LocalConfig:
+    """``local`` serving ``drafter``, validated again (the head has rules of its own)."""
+    try:
+        return LocalConfig.model_validate({**local.model_dump(), "drafter": drafter})
+    except ValidationError as err:
+        raise PredictionError(f"local.drafter={drafter} (tuning.drafters): {err}") from None
+
+
 def local_drafts(config: ExperimentConfig, log: Log) -> dict[str, ModelPair]:
-    """The miniature's target with each of its drafts (local.generator.drafts, by name): the
-    local counterpart of tuning.drafts. Generated first if missing (cached)."""
-    return {
-        name: ensure_models(config.local, log=log, draft=name)
-        for name in sorted(config.local.generator.drafts)
-    }
+    """The miniature's target with each candidate drafter (candidate_names): the local
+    counterpart of tuning.drafts. Generated or trained first if missing (cached); the head
+    through local_run's own ensure_models, whatever it trains."""
+    pairs = {}
+    for name in candidate_names(config):
+        if name == EAGLE3_CANDIDATE:
+            pairs[name] = ensure_models(with_drafter(config.local, "eagle3"), log=log)
+        else:
+            pairs[name] = ensure_models(config.local, log=log, draft=name)
+    return pairs
 
 
 def sweep_k(config: ExperimentConfig, quick: bool) -> tuple[list[int], list[int]]:
@@ -127,12 +153,13 @@ def plan_text(plan: LocalPlan) -> str:
     return "\n".join(lines)
 
 
-def _server(
+def candidate_server(
     config: ExperimentConfig, pair: ModelPair, draft: str | None, k: int, log_dir: Path
 ) -> Server:
     """A server rendered exactly like the comparison's arms, on tuning.port, with this k."""
     local = config.local.model_copy(
         update={
+            "drafter": drafter_of(draft) if draft is not None else config.local.drafter,
             "num_speculative_tokens": k or None,
             "baseline_port": config.tuning.port,
             "speculative_port": config.tuning.port,
@@ -224,7 +251,7 @@ def run_local_sweep(
         log(f"[{step}/{len(todo) + 1}] {role}: {setting.label} ({time.monotonic() - started:.0f}s)")
         try:
             pair = drafts[setting.draft] if setting.draft else any_pair
-            server = _server(config, pair, setting.draft, setting.k, logs)
+            server = candidate_server(config, pair, setting.draft, setting.k, logs)
             runs += _measure(config, server, setting, role, at, prompts, quick, deadline, log)
         except ServerError as err:
             notes.append(f"{setting.label}: server failed: {str(err).splitlines()[0]}")
@@ -240,7 +267,7 @@ def run_local_sweep(
             high = [1, *high]
         log(f"[{len(todo) + 1}/{len(todo) + 1}] break_even: {setting.label} at {high}")
         try:
-            server = _server(config, drafts[overall.draft], overall.draft, overall.k, logs)
+            server = candidate_server(config, drafts[overall.draft], overall.draft, overall.k, logs)
             runs += _measure(
                 config, server, setting, "break_even", high, prompts, quick, deadline, log
             )

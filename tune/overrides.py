@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from tune.results import EAGLE3_CANDIDATE
+
 
 def overrides_line(target: Literal["local", "trn2"], draft: str, k: int) -> str:
     if target == "trn2":
@@ -12,7 +14,11 @@ def overrides_line(target: Literal["local", "trn2"], draft: str, k: int) -> str:
             f"-c experiment.serving.draft_model={draft} "
             f"-c experiment.serving.num_speculative_tokens={k}"
         )
+    k_line = f"-c experiment.local.num_speculative_tokens={k}"
+    if draft == EAGLE3_CANDIDATE:
+        return f"-c experiment.local.drafter=eagle3 {k_line}"
+    # The drafter too: a configuration that serves the EAGLE3 head would otherwise keep it.
     return (
-        f"-c experiment.local.generator.draft={draft} "
-        f"-c experiment.local.num_speculative_tokens={k}"
+        f"-c experiment.local.drafter=draft-model -c experiment.local.generator.draft={draft} "
+        f"{k_line}"
     )

@@ -12,14 +12,30 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from experiment.config.local import Drafter
+from experiment.config.models import KNOWN_MODELS, ModelKind
 from loadtest.results import Interval, OptimalLoadCost, PriceBasis
 
-SCHEMA_VERSION = 3  # 3: FitInput.acceptance_source (issue 23)
+# 3: FitInput.acceptance_source (issue 23); 4: the drafter comparison (ClassModel.drafter and
+# .steps, TuneResult.drafter_choices)
+SCHEMA_VERSION = 4
+# The candidate name of the local EAGLE3 head (local.drafter's value): drafts are named by
+# local.generator.drafts, which may not hold this name (LocalConfig._no_draft_named_eagle3).
+EAGLE3_CANDIDATE = "eagle3"
 Role = Literal["baseline", "fit", "holdout", "break_even"]
 AcceptanceSource = Literal["counters", "client_chunks"]
 # How tau(k) was predicted: replaying the largest fit k's chunks (the default), or summing
 # per-position rates (when those chunks cannot be replayed).
 TauSource = Literal["trace_replay", "per_position_rates"]
+
+
+def drafter_of(draft: str) -> Drafter:
+    """The drafter a candidate drafts with: the local EAGLE3 head or a known EAGLE3 model
+    (experiment/config/models.py), else a draft model."""
+    known = KNOWN_MODELS.get(draft)
+    if draft == EAGLE3_CANDIDATE or (known is not None and known.kind == ModelKind.EAGLE3):
+        return "eagle3"
+    return "draft-model"
 
 
 class _Result(BaseModel):
@@ -139,11 +155,31 @@ class MeasuredSpeedup(_Result):
         return self.e2e_speedup.n
 
 
+class MeasuredStep(_Result):
+    """What one speculative step cost at window k, measured: the class's median per-request
+    step time at concurrency 1 next to the baseline's (same class, same prompts)."""
+
+    k: int
+    role: Role
+    step_ms: float
+    baseline_step_ms: float
+
+    @property
+    def relative(self) -> float:
+        """SD step / baseline step: 1 + what drafting and the wider verify add per step."""
+        return self.step_ms / self.baseline_step_ms
+
+    @property
+    def draft_cost_ms(self) -> float:
+        return self.step_ms - self.baseline_step_ms
+
+
 class ClassModel(_Result):
     """The fitted model of one (draft, prompt class): predictions for every k and the
     measured points next to them."""
 
     draft: str
+    drafter: Drafter = "draft-model"
     prompt_class: str
     acceptance: Acceptance
     acceptance_from_k: int
@@ -154,6 +190,7 @@ class ClassModel(_Result):
     baseline_ttft_ms: float
     predictions: list[KPrediction]
     measured: list[MeasuredSpeedup]
+    steps: list[MeasuredStep] = Field(default_factory=list)  # every k measured at c=1
 
     def prediction(self, k: int) -> KPrediction:
         return next(p for p in self.predictions if p.k == k)
@@ -195,6 +232,36 @@ class Recommendation(_Result):
     measured: MeasuredSpeedup | None = None  # when that (draft, k) was measured
     best_measured_k: int | None = None
     within_one_step: bool | None = None  # of the best measured k (measured grid neighbours)
+
+
+class DrafterChoice(_Result):
+    """One drafter (and draft, k) per scope (a prompt class, or all of them) and by how much
+    it beats the best candidate of another drafter (of another draft when one drafter was
+    swept): predicted, and measured head to head on the same prompts."""
+
+    scope: str
+    drafter: Drafter
+    draft: str
+    k: int
+    predicted_speedup: float  # over the baseline
+    runner_up_drafter: Drafter | None = None  # None: nothing else was fitted
+    runner_up_draft: str | None = None
+    runner_up_k: int | None = None
+    runner_up_predicted_speedup: float | None = None
+    # The measured points compared head to head: each candidate's own k when it was measured,
+    # else its best measured k.
+    measured_k: int | None = None
+    runner_up_measured_k: int | None = None
+    # mean(E2E runner-up) / mean(E2E winner), paired by (prompt, repeat) with the load test's
+    # paired bootstrap; above 1: the winner is faster. None: either side was never measured.
+    margin: Interval | None = None
+    overrides: str  # the -c line that applies this choice
+
+    @property
+    def predicted_margin(self) -> float | None:
+        if self.runner_up_predicted_speedup is None:
+            return None
+        return self.predicted_speedup / self.runner_up_predicted_speedup
 
 
 class BreakEven(_Result):
@@ -280,6 +347,7 @@ class TuneResult(_Result):
     models: list[ClassModel] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
     recommendations: list[Recommendation] = Field(default_factory=list)
+    drafter_choices: list[DrafterChoice] = Field(default_factory=list)
     break_even: list[BreakEven] = Field(default_factory=list)
     cost: CostAtLoad | None = None  # None: no concurrency sweep
     overrides: str | None = None  # the recommendation as one line of -c overrides

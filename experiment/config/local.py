@@ -12,6 +12,9 @@ from experiment.config.generator import ModelGeneratorConfig
 from experiment.config.loadtest import ArmsMode
 from runtime import validate as rules
 
+# What a local speculative arm drafts with (local.drafter, tuning.drafters).
+Drafter = Literal["draft-model", "eagle3"]
+
 
 class LocalConfig(Section):
     """The embedded default: both arms on real vLLM (CPU) with tiny generated models."""
@@ -102,7 +105,7 @@ class LocalConfig(Section):
     )
     # draft-model: the published experiment's method (a separate smaller model); eagle3: the
     # method the plugin profile serves on trn2, a head on the target's own hidden states.
-    drafter: Literal["draft-model", "eagle3"] = Field(
+    drafter: Drafter = Field(
         default="draft-model",
         description=(
             "What the local speculative arm drafts with: draft-model (local.generator.draft) "
@@ -165,6 +168,16 @@ class LocalConfig(Section):
                 f"local.eagle3.ttt_steps {self.eagle3.ttt_steps} leaves no token to learn "
                 f"in rows of local.generator.sequence_length {self.generator.sequence_length}; "
                 "lower ttt_steps or raise sequence_length"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _no_draft_named_eagle3(self) -> LocalConfig:
+        # python -m tune names its candidates by draft, and the EAGLE3 head's is "eagle3".
+        if "eagle3" in self.generator.drafts:
+            raise ValueError(
+                "local.generator.drafts has an entry named 'eagle3', the name the EAGLE3 head "
+                "goes by in python -m tune; rename that draft"
             )
         return self
 

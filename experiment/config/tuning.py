@@ -7,7 +7,10 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from experiment.config.base import Section
+from experiment.config.local import Drafter
 from experiment.config.profiles import PROFILES, ServingProfile
+
+DEFAULT_DRAFTERS: list[Drafter] = ["draft-model"]
 
 # Defaults are the serving profile's (ExperimentConfig._profile_tuning_defaults); these are
 # the reproduce profile's, for a tuning section built on its own.
@@ -27,6 +30,14 @@ class TuningConfig(Section):
         description=(
             "trn2 draft candidates, distinct (each (draft, k) is one compile); default: the "
             "serving profile's; the local run uses local.generator.drafts instead."
+        ),
+    )
+    # Draft-model only by default: the sweep's time and outputs stay what they were.
+    drafters: list[Drafter] = Field(
+        default_factory=lambda: list(DEFAULT_DRAFTERS),
+        description=(
+            "Local drafters the sweep compares: draft-model (every local.generator.drafts "
+            "entry) and/or eagle3 (the head of local.eagle3); distinct, one or more."
         ),
     )
     fit_k: list[int] = Field(
@@ -125,6 +136,15 @@ class TuningConfig(Section):
     def _drafts_distinct(self) -> TuningConfig:
         if not self.drafts or len(set(self.drafts)) != len(self.drafts):
             raise ValueError(f"tuning.drafts {self.drafts}: name one or more distinct drafts")
+        return self
+
+    @model_validator(mode="after")
+    def _drafters_distinct(self) -> TuningConfig:
+        if not self.drafters or len(set(self.drafters)) != len(self.drafters):
+            raise ValueError(
+                f"tuning.drafters {self.drafters}: name one or more distinct drafters, e.g. "
+                "[draft-model, eagle3]"
+            )
         return self
 
     @model_validator(mode="after")

@@ -208,6 +208,18 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["model_store.mount_path=models"],
         r"model_store\.mount_path: String should match pattern",
     ),
+    "tuning-drafters-repeated": (
+        ["tuning.drafters=[eagle3, eagle3]"],
+        r"tuning\.drafters \['eagle3', 'eagle3'\]: name one or more distinct drafters",
+    ),
+    "tuning-drafter-unknown": (
+        ["tuning.drafters=[medusa]"],
+        r"tuning\.drafters\.0: Input should be 'draft-model' or 'eagle3'",
+    ),
+    "local-draft-named-eagle3": (
+        ["local.generator.drafts.eagle3.weight_share=0.01"],
+        r"local\.generator\.drafts has an entry named 'eagle3'.*rename that draft",
+    ),
     "region-without-the-neuron-type": (
         ["region=eu-west-1", 'network.availability_zones=["eu-west-1a", "eu-west-1b"]'],
         r"region 'eu-west-1' does not offer trn2\.48xlarge",

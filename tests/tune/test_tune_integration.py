@@ -70,6 +70,7 @@ def test_quick_sweep_on_real_vllm(tmp_path: Path) -> None:
     assert overall.k in (1, 2, 3)
     assert overall.draft in drafts
     assert result.overrides == (
+        "-c experiment.local.drafter=draft-model "
         f"-c experiment.local.generator.draft={overall.draft} "
         f"-c experiment.local.num_speculative_tokens={overall.k}"
     )

@@ -1,23 +1,17 @@
-"""tune.md: the recommendation first, then the evidence (held-out checks, the fitted model
-per draft and class, break-even load, plan and notes)."""
+"""tune.md: the recommendation first, then the evidence (the drafters compared, held-out
+checks, the fitted model per draft and class, break-even load, plan and notes)."""
 
 from __future__ import annotations
 
 from tune.render.plots import ACCEPTANCE_PLOT, BREAK_EVEN_PLOT, SPEEDUP_PLOT
-from tune.results import ComponentName, MeasuredSpeedup, TuneResult
-
-
-def speedup_text(point: MeasuredSpeedup | None) -> str:
-    """``1.23x [1.10, 1.35] (n=16)``: the point, its interval (when there is one) and n."""
-    if point is None:
-        return "not measured"
-    interval = point.e2e_speedup
-    bounds = (
-        f" [{interval.low:.2f}, {interval.high:.2f}]"
-        if interval.low is not None and interval.high is not None
-        else " [no interval]"
-    )
-    return f"{point.point:.2f}x{bounds} (n={point.n})"
+from tune.render.words import (
+    candidate_text,
+    holdout_by_drafter,
+    interval_text,
+    margin_text,
+    speedup_text,
+)
+from tune.results import ComponentName, TuneResult
 
 
 def _recommendations(result: TuneResult) -> list[str]:
@@ -36,6 +30,59 @@ def _recommendations(result: TuneResult) -> list[str]:
             f"| {r.scope} | {r.draft} | {r.k} | {r.predicted_speedup:.2f}x "
             f"| {speedup_text(r.measured)} | {error} | {r.best_measured_k} | {r.within_one_step} |"
         )
+    return lines
+
+
+def _drafter_choices(result: TuneResult) -> list[str]:
+    if not result.drafter_choices:
+        return ["No drafter chosen (no model was fitted)."]
+    lines = [
+        "The recommended (drafter, draft, k) per scope against the best candidate of another "
+        "drafter (of another draft when one drafter was swept). Predicted: the ratio of the "
+        "two predicted speedups. Measured: mean E2E of the runner-up / mean E2E of the choice "
+        "on the same prompts at concurrency 1 (paired bootstrap, 95% CI, n pairs), each at its "
+        "own k when measured, else its best measured k.",
+        "",
+        "| scope | choice | predicted E2E speedup | margin | paste |",
+        "|---|---|---|---|---|",
+    ]
+    for c in result.drafter_choices:
+        lines.append(
+            f"| {c.scope} | {candidate_text(c.drafter, c.draft, c.k)} "
+            f"| {c.predicted_speedup:.2f}x | {margin_text(c)} | `{c.overrides}` |"
+        )
+    return lines
+
+
+def _drafters(result: TuneResult) -> list[str]:
+    """Per drafter and class: acceptance per position, what a step costs, E2E speedups."""
+    if not result.models:
+        return []
+    lines = [
+        "Acceptance per position from vLLM's per-position counters (or the client's chunks "
+        "where the source says so). Draft cost per step, measured: the median per-request "
+        "step time of the speculative server over the baseline's, same class, concurrency 1. "
+        "Fitted: T(k) = c0 + c1 k against the baseline step.",
+        "",
+        "| drafter | draft | class | acceptance per position | draft cost per step (SD / "
+        "baseline step, measured) | fitted T(k) ms | E2E speedup measured (95% CI, n) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in sorted(result.models, key=lambda m: (m.drafter, m.draft, m.prompt_class)):
+        rates = ", ".join(f"{r:.2f}" for r in m.acceptance.per_position_rate)
+        steps = "; ".join(
+            f"k={s.k}: {s.relative:.2f}x ({s.draft_cost_ms:+.2f} ms)" for s in m.steps
+        )
+        cost = m.step_cost
+        speedups = "; ".join(f"k={p.k}: {interval_text(p.e2e_speedup)}" for p in m.measured)
+        lines.append(
+            f"| {m.drafter} | {m.draft} | {m.prompt_class} | {rates} (k={m.acceptance_from_k}, "
+            f"{m.acceptance.source}) | {steps or '-'} | {cost.intercept_ms:.2f} + "
+            f"{cost.per_k_ms:.2f} k (baseline {cost.baseline_step_ms:.2f}) | {speedups or '-'} |"
+        )
+    by_drafter = holdout_by_drafter(result.checks, result.tolerance)
+    if by_drafter:
+        lines += ["", "Held-out k by drafter:", "", *(f"- {line}" for line in by_drafter)]
     return lines
 
 
@@ -205,13 +252,21 @@ def _runs(result: TuneResult) -> list[str]:
 
 def render_markdown(result: TuneResult, plots: list[str]) -> str:
     lines = [
-        f"# Tuning sweep ({result.target}): choose the draft and k",
+        f"# Tuning sweep ({result.target}): choose the drafter, draft and k",
         "",
         "## Recommendation",
         "",
         *_recommendations(result),
         "",
         f"Paste: `{result.overrides}`" if result.overrides else "No recommendation.",
+        "",
+        "## Drafter per class",
+        "",
+        *_drafter_choices(result),
+        "",
+        "## Drafters compared",
+        "",
+        *_drafters(result),
         "",
         "## Held-out checks",
         "",
