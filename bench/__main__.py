@@ -26,6 +26,7 @@ from typing import Any
 from bench.accuracy import Truth, compute_errors, load_figures, summarize_errors
 from bench.aiperf_instrument import AIPERF_VERSION, DEFAULT_VENV, ensure_aiperf, run_aiperf
 from bench.cpu import CpuSampler
+from bench.figures.measure import head_commit
 from bench.instruments import TRANSPORTS, Instrument, run_locust, run_vllm_bench
 from bench.repeat import combine
 from bench.report import render_table, update_readme
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(err))
     started = time.time()
     load_start = os.getloadavg()
+    # The tree measured, taken before the run (edits during it do not count).
+    commit = head_commit(PROJECT_ROOT)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     reps: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -312,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": time.time() - started,
         "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": commit,
         "machine": machine(),
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),

@@ -22,9 +22,11 @@ from bench.figures.measure import (
 )
 from bench.figures.records import (
     ROOT,
+    BenchReported,
     FigureRecord,
     Provenance,
     StatsSpeedFigures,
+    bench_record,
     load_records,
     write_record,
 )
@@ -423,6 +425,52 @@ def test_bench_results_files_are_records_with_every_repetition() -> None:
     assert workers.command == results["command"].strip()
     point = workers.figures.point(256, "locust_p2")  # type: ignore[union-attr]
     assert len(point.itl_token_p99_by_repetition) == results["repetitions"]
+
+
+def _bench_result(instrument: str, reported: dict[str, object] | None) -> dict[str, object]:
+    pair = {"p50": 0.1, "p99": 0.2}
+    return {
+        "level": 64,
+        "instrument": instrument,
+        "label": instrument,
+        "ttft_ms": pair,
+        "itl_token_ms": pair,
+        "chunk_gap_ms": pair,
+        "e2e_ms": pair,
+        "load": {"tokens_per_s": 100.0},
+        "token_count": {"requests_with_count": 0, "mismatched_requests": 0},
+        **({"reported": reported} if reported is not None else {}),
+    }
+
+
+def test_a_bench_record_names_the_tree_measured_and_what_each_instrument_reports() -> None:
+    results = {
+        "started_at": "2026-01-01T00:00:00Z",
+        "command": "python -m bench ",
+        "commit": "abc1234",
+        "machine": {"cpus": 2, "platform": "Linux"},
+        "results": [
+            _bench_result(
+                "aiperf", {"chunk_times": 14.0, "itl_values": 1.0, "chunk_tokens": False}
+            ),
+            # results from before the bench measured what each instrument reports
+            _bench_result("vllm", None),
+            _bench_result(
+                "locust_p1", {"chunk_times": None, "itl_values": None, "chunk_tokens": None}
+            ),
+        ],
+    }
+    record = bench_record("bench", results)
+    assert record.provenance.text() == "measured at commit abc1234"
+    figures = record.figures
+    assert figures.point(64, "aiperf").reported == BenchReported(  # type: ignore[union-attr]
+        chunk_times=14.0, itl_values=1.0, chunk_tokens=False
+    )
+    assert figures.point(64, "vllm").reported is None  # type: ignore[union-attr]
+    assert figures.point(64, "locust_p1").reported is None  # type: ignore[union-attr]
+    assert figures.point(64, "aiperf").token_count_mismatches is None  # type: ignore[union-attr]
+    del results["commit"]
+    assert bench_record("bench", results).provenance.commit is None
 
 
 def test_the_bench_bar_says_no_when_a_figure_misses_it() -> None:
