@@ -34,6 +34,7 @@ from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
 from bench.workload import Workload
 from experiment.loading import PROJECT_ROOT
+from local_run.machine import cpu_model
 
 LOG = logging.getLogger("bench")
 BENCH_DIR = Path(__file__).resolve().parent
@@ -47,6 +48,7 @@ def machine() -> dict[str, Any]:
             return None
 
     return {
+        "cpu": cpu_model(),  # the record's machine, as the other records name it
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),

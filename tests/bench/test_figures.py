@@ -469,8 +469,23 @@ def test_a_bench_record_names_the_tree_measured_and_what_each_instrument_reports
     assert figures.point(64, "vllm").reported is None  # type: ignore[union-attr]
     assert figures.point(64, "locust_p1").reported is None  # type: ignore[union-attr]
     assert figures.point(64, "aiperf").token_count_mismatches is None  # type: ignore[union-attr]
+    assert record.machine.cpu == "Linux"  # results from before the bench named the CPU
     del results["commit"]
     assert bench_record("bench", results).provenance.commit is None
+
+
+@pytest.mark.process  # platform.platform() runs `uname -p`
+def test_the_bench_names_the_cpu_as_the_other_records_do() -> None:
+    from bench.__main__ import machine
+    from local_run.machine import cpu_model
+
+    results = {
+        "started_at": "2026-01-01T00:00:00Z",
+        "command": "python -m bench ",
+        "machine": machine(),
+        "results": [],
+    }
+    assert bench_record("bench", results).machine.cpu == cpu_model()
 
 
 def _peer_results() -> dict[str, object]:
