@@ -26,6 +26,7 @@ from typing import Any
 from bench.accuracy import Truth, compute_errors, load_figures, summarize_errors
 from bench.aiperf_instrument import AIPERF_VERSION, DEFAULT_VENV, ensure_aiperf, run_aiperf
 from bench.cpu import CpuSampler
+from bench.figures.measure import head_commit
 from bench.instruments import TRANSPORTS, Instrument, run_locust, run_vllm_bench
 from bench.repeat import combine
 from bench.report import render_table, update_readme
@@ -33,6 +34,7 @@ from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
 from bench.workload import Workload
 from experiment.loading import PROJECT_ROOT
+from local_run.machine import cpu_model
 
 LOG = logging.getLogger("bench")
 BENCH_DIR = Path(__file__).resolve().parent
@@ -46,6 +48,7 @@ def machine() -> dict[str, Any]:
             return None
 
     return {
+        "cpu": cpu_model(),  # the record's machine, as the other records name it
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -279,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(err))
     started = time.time()
     load_start = os.getloadavg()
+    # The tree measured, taken before the run (edits during it do not count).
+    commit = head_commit(PROJECT_ROOT)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     reps: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -312,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": time.time() - started,
         "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": commit,
         "machine": machine(),
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),

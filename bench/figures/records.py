@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDS_DIR = ROOT / "docs" / "records"
 # The bench writes its own results files (python -m bench): they are records as they stand,
 # with the command that measures each again.
+# `make bench` runs the first command after its install step; the record runs it as is, so
+# a re-measure never reinstalls the venv.
 BENCH_RESULT_FILES: dict[str, tuple[str, str]] = {
-    "bench": ("bench/results.json", "make bench"),
+    "bench": ("bench/results.json", ".venv/bin/python -m bench"),
     "bench-workers": (
         "bench/results_workers.json",
         ".venv/bin/python -m bench --levels 64,256 --processes 1,2,4 --transports '' --no-vllm "
@@ -189,6 +191,15 @@ class MiniatureFigures(_Model):
     implied_read_gb_per_s: float
 
 
+class BenchReported(_Model):
+    """What an instrument gave per request, read from its own output (medians over the
+    matched requests; bench/accuracy.py ``reported``)."""
+
+    chunk_times: float  # chunk arrival times per request (the truth sends one per chunk)
+    itl_values: float  # ITL values per request: one per chunk gap, or 1 (a request's mean)
+    chunk_tokens: bool  # whether it counted the tokens each chunk carried
+
+
 class BenchPoint(_Model):
     """Signed error p50 / p99 (ms) of one instrument at one concurrency level."""
 
@@ -206,6 +217,7 @@ class BenchPoint(_Model):
     tokens_per_s: float | None = None
     client_cpu_cores: float | None = None
     server_cpu_cores: float | None = None
+    reported: BenchReported | None = None  # None: results from before the bench measured it
 
 
 class BenchFigures(_Model):
@@ -292,6 +304,7 @@ def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
                 if r["token_count"]["requests_with_count"]
                 else None
             ),
+            reported=_reported(r.get("reported")),
         )
         for r in results["results"]
         if "error" not in r
@@ -307,13 +320,22 @@ def bench_record(name: str, results: dict[str, Any]) -> FigureRecord:
         ),
         command=results["command"].strip(),
         remeasure=f"python -m bench.figures measure {name}",
-        provenance=Provenance(kind="measured", note=BENCH_RESULT_FILES[name][0]),
+        # commit: the tree the bench ran (results from before it recorded one have none)
+        provenance=Provenance(
+            kind="measured", commit=results.get("commit"), note=BENCH_RESULT_FILES[name][0]
+        ),
         figures=BenchFigures(
             repetitions=results.get("repetitions", 1),
             duration_s=results.get("duration_s"),
             points=points,
         ),
     )
+
+
+def _reported(shown: dict[str, Any] | None) -> BenchReported | None:
+    if not shown or shown.get("chunk_times") is None or shown.get("chunk_tokens") is None:
+        return None
+    return BenchReported.model_validate(shown)
 
 
 def load_records(records_dir: Path = RECORDS_DIR, root: Path = ROOT) -> dict[str, FigureRecord]:

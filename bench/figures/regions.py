@@ -184,18 +184,30 @@ def readme_local_expected(records: Records) -> str:
     )
 
 
+def _point(b: BenchFigures, level: int, instrument: str) -> BenchPoint:
+    try:
+        return b.point(level, instrument)
+    except KeyError as err:
+        raise RegionError(
+            f"{err.args[0]}: run the whole bench (python -m bench.figures measure bench)"
+        ) from err
+
+
 def readme_bench(records: Records) -> str:
     _, b = need(records, "bench", BenchFigures)
-    ours64 = b.point(64, "locust_p1")
-    vllm64 = b.point(64, "vllm")
-    ours256 = b.point(256, "locust_p1")
-    workers256 = b.point(256, "locust_p2")
+    ours64 = _point(b, 64, "locust_p1")
+    vllm64 = _point(b, 64, "vllm")
+    aiperf64 = _point(b, 64, "aiperf")
+    ours256 = _point(b, 256, "locust_p1")
+    workers256 = _point(b, 256, "locust_p2")
     return (
         f"At 64 concurrent streams from one Locust process on a {records['bench'].machine.cores}"
         f"-core machine, TTFT error p99 is {ms(ours64.ttft_ms[1])} and per-token ITL error p99 "
         f"{ms(ours64.itl_token_ms[1])} (`vllm bench serve` on the same workload: "
         f"{ms(vllm64.ttft_ms[1])} and {ms(vllm64.itl_token_ms[1])}, the latter because it "
-        "counts a multi-token chunk's gap as one token's latency); at 256 streams, TTFT and "
+        "counts a multi-token chunk's gap as one token's latency; AIPerf: "
+        f"{ms(aiperf64.ttft_ms[1])} and {ms(aiperf64.itl_token_ms[1])}, "
+        f"{_itl_kind(aiperf64)}); at 256 streams, TTFT and "
         f"per-token ITL error p99 are {ms(ours256.ttft_ms[1])} and "
         f"{ms(ours256.itl_token_ms[1])} from one process and {ms(workers256.ttft_ms[1])} and "
         f"{ms(workers256.itl_token_ms[1])} from two workers sharing the cores with the server "
@@ -411,6 +423,82 @@ def loadtest_workers(records: Records) -> str:
     )
 
 
+# Instruments side by side in docs/bench.md: ours, vllm bench serve, AIPerf (the peers).
+PEERS = ("locust_p1", "vllm", "aiperf")
+
+
+def _signed(value: float) -> str:
+    """An error in ms at 0.01 ms, without the "-0.00" of a tiny negative one."""
+    return f"{value:.2f}" if round(value, 2) != 0 else "0.00"
+
+
+def _itl_kind(point: BenchPoint) -> str:
+    """What the instrument calls ITL, from what the bench read in its output."""
+    shown = point.reported
+    if shown is None:
+        return "its kind of ITL not read (results from before the bench read it)"
+    if shown.chunk_tokens:
+        return "per token: each chunk gap divided by the tokens the chunk carried"
+    if shown.itl_values == 1:
+        return "one ITL per request (its mean), not a per-token distribution"
+    if shown.itl_values == max(shown.chunk_times - 1, 0):
+        return "one ITL per chunk gap, each chunk counted as one token"
+    return f"{shown.itl_values:.0f} ITL values per request"
+
+
+def _reports(point: BenchPoint) -> str:
+    shown = point.reported
+    if shown is None:
+        return "not read (results from before the bench read it)"
+    counted = "counted" if shown.chunk_tokens else "not counted"
+    return (
+        f"{shown.chunk_times:.0f} chunk times, {shown.itl_values:.0f} ITL "
+        f"value{'' if shown.itl_values == 1 else 's'}: {_itl_kind(point)}; tokens per chunk "
+        f"{counted}"
+    )
+
+
+def bench_instruments(records: Records) -> str:
+    r, b = need(records, "bench", BenchFigures)
+    levels = sorted({p.level for p in b.points})
+    rows = [
+        "| streams | instrument | TTFT err p50 / p99 (ms) | per-token ITL err p50 / p99 (ms) "
+        "| reports per request (read from its output) |",
+        "|---:|---|---:|---:|---|",
+    ]
+    for level in levels:
+        for instrument in PEERS:
+            try:
+                p = b.point(level, instrument)
+            except KeyError:
+                continue
+            rows.append(
+                f"| {level} | {p.label} | {_signed(p.ttft_ms[0])} / {_signed(p.ttft_ms[1])} "
+                f"| {_signed(p.itl_token_ms[0])} / {_signed(p.itl_token_ms[1])} "
+                f"| {_reports(p)} |"
+            )
+    return "\n".join(
+        [
+            f"`{r.command}` on {r.day}, {r.machine.text()}, {r.provenance.text()}: the same "
+            f"workload, levels and request counts for each instrument, each against a fresh "
+            f"truth server; median of {b.repetitions} interleaved repetitions.",
+            "",
+            *rows,
+        ]
+    )
+
+
+def bench_run(records: Records) -> str:
+    r, b = need(records, "bench", BenchFigures)
+    took = f", {dur(b.duration_s)}" if b.duration_s is not None else ""
+    return (
+        f"The table below is from the last full run (`{r.command}`, "
+        f"{r.date[:16].replace('T', ' ')} UTC{took}, {r.provenance.text()}, "
+        f"{r.machine.text()}): each figure is the **median over {b.repetitions} interleaved "
+        "repetitions** (`results.json` has every repetition)"
+    )
+
+
 def bench_duration(records: Records) -> str:
     r, b = need(records, "bench", BenchFigures)
     if b.duration_s is None:
@@ -552,6 +640,8 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "bench-duration": bench_duration,
     "bench-bar": bench_bar,
     "bench-workers": bench_workers,
+    "bench-instruments": bench_instruments,
+    "bench-run": bench_run,
 }
 
 

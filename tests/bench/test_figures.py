@@ -22,9 +22,11 @@ from bench.figures.measure import (
 )
 from bench.figures.records import (
     ROOT,
+    BenchReported,
     FigureRecord,
     Provenance,
     StatsSpeedFigures,
+    bench_record,
     load_records,
     write_record,
 )
@@ -423,6 +425,139 @@ def test_bench_results_files_are_records_with_every_repetition() -> None:
     assert workers.command == results["command"].strip()
     point = workers.figures.point(256, "locust_p2")  # type: ignore[union-attr]
     assert len(point.itl_token_p99_by_repetition) == results["repetitions"]
+
+
+def _bench_result(instrument: str, reported: dict[str, object] | None) -> dict[str, object]:
+    pair = {"p50": 0.1, "p99": 0.2}
+    return {
+        "level": 64,
+        "instrument": instrument,
+        "label": instrument,
+        "ttft_ms": pair,
+        "itl_token_ms": pair,
+        "chunk_gap_ms": pair,
+        "e2e_ms": pair,
+        "load": {"tokens_per_s": 100.0},
+        "token_count": {"requests_with_count": 0, "mismatched_requests": 0},
+        **({"reported": reported} if reported is not None else {}),
+    }
+
+
+def test_a_bench_record_names_the_tree_measured_and_what_each_instrument_reports() -> None:
+    results = {
+        "started_at": "2026-01-01T00:00:00Z",
+        "command": "python -m bench ",
+        "commit": "abc1234",
+        "machine": {"cpus": 2, "platform": "Linux"},
+        "results": [
+            _bench_result(
+                "aiperf", {"chunk_times": 14.0, "itl_values": 1.0, "chunk_tokens": False}
+            ),
+            # results from before the bench measured what each instrument reports
+            _bench_result("vllm", None),
+            _bench_result(
+                "locust_p1", {"chunk_times": None, "itl_values": None, "chunk_tokens": None}
+            ),
+        ],
+    }
+    record = bench_record("bench", results)
+    assert record.provenance.text() == "measured at commit abc1234"
+    figures = record.figures
+    assert figures.point(64, "aiperf").reported == BenchReported(  # type: ignore[union-attr]
+        chunk_times=14.0, itl_values=1.0, chunk_tokens=False
+    )
+    assert figures.point(64, "vllm").reported is None  # type: ignore[union-attr]
+    assert figures.point(64, "locust_p1").reported is None  # type: ignore[union-attr]
+    assert figures.point(64, "aiperf").token_count_mismatches is None  # type: ignore[union-attr]
+    assert record.machine.cpu == "Linux"  # results from before the bench named the CPU
+    del results["commit"]
+    assert bench_record("bench", results).provenance.commit is None
+
+
+@pytest.mark.process  # platform.platform() runs `uname -p`
+def test_the_bench_names_the_cpu_as_the_other_records_do() -> None:
+    from bench.__main__ import machine
+    from local_run.machine import cpu_model
+
+    results = {
+        "started_at": "2026-01-01T00:00:00Z",
+        "command": "python -m bench ",
+        "machine": machine(),
+        "results": [],
+    }
+    assert bench_record("bench", results).machine.cpu == cpu_model()
+
+
+def _peer_results() -> dict[str, object]:
+    """A results file with our generator, vllm bench serve and AIPerf at 64 and 256 streams,
+    each reporting per request what the bench reads from that instrument's output."""
+    per_chunk = {"chunk_times": 14.0, "itl_values": 13.0, "chunk_tokens": True}
+    per_gap = {"chunk_times": 14.0, "itl_values": 13.0, "chunk_tokens": False}
+    per_request = {"chunk_times": 14.0, "itl_values": 1.0, "chunk_tokens": False}
+    results = []
+    for level in (64, 256):
+        for instrument, shown in [
+            ("locust_p1", per_chunk),
+            ("locust_p2", per_chunk),
+            ("vllm", per_gap),
+            ("aiperf", per_request),
+        ]:
+            results.append({**_bench_result(instrument, shown), "level": level})
+    return {
+        "started_at": "2026-01-01T00:00:00Z",
+        "command": "python -m bench ",
+        "commit": "abc1234",
+        "duration_s": 900.0,
+        "repetitions": 3,
+        "machine": {"cpus": 2, "platform": "Linux"},
+        "results": results,
+    }
+
+
+def _render_bench(name: str, results: dict[str, object], path: Path | None = None) -> str:
+    records = load_records()
+    records["bench"] = bench_record("bench", results)
+    text = f"<!-- figures:{name} -->\n<!-- /figures:{name} -->"
+    return render_document(path or ROOT / "docs" / "bench.md", text, records)
+
+
+def test_the_instruments_table_says_what_each_reports_from_what_the_bench_read() -> None:
+    results = _peer_results()
+    doc = _render_bench("bench-instruments", results)
+    assert (
+        "| 64 | aiperf | 0.10 / 0.20 | 0.10 / 0.20 | 14 chunk times, 1 ITL value: one ITL per "
+        "request (its mean), not a per-token distribution; tokens per chunk not counted |"
+    ) in doc
+    assert (
+        "| 64 | vllm | 0.10 / 0.20 | 0.10 / 0.20 | 14 chunk times, 13 ITL values: one ITL " in doc
+    )
+    assert "each chunk counted as one token; tokens per chunk not counted |" in doc
+    assert "| 256 | locust_p1 |" in doc and "divided by the tokens the chunk carried" in doc
+    assert "locust_p2" not in doc  # ours from one process, beside the peers
+    assert "measured at commit abc1234" in doc and "median of 3 interleaved" in doc
+    # The words follow the record: an AIPerf that counted tokens per chunk would say so.
+    for result in results["results"]:  # type: ignore[attr-defined]
+        if result["instrument"] == "aiperf":
+            result["reported"] = {"chunk_times": 14.0, "itl_values": 13.0, "chunk_tokens": True}
+            result["ttft_ms"] = {"p50": -0.001, "p99": 41.4}
+    doc = _render_bench("bench-instruments", results)
+    assert (
+        "| 64 | aiperf | 0.00 / 41.40 | 0.10 / 0.20 | 14 chunk times, 13 ITL values: per token"
+        in doc
+    )
+
+
+def test_the_readme_quotes_aiperf_beside_vllm_bench_serve_and_needs_it() -> None:
+    results = _peer_results()
+    readme = _render_bench("readme-bench", results, ROOT / "README.md")
+    assert "AIPerf: 0.20 ms and 0.20 ms, one ITL per request (its mean)" in readme
+    results["results"] = [
+        r
+        for r in results["results"]  # type: ignore[attr-defined]
+        if r["instrument"] != "aiperf"
+    ]
+    with pytest.raises(RegionError, match=r"no aiperf at 64 streams: run the whole bench"):
+        _render_bench("readme-bench", results, ROOT / "README.md")
 
 
 def test_the_bench_bar_says_no_when_a_figure_misses_it() -> None:
