@@ -21,7 +21,7 @@ from experiment.config import Arm, StatisticsConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -30,6 +30,8 @@ SCHEMA_VERSION = 5
 #    figures: Lossless.prefix_agreement_rate, tokens_compared, LosslessMismatch.agreement
 #    and compared_tokens (issue 23); RunInfo.arms_mode and RunSummary.arms_timing (issue 25:
 #    concurrent arms).
+# 6: ArmsTiming.block_order, block_requests and block_overhead_s (issue 25: alternating
+#    arms).
 
 
 class _Result(BaseModel):
@@ -343,7 +345,8 @@ class RunInfo(_Result):
     analysis: AnalysisInfo | None = None
     """k, bootstrap settings and price for the statistics and cost (None: older runs)."""
     arms_mode: str | None = None
-    """loadtest.arms_mode of the run: concurrent or sequential (None: older runs, sequential)."""
+    """loadtest.arms_mode of the run: concurrent, alternating or sequential (None: older runs,
+    sequential)."""
 
 
 class CloudWatchResult(_Result):
@@ -517,7 +520,7 @@ class ArmsTiming(_Result):
     time they saved against running one after the other."""
 
     mode: str
-    """concurrent or sequential (loadtest.arms_mode)."""
+    """concurrent, alternating or sequential (loadtest.arms_mode)."""
     first_request_wall: dict[str, float | None]
     """Per arm: when its first measured request left (Unix time; None: none did)."""
     start_spread_s: float | None
@@ -528,7 +531,15 @@ class ArmsTiming(_Result):
     """Wall time from the first arm's launch to the last arm's end."""
     wall_saved_s: float
     """Sum of the arms' elapsed minus the run's: about one arm's time when concurrent, 0
-    when sequential."""
+    when sequential or alternating."""
+    block_order: list[str] = Field(default_factory=list)
+    """Alternating: the arm of each block in the order the blocks ran (ABBA...; empty for
+    the other modes)."""
+    block_requests: int | None = None
+    """Alternating: measured requests per block (loadtest.alternating_block_requests)."""
+    block_overhead_s: float | None = None
+    """Alternating: the blocks' elapsed minus their measured windows, over every arm: what
+    starting and stopping one Locust process per block cost."""
 
 
 class RunSummary(_Result):

@@ -21,6 +21,9 @@ Run directory layout::
                                   workers' CPU shares and clock skew, launch and first
                                   measured request times
     ready_<arm>.json              concurrent arms: when the arm's warm-up was done
+    blocks/                       alternating arms: each block's plan, records, window
+                                  file and Locust outputs (records_<arm>.jsonl and
+                                  window_<arm>.json combine them)
     locust/<arm>_stats.csv, locust/<arm>.html, locust/<arm>.log   Locust's own outputs
     summary.json                  (loadtest.summary: the typed RunSummary, loadtest.results)
     summary.csv, report.md, report.html, *.png                   (loadtest.report)
@@ -37,6 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from experiment.config import Arm, ArmsMode, ExperimentConfig, LoadTestConfig
+from loadtest.alternating import run_alternating
 from loadtest.analysis import analysis_info
 from loadtest.arms import (
     check_ports_free,
@@ -149,14 +153,15 @@ def run_comparison(
         )
     mode = config.loadtest.arms_mode
     ports = master_ports(config.loadtest.master_port, len(plans), mode)
+    if workers > 1 and mode is not ArmsMode.SEQUENTIAL and not local_workers:
+        # A worker pod runs one Locust worker per arm against one master port
+        # (loadtest/worker_pod.py, charts/loadtest_job.py): neither two masters at once nor
+        # one master per block.
+        raise ValueError(
+            f"{mode.value} arms with worker pods are not supported yet: set "
+            "loadtest.arms_mode=sequential, or loadtest.workers=1"
+        )
     if workers > 1 and mode is ArmsMode.CONCURRENT:
-        if not local_workers:
-            # A worker pod runs one Locust worker at a time against one master port
-            # (loadtest/worker_pod.py, charts/loadtest_job.py).
-            raise ValueError(
-                "concurrent arms with worker pods are not supported yet: set "
-                "loadtest.arms_mode=sequential, or loadtest.workers=1"
-            )
         check_ports_free(ports)
     if wait_ready_s:
         LOG.info("waiting up to %.0f s for both services to report healthy", wait_ready_s)
@@ -222,9 +227,17 @@ def run_arms(
     config: LoadTestConfig,
 ) -> None:
     """Run the arms as ``config.arms_mode`` says. Sequential: each arm whole, in turn.
-    Concurrent: their processes launched together, their windows opened at one instant
-    (loadtest/arms.py) and their waits bounded together. Raises Cancelled after stopping
-    what runs."""
+    Alternating: the arms take turns in blocks of the schedule, in ABBA order
+    (loadtest/alternating.py). Concurrent: their processes launched together, their windows
+    opened at one instant (loadtest/arms.py) and their waits bounded together. Raises
+    Cancelled after stopping what runs."""
+    if config.arms_mode is ArmsMode.ALTERNATING:
+        run_alternating(
+            plans, out_dir, ports[0], workers=workers, local_workers=local_workers,
+            workers_connect_timeout_s=config.workers_connect_timeout_s,
+            block_requests=config.alternating_block_requests, on_cancel=_log_cancel,
+        )  # fmt: skip
+        return
     if config.arms_mode is ArmsMode.SEQUENTIAL:
         for plan, port in zip(plans, ports, strict=True):
             run_arm(

@@ -131,7 +131,8 @@ def skew_warning_ms(run: RunInfo) -> float:
 def _arm_summary(
     run: RunInfo, arm: Arm, records: list[RequestRecord], meta: WindowMeta
 ) -> ArmSummary:
-    metrics = arm_metrics(records, run.slo.model_dump())
+    segments = [(block.first_index, block.last_index) for block in meta.blocks]
+    metrics = arm_metrics(records, run.slo.model_dump(), segments)
     return ArmSummary(
         label=run.variant_labels[arm.value],
         url=run.urls[arm.value],
@@ -191,7 +192,9 @@ def summarize(run_dir: Path) -> RunSummary:
         records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
     )
     analysis = analyse(run.analysis, records_by_arm, arms, lossless)
-    timing = arms_timing(run.arms_mode, metas)
+    timing = arms_timing(
+        run.arms_mode, metas, run.loadtest_config.get("alternating_block_requests")
+    )
     warnings += timing_warnings(timing)
     summary = RunSummary(
         run=run,

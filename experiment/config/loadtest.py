@@ -17,6 +17,9 @@ class ArmsMode(StrEnum):
     """Both arms at once from one start instant: for arms on separate hardware."""
     SEQUENTIAL = "sequential"
     """One arm whole, then the other: for arms that share the machine."""
+    ALTERNATING = "alternating"
+    """The arms take turns in blocks of the schedule, in ABBA order (ABC CBA for three), so a
+    slow drift of a shared machine falls on every arm alike."""
 
 
 class PromptSuiteConfig(Section):
@@ -185,7 +188,18 @@ class LoadTestConfig(Section):
         description=(
             "concurrent: both arms at once, the same prompt released to both together "
             "(separate hardware: the cluster, two endpoints); sequential: one arm, then "
-            "the other (arms sharing a machine: the local run's local.arms_mode)."
+            "the other; alternating: the arms take turns in blocks of "
+            "alternating_block_requests in ABBA order (arms sharing a machine: the local "
+            "run's local.arms_mode)."
+        ),
+    )
+    # Each block is a Locust process of its own (seconds of start-up on a busy machine):
+    # smaller blocks follow a drift more closely and cost more start-ups.
+    alternating_block_requests: Annotated[int, Field(ge=1)] = Field(
+        default=8,
+        description=(
+            "Alternating arms: measured requests per block (one arm alone runs one block, "
+            "then the arms take turns in ABBA order); at least concurrency."
         ),
     )
     warmup_requests: Annotated[int, Field(ge=0)] = Field(
@@ -297,6 +311,21 @@ class LoadTestConfig(Section):
             raise ValueError(
                 f"loadtest.workers ({self.workers}) exceeds loadtest.concurrency "
                 f"({self.concurrency}): every worker needs at least one user; lower workers"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _alternating_blocks_fill_the_users(self) -> LoadTestConfig:
+        # A block smaller than the users leaves some of them idle: the arm would be measured
+        # at a lower concurrency than configured.
+        if (
+            self.arms_mode is ArmsMode.ALTERNATING
+            and self.alternating_block_requests < self.concurrency
+        ):
+            raise ValueError(
+                f"loadtest.alternating_block_requests ({self.alternating_block_requests}) is "
+                f"below loadtest.concurrency ({self.concurrency}): a block would leave users "
+                "idle; raise alternating_block_requests to at least the concurrency"
             )
         return self
 

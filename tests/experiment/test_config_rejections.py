@@ -23,6 +23,20 @@ DFLASH = [
 ]
 
 BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
+    # Alternating blocks smaller than the users would leave some of them idle.
+    "alternating-block-below-concurrency": (
+        [
+            "loadtest.arms_mode=alternating",
+            "loadtest.concurrency=8",
+            "loadtest.alternating_block_requests=4",
+        ],
+        r"loadtest\.alternating_block_requests \(4\) is below loadtest\.concurrency \(8\)"
+        r".*raise alternating_block_requests",
+    ),
+    "alternating-block-zero": (
+        ["loadtest.alternating_block_requests=0"],
+        r"loadtest\.alternating_block_requests: Input should be greater than or equal to 1",
+    ),
     # The lossless alarm's tolerance is a share of the output: (0, 1].
     "lossless-tolerance-above-1": (
         ["guardrails.lossless_min_prefix_agreement=1.5"],
