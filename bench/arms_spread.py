@@ -60,7 +60,12 @@ def read_run(run_dir: Path, mode: str, turn: int, ok: bool, wall_s: float) -> Ar
         ok=ok,
         wall_s=wall_s,
         e2e_speedup={c: _interval(by_class[c].speedup["e2e_ms"]["mean"], path) for c in CLASSES},
-        block_overhead_s=timing.block_overhead_s if timing else None,
+        load_test_s=timing.run_elapsed_s if timing else None,
+        locust_overhead_s=(
+            sum(timing.arms_elapsed_s.values()) - sum(a.window_s for a in summary.arms.values())
+            if timing
+            else None
+        ),
     )
 
 

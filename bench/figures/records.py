@@ -197,7 +197,10 @@ class ArmsSpreadRun(_Model):
     ok: bool  # the local run's own checks passed (exit 0)
     wall_s: float
     e2e_speedup: dict[str, Interval]  # by prompt class
-    block_overhead_s: float | None = None  # alternating: the blocks' start-up cost
+    load_test_s: float | None = None  # the load test's wall time (both arms)
+    # The arms' Locust processes' wall time minus their measured windows: start-up and
+    # shutdown, once per arm (sequential) or once per block (alternating).
+    locust_overhead_s: float | None = None
 
 
 class ArmsSpreadFigures(_Model):

@@ -416,7 +416,14 @@ def arms_spread(records: Records) -> str:
                 f"{x(run.e2e_speedup[c].estimate)} {ci(run.e2e_speedup[c])}" for run in runs
             )
             rows.append(f"| {label(mode)} | {names[c]} | {each} | **{f.spread(mode, c):.2f}** |")
-    overheads = [run.block_overhead_s for run in f.runs if run.block_overhead_s is not None]
+    overhead = {
+        mode: [r.locust_overhead_s for r in f.runs if r.mode == mode and r.locust_overhead_s]
+        for mode in f.modes()
+    }
+    load = {
+        mode: [r.load_test_s for r in f.runs if r.mode == mode and r.load_test_s]
+        for mode in f.modes()
+    }
     failed = [run for run in f.runs if not run.ok]
     lines = [
         f"{len(f.runs)} cached local runs, interleaved by mode ({r.day}, {r.machine.text()}):",
@@ -428,10 +435,14 @@ def arms_spread(records: Records) -> str:
         *rows,
         "",
     ]
-    if overheads:
+    if all(overhead.values()) and all(load.values()):
         lines.append(
-            f"Starting and stopping the blocks' Locust processes cost {span(overheads, 0)} s "
-            f"per alternating run (of {span([run.wall_s for run in f.runs], 0)} s per run)."
+            "Starting and stopping the Locust processes (once per arm, or once per block) took "
+            + "; ".join(
+                f"{span(overhead[mode], 0)} s of a {span(load[mode], 0)} s load test {mode}"
+                for mode in f.modes()
+            )
+            + "."
         )
     if failed:
         lines.append(f"{len(failed)} of the runs failed their own checks (see the record).")
