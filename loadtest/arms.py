@@ -1,6 +1,8 @@
 """How the two arms share the run's time: ``loadtest.arms_mode``.
 
-``sequential``: one arm whole, then the other (the arms share a machine: the local run).
+``sequential``: one arm whole, then the other. ``alternating`` (loadtest/alternating.py):
+the arms take turns in blocks of the schedule in ABBA order (arms sharing a machine: the
+local run).
 ``concurrent``: both arms' Locust processes start together and open their measured windows
 at one instant, so the same schedule (the same prompts in the same order; open loop: the same
 arrival times) is released to both arms together, each with its own users. A drift of the
