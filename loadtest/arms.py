@@ -1,6 +1,8 @@
 """How the two arms share the run's time: ``loadtest.arms_mode``.
 
-``sequential``: one arm whole, then the other (the arms share a machine: the local run).
+``sequential``: one arm whole, then the other. ``alternating`` (loadtest/alternating.py):
+the arms take turns in blocks of the schedule in ABBA order (arms sharing a machine: the
+local run).
 ``concurrent``: both arms' Locust processes start together and open their measured windows
 at one instant, so the same schedule (the same prompts in the same order; open loop: the same
 arrival times) is released to both arms together, each with its own users. A drift of the
@@ -138,26 +140,29 @@ def start_arm(
     local_workers: bool,
     master_port: int,
     workers_connect_timeout_s: int,
+    name: str | None = None,
 ) -> StartedArm:
-    """Write the arm's plan and start its Locust processes."""
+    """Write the arm's plan and start its Locust processes. ``name``: of the plan file and
+    Locust's outputs (default the arm; a block of alternating arms has its own)."""
+    name = name or plan.arm
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(parents=True, exist_ok=True)
-    plan_path = run_dir / f"plan_{plan.arm}.json"
+    plan_path = run_dir / f"plan_{name}.json"
     plan_path.write_text(plan.to_json())
     run_time = max(1, int(plan.shape.max_duration_s + 0.999))
     master = master_command(
         plan, plan_path, locust_dir, workers=workers, master_port=master_port,
-        locustfile=locustfile, workers_connect_timeout_s=workers_connect_timeout_s,
+        locustfile=locustfile, workers_connect_timeout_s=workers_connect_timeout_s, name=name,
     )  # fmt: skip
     worker_commands = (
         [worker_command(master_port, locustfile)] * workers if workers > 1 and local_workers else []
     )
     LOG.info(
         "%s: %d measured requests at concurrency %d against %s (at most %ss, %d worker%s)",
-        plan.arm, len(plan.measured), plan.shape.concurrency, plan.base_url, run_time,
+        name, len(plan.measured), plan.shape.concurrency, plan.base_url, run_time,
         workers, "" if workers == 1 else "s",
     )  # fmt: skip
-    log_path = locust_dir / f"{plan.arm}.log"
+    log_path = locust_dir / f"{name}.log"
     log = log_path.open("wb")
     timeout_s = (
         run_time + STOP_TIMEOUT_S + KILL_MARGIN_S + plan.params.timeout_s
@@ -226,21 +231,24 @@ def run_together(
 # --- In the summary ---------------------------------------------------------------------
 
 
-def arms_timing(mode: str | None, metas: Mapping[str, WindowMeta]) -> ArmsTiming | None:
+def arms_timing(
+    mode: str | None, metas: Mapping[str, WindowMeta], block_requests: int | None = None
+) -> ArmsTiming | None:
     """When each arm ran, and for concurrent arms the wall time saved against running them
-    one after the other (None: a run from before arms_mode, or no arm ran)."""
+    one after the other; for alternating arms the order of their blocks and what the
+    blocks' start-ups cost (None: a run from before arms_mode, or no arm ran)."""
     if mode is None:
         return None
     ran = {arm: m for arm, m in metas.items() if m.launched_wall is not None and m.elapsed_s}
     if not ran:
         return None
     elapsed = {arm: m.elapsed_s for arm, m in ran.items()}
-    ends = [m.launched_wall + m.elapsed_s for m in ran.values() if m.launched_wall and m.elapsed_s]
     begin = min(m.launched_wall for m in ran.values() if m.launched_wall is not None)
-    run_elapsed = max(ends) - begin
+    run_elapsed = max(_ended_wall(m) for m in ran.values()) - begin
     firsts = {arm: m.first_request_wall for arm, m in metas.items()}
     known = [t for t in firsts.values() if t is not None]
     spread = max(known) - min(known) if len(known) == len(metas) and len(known) > 1 else None
+    blocks = sorted((b.turn, arm, b) for arm, m in metas.items() for b in m.blocks)
     return ArmsTiming(
         mode=mode,
         first_request_wall=firsts,
@@ -248,7 +256,23 @@ def arms_timing(mode: str | None, metas: Mapping[str, WindowMeta]) -> ArmsTiming
         arms_elapsed_s={arm: e for arm, e in elapsed.items() if e is not None},
         run_elapsed_s=run_elapsed,
         wall_saved_s=sum(e for e in elapsed.values() if e is not None) - run_elapsed,
+        block_order=[arm for _, arm, _ in blocks],
+        block_requests=block_requests if blocks else None,
+        block_overhead_s=(
+            sum((b.elapsed_s or 0.0) - b.window_s for _, _, b in blocks) if blocks else None
+        ),
     )
+
+
+def _ended_wall(meta: WindowMeta) -> float:
+    """When the arm's last Locust process ended (alternating: its last block's)."""
+    ends = [
+        b.launched_wall + b.elapsed_s
+        for b in meta.blocks
+        if b.launched_wall is not None and b.elapsed_s is not None
+    ]
+    assert meta.launched_wall is not None and meta.elapsed_s is not None
+    return max(ends) if ends else meta.launched_wall + meta.elapsed_s
 
 
 def timing_warnings(timing: ArmsTiming | None) -> list[str]:

@@ -56,16 +56,20 @@ def master_command(
     master_port: int,
     locustfile: Path = LOCUSTFILE,
     workers_connect_timeout_s: int = LoadTestConfig().workers_connect_timeout_s,
+    name: str | None = None,
 ) -> list[str]:
+    """``name``: of Locust's own output files (default the arm; a block of alternating arms
+    has its own, loadtest/alternating.py)."""
     users = plan.shape.concurrency
+    name = name or plan.arm
     command = [
         sys.executable, "-m", "locust", "-f", str(locustfile), "--headless",
         "-u", str(users), "-r", str(users),
         "-t", f"{max(1, math.ceil(plan.shape.max_duration_s))}s",
         "--stop-timeout", str(STOP_TIMEOUT_S),
         "--loadtest-plan", str(plan_path),
-        "--csv", str(locust_dir / plan.arm),
-        "--html", str(locust_dir / f"{plan.arm}.html"),
+        "--csv", str(locust_dir / name),
+        "--html", str(locust_dir / f"{name}.html"),
         "--only-summary", "--exit-code-on-error", "0", "--loglevel", "WARNING",
     ]  # fmt: skip
     if workers > 1:

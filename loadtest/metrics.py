@@ -16,7 +16,7 @@ Definitions (the same for both arms; see docs/loadtest.md):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, pairwise
 from typing import Any, Protocol
@@ -258,10 +258,25 @@ class ArmMetrics:
     length_mismatch_examples: list[LengthMismatch] = field(default_factory=list)
 
 
-def arm_metrics(records: list[RequestRecord], slo: dict[str, float]) -> ArmMetrics:
-    """Window, overall and per-class blocks of the measured (non-warm-up) records."""
+def segmented_window_s(records: list[RequestRecord], segments: Sequence[tuple[int, int]]) -> float:
+    """The sum of each segment's window: alternating arms (loadtest/alternating.py) measure
+    in blocks of schedule indices ``(first, last)``, and the time between an arm's blocks
+    belongs to the other arms."""
+    return sum(
+        window_s([r for r in records if first <= r.index <= last]) for first, last in segments
+    )
+
+
+def arm_metrics(
+    records: list[RequestRecord],
+    slo: dict[str, float],
+    segments: Sequence[tuple[int, int]] = (),
+) -> ArmMetrics:
+    """Window, overall and per-class blocks of the measured (non-warm-up) records;
+    ``segments``: the schedule indices of each block of an alternating arm (empty: one
+    window)."""
     measured = [r for r in records if not r.warmup]
-    window = window_s(measured)
+    window = segmented_window_s(measured, segments) if segments else window_s(measured)
     columns = _Columns.of(measured)
     return ArmMetrics(
         window_s=window,

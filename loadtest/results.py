@@ -31,7 +31,9 @@ SCHEMA_VERSION = 6
 #    and compared_tokens (issue 23); RunInfo.arms_mode and RunSummary.arms_timing (issue 25:
 #    concurrent arms).
 # 6: the tiered arm (issue 24): RunSummary.tiered, RunInfo.tiered, RequestInfo.class_header
-#    and, when the run drove the gateway, a third entry "tiered" in arms and run.urls.
+#    and, when the run drove the gateway, a third entry "tiered" in arms and run.urls;
+#    ArmsTiming.block_order, block_requests and block_overhead_s (issue 25: alternating
+#    arms).
 
 
 class _Result(BaseModel):
@@ -347,7 +349,8 @@ class RunInfo(_Result):
     analysis: AnalysisInfo | None = None
     """k, bootstrap settings and price for the statistics and cost (None: older runs)."""
     arms_mode: str | None = None
-    """loadtest.arms_mode of the run: concurrent or sequential (None: older runs, sequential)."""
+    """loadtest.arms_mode of the run: concurrent, alternating or sequential (None: older runs,
+    sequential)."""
     tiered: TieredRouting | None = None
     """The routing of the tiered arm; None: the run did not drive the gateway."""
 
@@ -532,7 +535,7 @@ class ArmsTiming(_Result):
     time they saved against running one after the other."""
 
     mode: str
-    """concurrent or sequential (loadtest.arms_mode)."""
+    """concurrent, alternating or sequential (loadtest.arms_mode)."""
     first_request_wall: dict[str, float | None]
     """Per arm: when its first measured request left (Unix time; None: none did)."""
     start_spread_s: float | None
@@ -543,7 +546,15 @@ class ArmsTiming(_Result):
     """Wall time from the first arm's launch to the last arm's end."""
     wall_saved_s: float
     """Sum of the arms' elapsed minus the run's: about one arm's time when concurrent, 0
-    when sequential."""
+    when sequential or alternating."""
+    block_order: list[str] = Field(default_factory=list)
+    """Alternating: the arm of each block in the order the blocks ran (ABBA...; empty for
+    the other modes)."""
+    block_requests: int | None = None
+    """Alternating: measured requests per block (loadtest.alternating_block_requests)."""
+    block_overhead_s: float | None = None
+    """Alternating: the blocks' elapsed minus their measured windows, over every arm: what
+    starting and stopping one Locust process per block cost."""
 
 
 class TieredClass(_Result):

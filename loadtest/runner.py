@@ -26,6 +26,9 @@ Run directory layout::
                                   measured request times
     ready_<arm>.json              concurrent arms: when the arm's warm-up was done
                                   (<arm>: baseline, speculative, and tiered when driven)
+    blocks/                       alternating arms: each block's plan, records, window
+                                  file and Locust outputs (records_<arm>.jsonl and
+                                  window_<arm>.json combine them)
     locust/<arm>_stats.csv, locust/<arm>.html, locust/<arm>.log   Locust's own outputs
     summary.json                  (loadtest.summary: the typed RunSummary, loadtest.results)
     summary.csv, report.md, report.html, *.png                   (loadtest.report)
@@ -42,6 +45,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from experiment.config import TIERED_ARM, Arm, ArmsMode, ExperimentConfig, LoadTestConfig
+from loadtest.alternating import run_alternating
 from loadtest.analysis import analysis_info
 from loadtest.arms import (
     check_ports_free,
@@ -251,9 +255,17 @@ def run_arms(
     config: LoadTestConfig,
 ) -> None:
     """Run the arms as ``config.arms_mode`` says. Sequential: each arm whole, in turn.
-    Concurrent: their processes launched together, their windows opened at one instant
-    (loadtest/arms.py) and their waits bounded together. Raises Cancelled after stopping
-    what runs."""
+    Alternating: the arms take turns in blocks of the schedule, in ABBA order
+    (loadtest/alternating.py). Concurrent: their processes launched together, their windows
+    opened at one instant (loadtest/arms.py) and their waits bounded together. Raises
+    Cancelled after stopping what runs."""
+    if config.arms_mode is ArmsMode.ALTERNATING:
+        run_alternating(
+            plans, out_dir, ports[0], workers=workers, local_workers=local_workers,
+            workers_connect_timeout_s=config.workers_connect_timeout_s,
+            block_requests=config.alternating_block_requests, on_cancel=_log_cancel,
+        )  # fmt: skip
+        return
     if config.arms_mode is ArmsMode.SEQUENTIAL:
         for plan, port in zip(plans, ports, strict=True):
             run_arm(

@@ -133,7 +133,8 @@ def skew_warning_ms(run: RunInfo) -> float:
 def _arm_summary(
     run: RunInfo, arm: str, records: list[RequestRecord], meta: WindowMeta, acceptance: Acceptance
 ) -> ArmSummary:
-    metrics = arm_metrics(records, run.slo.model_dump())
+    segments = [(block.first_index, block.last_index) for block in meta.blocks]
+    metrics = arm_metrics(records, run.slo.model_dump(), segments)
     return ArmSummary(
         label=run.variant_labels[arm],
         url=run.urls[arm],
@@ -228,7 +229,9 @@ def summarize(run_dir: Path) -> RunSummary:
         )
         warnings += tiered_warnings(tiered)
     # The serving arms' timing: the tiered arm runs after them, alone.
-    timing = arms_timing(run.arms_mode, metas)
+    timing = arms_timing(
+        run.arms_mode, metas, run.loadtest_config.get("alternating_block_requests")
+    )
     warnings += timing_warnings(timing)
     summary = RunSummary(
         run=run,

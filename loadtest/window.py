@@ -20,6 +20,27 @@ from loadtest.results import ArrivalStampCounts
 NOT_RUN = "not_run"
 
 
+class BlockWindow(BaseModel):
+    """One block of an alternating arm (loadtest/alternating.py): a slice of the schedule
+    run by a Locust process of its own."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    block: int
+    """The block's number within its arm (0: the first, the one with the warm-up)."""
+    turn: int
+    """Its place in the run's order of blocks over every arm (0: the first to run)."""
+    first_index: int
+    """Schedule index of its first measured request (blocks are contiguous slices)."""
+    last_index: int
+    stopped_by: str = NOT_RUN
+    launched_wall: float | None = None
+    elapsed_s: float | None = None
+    """Its Locust process's wall time, start-up and shutdown included."""
+    window_s: float = 0.0
+    """Its measured window (elapsed_s minus this: the block's start-up and shutdown cost)."""
+
+
 class WindowMeta(BaseModel):
     """What ``window_<arm>.json`` holds."""
 
@@ -62,6 +83,9 @@ class WindowMeta(BaseModel):
     """Set by the runner: the shared start instant of concurrent arms (None: sequential)."""
     first_request_wall: float | None = None
     """Set by the runner: when the arm's first measured request left (its records)."""
+    blocks: list[BlockWindow] = Field(default_factory=list)
+    """Alternating arms: the blocks this window combines, in the order they ran (empty:
+    one window, sequential or concurrent)."""
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=1))

@@ -28,6 +28,7 @@ from bench.figures.records import (
     BENCH_RESULT_FILES,
     ROOT,
     ArmCostFigures,
+    ArmsSpreadFigures,
     BreakEven,
     FigureRecord,
     Figures,
@@ -321,6 +322,11 @@ def stats_speed_figures(outcome: Outcome) -> StatsSpeedFigures:
 
 
 MINIATURE_OUT = "runs/figures/miniature.json"
+ARMS_SPREAD_OUT = "runs/figures/arms-spread.json"
+
+
+def arms_spread_figures(outcome: Outcome) -> ArmsSpreadFigures:
+    return ArmsSpreadFigures.model_validate_json((outcome.workdir / ARMS_SPREAD_OUT).read_text())
 
 
 def miniature_figures(outcome: Outcome) -> MiniatureFigures:
@@ -364,6 +370,12 @@ MEASUREMENTS: dict[str, Measurement] = {
             "miniature",
             f"mkdir -p runs/figures && .venv/bin/python -m bench.miniature --out {MINIATURE_OUT}",
             miniature_figures,
+        ),
+        # Six cached local runs, interleaved by arms mode (issue 25's local goal).
+        Measurement(
+            "arms-spread",
+            f".venv/bin/python -m bench.arms_spread --out {ARMS_SPREAD_OUT}",
+            arms_spread_figures,
         ),
         Measurement(
             "stats-speed",

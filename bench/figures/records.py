@@ -200,6 +200,46 @@ class BenchReported(_Model):
     chunk_tokens: bool  # whether it counted the tokens each chunk carried
 
 
+class ArmsSpreadRun(_Model):
+    """One cached local run of ``python -m bench.arms_spread``."""
+
+    mode: str  # local.arms_mode: sequential or alternating
+    turn: int  # its place in the interleaved sequence (0: first)
+    ok: bool  # the local run's own checks passed (exit 0)
+    wall_s: float
+    e2e_speedup: dict[str, Interval]  # by prompt class
+    load_test_s: float | None = None  # the load test's wall time (both arms)
+    # The arms' Locust processes' wall time minus their measured windows: start-up and
+    # shutdown, once per arm (sequential) or once per block (alternating).
+    locust_overhead_s: float | None = None
+
+
+class ArmsSpreadFigures(_Model):
+    """``python -m bench.arms_spread``: repeated identical cached local runs per arms mode,
+    interleaved, and how far their E2E speedups spread (issue 25's local goal)."""
+
+    kind: Literal["arms-spread"] = "arms-spread"
+    block_requests: int  # loadtest.alternating_block_requests of the alternating runs
+    runs: list[ArmsSpreadRun]
+
+    def modes(self) -> list[str]:
+        return list(dict.fromkeys(run.mode for run in self.runs))
+
+    def estimates(self, mode: str, prompt_class: str) -> list[float]:
+        return [r.e2e_speedup[prompt_class].estimate for r in self.runs if r.mode == mode]
+
+    def spread(self, mode: str, prompt_class: str) -> float:
+        """max - min of the mode's E2E speedup estimates for the class."""
+        values = self.estimates(mode, prompt_class)
+        return max(values) - min(values) if values else float("nan")
+
+    def chosen(self, candidate: str, reference: str, classes: tuple[str, ...]) -> str:
+        """``candidate`` when its spread is smaller than ``reference``'s for every class,
+        else ``reference`` (the goal: tighter for structured and open-ended alike)."""
+        tighter = all(self.spread(candidate, c) < self.spread(reference, c) for c in classes)
+        return candidate if tighter else reference
+
+
 class BenchPoint(_Model):
     """Signed error p50 / p99 (ms) of one instrument at one concurrency level."""
 
@@ -239,7 +279,8 @@ Figures = Annotated[
     | TuneFigures
     | StatsSpeedFigures
     | MiniatureFigures
-    | BenchFigures,
+    | BenchFigures
+    | ArmsSpreadFigures,
     Field(discriminator="kind"),
 ]
 

@@ -19,6 +19,7 @@ from bench.figures.records import (
     BENCH_RESULT_FILES,
     RECORDS_DIR,
     ROOT,
+    ArmsSpreadFigures,
     BenchFigures,
     BenchPoint,
     FigureRecord,
@@ -407,6 +408,74 @@ def miniature(records: Records) -> str:
     )
 
 
+def arms_spread(records: Records) -> str:
+    """Identical cached local runs per arms mode, their spread and the mode chosen."""
+    r, f = need(records, "arms-spread", ArmsSpreadFigures)
+    chosen = f.chosen("alternating", "sequential", CLASSES)
+    names = {"structured": "structured", "open_ended": "open-ended"}
+
+    def label(mode: str) -> str:
+        return f"{mode} (blocks of {f.block_requests})" if mode == "alternating" else mode
+
+    rows = [
+        "| arms mode | class | E2E speedup of each run [95% CI] | spread (max - min) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for mode in f.modes():
+        for c in CLASSES:
+            runs = [run for run in f.runs if run.mode == mode]
+            each = ", ".join(
+                f"{x(run.e2e_speedup[c].estimate)} {ci(run.e2e_speedup[c])}" for run in runs
+            )
+            rows.append(f"| {label(mode)} | {names[c]} | {each} | **{f.spread(mode, c):.2f}** |")
+    overhead = {
+        mode: [r.locust_overhead_s for r in f.runs if r.mode == mode and r.locust_overhead_s]
+        for mode in f.modes()
+    }
+    load = {
+        mode: [r.load_test_s for r in f.runs if r.mode == mode and r.load_test_s]
+        for mode in f.modes()
+    }
+    failed = [run for run in f.runs if not run.ok]
+    lines = [
+        f"{len(f.runs)} cached local runs, interleaved by mode ({r.day}, {r.machine.text()}):",
+        "",
+        "```bash",
+        r.command,
+        "```",
+        "",
+        *rows,
+        "",
+    ]
+    if all(overhead.values()) and all(load.values()):
+        lines.append(
+            "Starting and stopping the Locust processes (once per arm, or once per block) took "
+            + "; ".join(
+                f"{span(overhead[mode], 0)} s of a {span(load[mode], 0)} s load test {mode}"
+                for mode in f.modes()
+            )
+            + "."
+        )
+    if failed:
+        lines.append(f"{len(failed)} of the runs failed their own checks (see the record).")
+    if chosen == "alternating":
+        verdict = (
+            "alternating's spread is smaller than sequential's for both classes, so the "
+            "local run's default `local.arms_mode` is **alternating**."
+        )
+    else:
+        verdict = (
+            "alternating's spread is not smaller than sequential's for both classes ("
+            + ", ".join(
+                f"{names[c]} {f.spread('alternating', c):.2f} vs {f.spread('sequential', c):.2f}"
+                for c in CLASSES
+            )
+            + "), so the local run keeps **sequential** as its default `local.arms_mode`."
+        )
+    lines.append(f"With {len(f.runs) // max(len(f.modes()), 1)} runs per mode, {verdict}")
+    return "\n".join(lines)
+
+
 def loadtest_workers(records: Records) -> str:
     r, b = need(records, "bench-workers", BenchFigures)
     at256 = [b.point(256, f"locust_p{n}") for n in (1, 2, 4)]
@@ -637,6 +706,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "stats-speed": stats_speed,
     "miniature": miniature,
     "loadtest-workers": loadtest_workers,
+    "arms-spread": arms_spread,
     "bench-duration": bench_duration,
     "bench-bar": bench_bar,
     "bench-workers": bench_workers,

@@ -42,11 +42,11 @@ from experiment.config.loadtest import (
     ArmsMode,
     LoadTestConfig,
     LoadTestPodConfig,
-    MetricNames,
     PromptSuiteConfig,
     SloConfig,
 )
 from experiment.config.local import LocalConfig
+from experiment.config.metric_names import MetricNames
 from experiment.config.model_store import ModelStoreConfig
 from experiment.config.network import LOG_RETENTION_DAYS, NetworkConfig
 from experiment.config.pricing import (

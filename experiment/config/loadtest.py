@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from experiment.config.base import Arm, Section, ServiceAccountName
+from experiment.config.metric_names import MetricNames
 
 
 class ArmsMode(StrEnum):
@@ -17,6 +18,9 @@ class ArmsMode(StrEnum):
     """Both arms at once from one start instant: for arms on separate hardware."""
     SEQUENTIAL = "sequential"
     """One arm whole, then the other: for arms that share the machine."""
+    ALTERNATING = "alternating"
+    """The arms take turns in blocks of the schedule, in ABBA order (ABC CBA for three), so a
+    slow drift of a shared machine falls on every arm alike."""
 
 
 class PromptSuiteConfig(Section):
@@ -42,67 +46,6 @@ class SloConfig(Section):
     )
     e2e_ms: float = Field(
         default=60000.0, description="End-to-end latency objective of a good request, ms."
-    )
-
-
-class MetricNames(Section):
-    """CloudWatch metric names: the contract between the load test (publisher) and the
-    dashboard (reader). Latencies in milliseconds."""
-
-    ttft: str = Field(default="TimeToFirstToken", description="Time to first token, ms.")
-    inter_token_latency: str = Field(
-        default="InterTokenLatency", description="Latency per token (not per SSE chunk), ms."
-    )
-    time_per_output_token: str = Field(
-        default="TimePerOutputToken", description="Time per output token after the first, ms."
-    )
-    e2e_latency: str = Field(
-        default="EndToEndLatency", description="End-to-end latency of a request, ms."
-    )
-    output_tokens_per_second: str = Field(
-        default="OutputTokensPerSecond", description="Output tokens per second of one request."
-    )
-    output_throughput: str = Field(
-        default="OutputTokenThroughput", description="Output tokens per wall-clock second of a run."
-    )
-    request_throughput: str = Field(
-        default="RequestThroughput", description="Requests per second of a run."
-    )
-    goodput: str = Field(default="Goodput", description="Requests per second that met every SLO.")
-    failed_requests: str = Field(default="FailedRequests", description="Failed requests of a run.")
-    acceptance_rate: str = Field(
-        default="AcceptanceRate",
-        description="Draft tokens accepted / proposed, from the server's metrics.",
-    )
-    mean_acceptance_length: str = Field(
-        default="MeanAcceptanceLength", description="Mean tokens accepted per speculative step."
-    )
-    acceptance_rate_estimate: str = Field(
-        default="AcceptanceRateEstimate",
-        description=(
-            "SD arm, per prompt class: acceptance estimated from client-side tokens "
-            "per chunk (loadtest/stats.py)."
-        ),
-    )
-    failed_request_share: str = Field(
-        default="FailedRequestShare", description="Failed / sent requests, 0..1."
-    )
-    lossless_mismatches: str = Field(
-        default="LosslessMismatches",
-        description=(
-            "Prompts whose SD output differs from the baseline's, per run (published with "
-            "Variant=SD)."
-        ),
-    )
-    lossless_prefix_agreement: str = Field(
-        default="LosslessPrefixAgreement",
-        description=(
-            "Tokens before each prompt's first divergence from the baseline / tokens compared,"
-            " per run, Variant=SD (the lossless alarm watches it)."
-        ),
-    )
-    cost_per_million_output_tokens: str = Field(
-        default="CostPerMillionOutputTokens", description="Cost per 1M output tokens, USD."
     )
 
 
@@ -193,7 +136,18 @@ class LoadTestConfig(Section):
         description=(
             "concurrent: both arms at once, the same prompt released to both together "
             "(separate hardware: the cluster, two endpoints); sequential: one arm, then "
-            "the other (arms sharing a machine: the local run's local.arms_mode)."
+            "the other; alternating: the arms take turns in blocks of "
+            "alternating_block_requests in ABBA order (arms sharing a machine: the local "
+            "run's local.arms_mode)."
+        ),
+    )
+    # Each block is a Locust process of its own (seconds of start-up on a busy machine):
+    # smaller blocks follow a drift more closely and cost more start-ups.
+    alternating_block_requests: Annotated[int, Field(ge=1)] = Field(
+        default=8,
+        description=(
+            "Alternating arms: measured requests per block (one arm alone runs one block, "
+            "then the arms take turns in ABBA order); at least concurrency."
         ),
     )
     warmup_requests: Annotated[int, Field(ge=0)] = Field(
@@ -338,10 +292,38 @@ class LoadTestConfig(Section):
     def master_port_of(self, arm: Arm) -> int:
         """The port ``arm``'s Locust master listens on and its workers connect to: the one
         source for the runner (loadtest/runner.py) and the worker pods' Jobs, Service and
-        NetworkPolicy (charts/). Masters that run at the same time each need their own."""
-        if self.arms_mode is ArmsMode.SEQUENTIAL:
+        NetworkPolicy (charts/). Masters that run at the same time each need their own; arms
+        in turn (sequential, alternating) reuse one."""
+        if self.arms_mode is not ArmsMode.CONCURRENT:
             return self.master_port
         return self.master_port + list(Arm).index(arm)
+
+    @model_validator(mode="after")
+    def _alternating_arms_without_worker_pods(self) -> LoadTestConfig:
+        # A worker pod serves one master per arm for the whole run (loadtest/worker_pod.py),
+        # not one master per block.
+        if self.arms_mode is ArmsMode.ALTERNATING and self.workers > 1:
+            raise ValueError(
+                f"loadtest.arms_mode alternating runs one arm at a time in blocks, without "
+                f"worker pods, but loadtest.workers is {self.workers}: set loadtest.workers=1, "
+                "or loadtest.arms_mode=concurrent or sequential"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _alternating_blocks_fill_the_users(self) -> LoadTestConfig:
+        # A block smaller than the users leaves some of them idle: the arm would be measured
+        # at a lower concurrency than configured.
+        if (
+            self.arms_mode is ArmsMode.ALTERNATING
+            and self.alternating_block_requests < self.concurrency
+        ):
+            raise ValueError(
+                f"loadtest.alternating_block_requests ({self.alternating_block_requests}) is "
+                f"below loadtest.concurrency ({self.concurrency}): a block would leave users "
+                "idle; raise alternating_block_requests to at least the concurrency"
+            )
+        return self
 
     @field_validator("metric_namespace")
     @classmethod

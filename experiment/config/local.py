@@ -73,9 +73,14 @@ class LocalConfig(Section):
         default=1, description="Measured requests per prompt and local arm."
     )
     # Both servers share the machine's cores: concurrent arms would compete for them.
+    # Alternating, because identical cached runs spread less than sequential ones for both
+    # prompt classes (docs/records/arms-spread.json, docs/local-run.md).
     arms_mode: ArmsMode = Field(
-        default=ArmsMode.SEQUENTIAL,
-        description="loadtest.arms_mode of the local run (its servers share the CPU cores).",
+        default=ArmsMode.ALTERNATING,
+        description=(
+            "loadtest.arms_mode of the local run (its servers share the CPU cores): "
+            "alternating or sequential."
+        ),
     )
     # 16 more prompts, so the lossless check covers 32 (the trn2 suite stays the published 16).
     extra_prompt_files: list[str] = Field(

@@ -337,6 +337,8 @@ def arms_lines(summary: RunSummary) -> list[str]:
                 f"({sum(timing.arms_elapsed_s.values()):.0f} s)."
             )
         return lines
+    if mode == "alternating":
+        return alternating_lines(summary)
     lines = [
         f"Arms: {mode}, one arm whole, then the other. Pairs: the same prompt in the "
         "same schedule slot, measured at different times (a drift between the two halves "
@@ -344,6 +346,28 @@ def arms_lines(summary: RunSummary) -> list[str]:
     ]
     if timing is not None:
         lines.append(f"Timing: the run took {timing.run_elapsed_s:.0f} s.")
+    return lines
+
+
+def alternating_lines(summary: RunSummary) -> list[str]:
+    """The alternating arms' blocks (loadtest/alternating.py): their order and cost."""
+    timing = summary.arms_timing
+    size = "" if timing is None or timing.block_requests is None else (
+        f" of {timing.block_requests} requests"
+    )  # fmt: skip
+    lines = [
+        f"Arms: alternating, the arms taking turns in blocks{size} in ABBA order, each block "
+        "on one arm alone, so a slow drift of the machine falls on both arms alike. Pairs: "
+        "the same prompt in the same schedule slot, measured in neighbouring blocks."
+    ]
+    if timing is not None:
+        labels = {arm: block.label for arm, block in summary.arms.items()}
+        order = " ".join(labels.get(arm, arm) for arm in timing.block_order)
+        overhead = timing.block_overhead_s
+        cost = "" if overhead is None else (
+            f", {overhead:.0f} s of it starting and stopping the blocks' Locust processes"
+        )  # fmt: skip
+        lines.append(f"Timing: blocks {order}; the run took {timing.run_elapsed_s:.0f} s{cost}.")
     return lines
 
 

@@ -23,6 +23,29 @@ DFLASH = [
 ]
 
 BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
+    # Alternating blocks smaller than the users would leave some of them idle.
+    "alternating-block-below-concurrency": (
+        [
+            "loadtest.arms_mode=alternating",
+            "loadtest.concurrency=8",
+            "loadtest.alternating_block_requests=4",
+        ],
+        r"loadtest\.alternating_block_requests \(4\) is below loadtest\.concurrency \(8\)"
+        r".*raise alternating_block_requests",
+    ),
+    # A worker pod serves one master per arm for the whole run, not one per block.
+    "alternating-with-worker-pods": (
+        [
+            "loadtest.arms_mode=alternating",
+            "loadtest.concurrency=8",
+            "loadtest.workers=2",
+        ],
+        r"loadtest\.arms_mode alternating .* loadtest\.workers is 2: set loadtest\.workers=1",
+    ),
+    "alternating-block-zero": (
+        ["loadtest.alternating_block_requests=0"],
+        r"loadtest\.alternating_block_requests: Input should be greater than or equal to 1",
+    ),
     # The lossless alarm's tolerance is a share of the output: (0, 1].
     "lossless-tolerance-above-1": (
         ["guardrails.lossless_min_prefix_agreement=1.5"],

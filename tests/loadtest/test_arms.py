@@ -25,12 +25,13 @@ from loadtest.render.tables import arms_lines
 from loadtest.window import WindowMeta
 
 
-def test_concurrent_for_the_cluster_and_cli_sequential_for_the_local_run() -> None:
+def test_concurrent_for_the_cluster_and_cli_alternating_for_the_local_run() -> None:
     config = build_config({})
     assert config.loadtest.arms_mode is ArmsMode.CONCURRENT
-    # The local run's servers share the cores: its layer says sequential, visibly.
-    assert config.local.arms_mode is ArmsMode.SEQUENTIAL
-    assert local_scale(config).loadtest.arms_mode is ArmsMode.SEQUENTIAL
+    # The local run's servers share the cores: its layer says alternating (measured to
+    # spread less than sequential: tests/bench/test_arms_spread.py), visibly.
+    assert config.local.arms_mode is ArmsMode.ALTERNATING
+    assert local_scale(config).loadtest.arms_mode is ArmsMode.ALTERNATING
     chosen = build_config({"local.arms_mode": "concurrent"})
     assert local_scale(chosen).loadtest.arms_mode is ArmsMode.CONCURRENT
     with pytest.raises(ConfigError, match="arms_mode"):

@@ -1,0 +1,96 @@
+"""The arms-spread record (python -m bench.arms_spread): the runs it starts, the spread per
+mode, the mode it chooses, the text docs/local-run.md renders from it, and the local run's
+default following the checked-in record."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from bench.arms_spread import local_run_command, spread_lines
+from bench.figures.records import (
+    ArmsSpreadFigures,
+    ArmsSpreadRun,
+    FigureRecord,
+    Interval,
+    Provenance,
+    RecordMachine,
+    load_records,
+)
+from bench.figures.regions import CLASSES, arms_spread
+from experiment.config import ArmsMode, LocalConfig
+
+
+def _run(mode: str, turn: int, structured: float, open_ended: float) -> ArmsSpreadRun:
+    return ArmsSpreadRun(
+        mode=mode, turn=turn, ok=True, wall_s=200.0 + turn,
+        e2e_speedup={
+            "structured": Interval(estimate=structured, low=structured - 0.5,
+                                   high=structured + 0.5, n=16),
+            "open_ended": Interval(estimate=open_ended, low=open_ended - 0.2,
+                                   high=open_ended + 0.2, n=16),
+        },
+        load_test_s=150.0 + turn, locust_overhead_s=(30.0 if mode == "alternating" else 8.0) + turn,
+    )  # fmt: skip
+
+
+def _figures(alternating: list[tuple[float, float]]) -> ArmsSpreadFigures:
+    sequential = [(3.0, 1.0), (3.4, 1.2), (2.8, 0.95)]
+    runs = []
+    for i, (seq, alt) in enumerate(zip(sequential, alternating, strict=True)):
+        runs += [_run("sequential", 2 * i, *seq), _run("alternating", 2 * i + 1, *alt)]
+    return ArmsSpreadFigures(block_requests=8, runs=runs)
+
+
+def _records(figures: ArmsSpreadFigures) -> dict[str, FigureRecord]:
+    record = FigureRecord(
+        name="arms-spread", date="2026-11-25T16:00:00Z",
+        machine=RecordMachine(cpu="AMD EPYC", cores=2, load_average_start=1.0),
+        command=".venv/bin/python -m bench.arms_spread", remeasure="python -m bench.figures "
+        "measure arms-spread", provenance=Provenance(kind="measured", commit="abc1234"),
+        figures=figures,
+    )  # fmt: skip
+    return {"arms-spread": record}
+
+
+def test_spread_is_max_minus_min_and_the_tighter_mode_is_chosen() -> None:
+    tight = _figures([(3.1, 1.05), (3.2, 1.1), (3.0, 1.0)])
+    assert tight.spread("sequential", "structured") == pytest.approx(0.6)
+    assert tight.spread("alternating", "open_ended") == pytest.approx(0.1)
+    assert tight.chosen("alternating", "sequential", CLASSES) == "alternating"
+    text = arms_spread(_records(tight))
+    assert "default `local.arms_mode` is **alternating**" in text
+    assert "| alternating (blocks of 8) | open-ended |" in text and "**0.10** |" in text
+    assert "took 8-12 s of a 150-154 s load test sequential; 31-35 s of a 151-155 s" in text
+    assert "sequential: structured 3.00 3.40 2.80 (spread 0.60)" in spread_lines(tight)[0]
+
+
+def test_a_mode_tighter_for_one_class_only_keeps_sequential() -> None:
+    mixed = _figures([(3.1, 0.7), (3.2, 1.3), (3.0, 1.0)])  # open-ended spreads 0.6 > 0.25
+    assert mixed.chosen("alternating", "sequential", CLASSES) == "sequential"
+    text = arms_spread(_records(mixed))
+    assert "keeps **sequential**" in text and "open-ended 0.60 vs 0.25" in text
+
+
+def test_each_local_run_sets_the_mode_and_its_own_directory_and_may_wait_for_a_lock() -> None:
+    command = local_run_command("alternating", "runs/x/alternating-0", None)
+    assert command[:3] == [sys.executable, "-m", "local_run"]
+    assert (
+        "local.arms_mode=alternating" in command
+        and "local.runs_dir=runs/x/alternating-0" in command
+    )
+    locked = local_run_command("sequential", "runs/x/sequential-0", "some.lock")
+    assert locked[:2] == ["flock", "some.lock"] and locked[2:5] == [
+        sys.executable,
+        "-m",
+        "local_run",
+    ]
+    assert ArmsMode("alternating") is ArmsMode.ALTERNATING
+
+
+def test_the_local_default_is_the_mode_the_record_chose() -> None:
+    record = load_records()["arms-spread"]
+    assert isinstance(record.figures, ArmsSpreadFigures)
+    chosen = record.figures.chosen("alternating", "sequential", CLASSES)
+    assert LocalConfig().arms_mode.value == chosen
