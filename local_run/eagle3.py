@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from experiment.config import LocalConfig
 Log = Callable[[str], None]
 
 # Bump when this module's code changes what it produces: a new version is a new cache key.
-HEAD_VERSION = 2
+HEAD_VERSION = 3
 EAGLE3_KIND = "eagle3"  # local.drafter's value, and the head's manifest kind
 EAGLE3_ARCHITECTURE = "Eagle3Qwen3ForCausalLM"  # vllm 0.32 model registry
 EVAL_POSITIONS = 7  # draft positions scored offline (the trn2 default k)
@@ -183,6 +182,18 @@ def build_head(config: dict[str, Any]) -> Any:
     return Eagle3Head()
 
 
+def load_head(path: Path) -> Any:
+    """A saved head (``save_head``'s directory) as the torch module it was trained as."""
+    from safetensors.torch import load_file
+
+    head = build_head(json.loads((path / "config.json").read_text()))
+    # strict=False: the RoPE tables are not saved (vLLM recomputes them); every weight is.
+    missing, unexpected = head.load_state_dict(load_file(str(path / WEIGHTS)), strict=False)
+    if unexpected or any(not name.startswith("rotary.") for name in missing):
+        raise ValueError(f"{path}: not a head of this layout ({missing}, {unexpected})")
+    return head.eval()
+
+
 class TargetStates:
     """The trained target's aux states (in vLLM's numbering), greedy tokens and input
     embeddings for rows of token ids: what the head reads and learns to predict."""
@@ -237,62 +248,33 @@ def _step_inputs(ids: Any, greedy: Any, embeds: Any, steps: int) -> tuple[list[A
     return fed, labels
 
 
-def train_head(
-    head: Any,
-    states: TargetStates,
-    stream: Any,
-    local: LocalConfig,
-    seed: int,
-    log: Log,
-) -> list[float]:
+def batch_loss(
+    head: Any, states: TargetStates, stream: Any, local: LocalConfig
+) -> Callable[[Any], Any]:
+    """The head's training loss on one batch (``models.optimize`` runs the loop): random
+    windows of ``stream``, draft positions 1..``ttt_steps`` unrolled, each position's
+    cross-entropy against the target's greedy tokens, averaged."""
     import torch
 
     settings, generator = local.eagle3, local.generator
-    length, steps = generator.sequence_length, settings.train_steps
-    sampler = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(
-        [p for p in head.parameters() if p.requires_grad],
-        lr=settings.learning_rate,
-        weight_decay=0.01,
-    )
-    warmup = max(1, steps // 10)
+    length = generator.sequence_length
 
-    def schedule(step: int) -> float:  # linear warm-up, cosine decay to 10 %, as the drafts
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-
-    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    head.train()
-    losses: list[float] = []
-    started = time.monotonic()
-    for step in range(steps):
+    def loss(sampler: Any) -> Any:
         starts = torch.randint(
-            0, len(stream) - length - 1, (generator.batch_size,), generator=sampler
+            0, len(stream) - length - 1, (settings.batch_size,), generator=sampler
         )
         ids = torch.stack([stream[int(s) : int(s) + length] for s in starts])
         aux, greedy, embeds = states(ids)
         fed, labels = _step_inputs(ids, greedy, embeds, settings.ttt_steps)
         logits = head.unrolled(aux, fed, settings.ttt_steps)
-        loss = torch.stack(
+        return torch.stack(
             [
                 torch.nn.functional.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=-100)
                 for lg, lb in zip(logits, labels, strict=True)
             ]
         ).mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        optimizer.step()
-        lr_schedule.step()
-        losses.append(round(loss.item(), 4))
-        if (step + 1) % max(1, steps // 5) == 0 or step + 1 == steps:
-            log(
-                f"models: eagle3 head step {step + 1}/{steps} loss {loss.item():.3f} "
-                f"({time.monotonic() - started:.0f}s)"
-            )
-    head.eval()
-    return losses
+
+    return loss
 
 
 def evaluate_head(
@@ -329,6 +311,54 @@ def evaluate_head(
             "accepted_by_position": [round(a / e["anchors"], 3) for a in e["accepted"]],
         }
         for kind, e in sorted(totals.items())
+    }
+
+
+def speculate(guesses: list[list[int]], tokens: list[int], prompt_length: int) -> list[int]:
+    """Greedy speculation over one sequence, as vLLM runs it: the accepted run of each
+    step, in order. ``guesses[j][i]``: the head's draft j+1 at anchor i (it predicts token
+    i+2+j); ``tokens``: prompt and the target's greedy output. After the prefill the anchor
+    is the last prompt position; while a token is still to come the head drafts k, the
+    target accepts the leading run that matches its own tokens and adds one, and the next
+    anchor is the last accepted position."""
+    k, runs = len(guesses), []
+    anchor, last = prompt_length - 1, len(tokens) - 1
+    while anchor + 1 < last:
+        run = 0
+        while (
+            run < k
+            and anchor + 2 + run <= last
+            and guesses[run][anchor] == tokens[anchor + 2 + run]
+        ):
+            run += 1
+        runs.append(run)
+        anchor += run + 1
+    return runs
+
+
+def replay_acceptance(
+    head: Any, states: TargetStates, sequences: list[tuple[list[int], int]], k: int
+) -> dict[str, Any]:
+    """``speculate`` with the head's ``k`` drafts over each (prompt + the target's greedy
+    output, prompt length): the drafts proposed and, per draft position, the share of drafts
+    accepted up to it -- what ``vllm:spec_decode_num_accepted_tokens_per_pos`` over
+    ``vllm:spec_decode_num_drafts`` gives for the same requests."""
+    import torch
+
+    runs: list[int] = []
+    with torch.no_grad():
+        for tokens, prompt_length in sequences:
+            ids = torch.tensor([tokens])
+            aux, greedy, embeds = states(ids)
+            fed, _ = _step_inputs(ids, greedy, embeds, k)
+            guesses = [lg[0].argmax(-1).tolist() for lg in head.unrolled(aux, fed, k)]
+            runs += speculate(guesses, tokens, prompt_length)
+    drafts = len(runs)
+    return {
+        "drafts": drafts,
+        "accepted_by_position": [
+            round(sum(run > j for run in runs) / drafts, 3) if drafts else 0.0 for j in range(k)
+        ],
     }
 
 

@@ -33,7 +33,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,6 @@ def head_parameters(local: LocalConfig) -> dict[str, Any]:
         "head_version": eagle3.HEAD_VERSION,
         "target_key": cache_key(local),
         "eagle3": local.eagle3.model_dump(mode="json"),
-        "batch_size": generator.batch_size,
         "sequence_length": generator.sequence_length,
     }
 
@@ -378,26 +377,27 @@ def _token_stream(tokenizer: Any, documents: list[str]) -> Any:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _train(
+def optimize(
     model: Any,
-    streams: list[Any],
-    generator: ModelGeneratorConfig,
+    batch_loss: Callable[[Any], Any],
     steps: int,
+    learning_rate: float,
     seed: int,
     log: Log,
     name: str,
 ) -> list[float]:
-    """AdamW on random windows; batch row i is cut from ``streams[i % len(streams)]``."""
+    """The one training loop of every generated model: AdamW with linear warm-up and cosine
+    decay to 10 %, gradients clipped at 1, progress logged five times. ``batch_loss(sampler)``
+    draws its batch from ``sampler`` (seeded with ``seed``) and returns the loss."""
     import torch
 
-    length = generator.sequence_length
     if steps == 0:
         return []
     sampler = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=generator.learning_rate, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
     warmup = max(1, steps // 10)
 
-    def schedule(step: int) -> float:  # linear warm-up, cosine decay to 10 %
+    def schedule(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
@@ -407,13 +407,7 @@ def _train(
     losses: list[float] = []
     started = time.monotonic()
     for step in range(steps):
-        rows = []
-        for row in range(generator.batch_size):
-            stream = streams[row % len(streams)]
-            start = int(torch.randint(0, len(stream) - length - 1, (1,), generator=sampler))
-            rows.append(stream[start : start + length])
-        batch = torch.stack(rows)
-        loss = model(input_ids=batch, labels=batch).loss
+        loss = batch_loss(sampler)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -427,6 +421,32 @@ def _train(
             )
     model.eval()
     return losses
+
+
+def _train(
+    model: Any,
+    streams: list[Any],
+    generator: ModelGeneratorConfig,
+    steps: int,
+    seed: int,
+    log: Log,
+    name: str,
+) -> list[float]:
+    """AdamW on random windows; batch row i is cut from ``streams[i % len(streams)]``."""
+    import torch
+
+    length = generator.sequence_length
+
+    def batch_loss(sampler: Any) -> Any:
+        rows = []
+        for row in range(generator.batch_size):
+            stream = streams[row % len(streams)]
+            start = int(torch.randint(0, len(stream) - length - 1, (1,), generator=sampler))
+            rows.append(stream[start : start + length])
+        batch = torch.stack(rows)
+        return model(input_ids=batch, labels=batch).loss
+
+    return optimize(model, batch_loss, steps, generator.learning_rate, seed, log, name)
 
 
 def _evaluate(
@@ -742,7 +762,15 @@ def _generate_head(local: LocalConfig, target_root: Path, out: Path, log: Log) -
     with torch.no_grad():  # start from the target's output layer
         head.lm_head.weight.copy_(teacher.lm_head.weight)
     states = eagle3.TargetStates(teacher, config["eagle_aux_hidden_state_layer_ids"])
-    losses = eagle3.train_head(head, states, stream, local, seed, log)
+    losses = optimize(
+        head,
+        eagle3.batch_loss(head, states, stream, local),
+        settings.train_steps,
+        settings.learning_rate,
+        seed,
+        log,
+        "eagle3 head",
+    )
     prose = corpus.stdlib_prose()
     held_out = list(corpus.documents(local.model_seed + 1_000_003, eagle3.EVAL_DOCUMENTS, prose))
     answers = greedy_continuations(
@@ -750,6 +778,14 @@ def _generate_head(local: LocalConfig, target_root: Path, out: Path, log: Log) -
     )
     held_out += [(GREEDY_KIND, str(tokenizer.decode(ids))) for ids in answers]
     evaluation = eagle3.evaluate_head(head, states, tokenizer, held_out)
+    # The served figure: speculation replayed as vLLM runs it (it matches vLLM's counters on
+    # the same requests, test_local_eagle3_integration.py), on the target's answers.
+    replay = eagle3.replay_acceptance(
+        head,
+        states,
+        [(ids, len(ids) - settings.new_tokens) for ids in answers],
+        eagle3.EVAL_POSITIONS,
+    )
     parameters = eagle3.save_head(head, config, out)
     # The target's tokenizer files, byte for byte: runtime.validate compares them.
     for source in (target_root / TARGET).iterdir():
@@ -757,7 +793,10 @@ def _generate_head(local: LocalConfig, target_root: Path, out: Path, log: Log) -
             shutil.copyfile(source, out / source.name)
     target_manifest = json.loads((target_root / MANIFEST).read_text())["target"]
     elapsed = time.monotonic() - started
-    log(f"models: eagle3 head in {elapsed:.0f}s; offline evaluation {json.dumps(evaluation)}")
+    log(
+        f"models: eagle3 head in {elapsed:.0f}s; offline evaluation {json.dumps(evaluation)}; "
+        f"speculation replay {json.dumps(replay)}"
+    )
     return {
         "settings": {"name": EAGLE3_DRAFTER, **head_parameters(local)},
         "kind": EAGLE3_DRAFTER,
@@ -768,6 +807,7 @@ def _generate_head(local: LocalConfig, target_root: Path, out: Path, log: Log) -
         "aux_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
         "final_train_loss": losses[-1] if losses else None,
         "evaluation": evaluation,
+        "speculation_replay": {GREEDY_KIND: replay},
         "generation_seconds": round(elapsed, 1),
         "torch_threads": torch.get_num_threads(),
     }

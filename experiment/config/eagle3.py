@@ -18,17 +18,22 @@ class Eagle3HeadConfig(Section):
         default=384, description="MLP width of the head's one layer; 32 or more."
     )
     prompts: Annotated[int, Field(ge=1)] = Field(
-        default=512,
+        default=256,
         description=(
             "Structured chat prompts whose target continuations (and the target's hidden "
             "states on them) the head learns; 1 or more."
         ),
     )
     new_tokens: Annotated[int, Field(ge=1)] = Field(
-        default=192, description="Tokens of each target continuation; 1 or more."
+        default=128, description="Tokens of each target continuation; 1 or more."
     )
     train_steps: Annotated[int, Field(ge=1)] = Field(
-        default=300, description="Training steps of the head; 1 or more."
+        default=200, description="Training steps of the head; 1 or more."
+    )
+    # Rows of its own (the drafts' generator.batch_size is part of the target's key): the
+    # head's step cost is rows x positions x (its layer and lm_head), unrolled ttt_steps times.
+    batch_size: Annotated[int, Field(ge=1)] = Field(
+        default=8, description="Rows per training batch of the head; 1 or more."
     )
     # EAGLE-3's training-time test: the head also learns from its own earlier hidden
     # states, as vLLM feeds them back for draft positions 2..k.

@@ -122,6 +122,11 @@ def test_head_is_saved_in_the_layout_vllm_loads(
         accepted = block["accepted_by_position"]
         assert len(accepted) == eagle3.EVAL_POSITIONS
         assert accepted == sorted(accepted, reverse=True)  # a chain only shortens
+    # Speculation replayed as vLLM runs it, on the target's answers to unseen prompts.
+    replay = draft["speculation_replay"]["structured_target_greedy"]
+    assert replay["drafts"] > 0
+    assert len(replay["accepted_by_position"]) == eagle3.EVAL_POSITIONS
+    assert replay["accepted_by_position"] == sorted(replay["accepted_by_position"], reverse=True)
     assert "EAGLE3 head" in describe_pair(pair)
 
 
@@ -232,6 +237,8 @@ def test_head_is_cached_by_its_settings_and_the_draft_stays_the_default(
     longer = tiny_local(Path(local.models_dir), **{"eagle3.train_steps": 4})
     assert cache_key(longer) == cache_key(local)  # the target is reused
     assert head_key(longer) != head_key(local)
+    wider = tiny_local(Path(local.models_dir), **{"eagle3.batch_size": 4})
+    assert head_key(wider) != head_key(local)
     deeper = tiny_local(Path(local.models_dir), **{"eagle3.ttt_steps": 2})
     assert head_key(deeper) != head_key(local)
     # A different target is a different head.

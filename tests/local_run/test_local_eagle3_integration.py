@@ -16,9 +16,10 @@ import pytest
 from experiment import build_config
 from experiment.config import Arm, ExperimentConfig
 from loadtest.acceptance import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POSITION
-from loadtest.prompts import load_prompts
+from loadtest.prompts import Prompt, load_prompts
+from local_run import eagle3
 from local_run.arms import arm_servers
-from local_run.models import ModelPair, ensure_models
+from local_run.models import TRAINED_TARGET, ModelPair, ensure_models, greedy_continuations
 from local_run.servers import LocalServers, free_port, sigterm_raises
 from local_run.smoke import ArmCheck, check_arm, request_params
 
@@ -67,19 +68,24 @@ def eagle3_servers(
 
 
 @pytest.fixture(scope="module")
-def checks(
-    eagle3_config: ExperimentConfig, eagle3_servers: dict[Arm, str]
-) -> dict[str, dict[Arm, ArmCheck]]:
-    """A few prompts of each class from the local run's suite, streamed by both arms."""
+def chosen(eagle3_config: ExperimentConfig) -> list[Prompt]:
+    """A few prompts of each class from the local run's suite."""
     files = [*eagle3_config.loadtest.prompts.files, *eagle3_config.local.extra_prompt_files]
     prompts = load_prompts(files)
-    chosen = [
+    return [
         prompt
         for _, group in itertools.groupby(
             sorted(prompts, key=lambda p: p.prompt_class), key=lambda p: p.prompt_class
         )
         for prompt in list(group)[:PROMPTS_PER_CLASS]
     ]
+
+
+@pytest.fixture(scope="module")
+def checks(
+    eagle3_config: ExperimentConfig, eagle3_servers: dict[Arm, str], chosen: list[Prompt]
+) -> dict[str, dict[Arm, ArmCheck]]:
+    """The chosen prompts, streamed by both arms one after the other."""
     params = request_params(eagle3_config, MAX_TOKENS)
     return {
         f"{prompt.prompt_class}:{prompt.id}": {
@@ -132,3 +138,57 @@ def test_spec_decode_counters_moved_per_position_on_the_eagle3_arm_only(
     assert sum(per_position) == pytest.approx(accepted)
     for by_arm in checks.values():
         assert not by_arm[Arm.BASELINE].spec_decode_exported
+
+
+def _served_by_position(
+    checks: dict[str, dict[Arm, ArmCheck]], k: int
+) -> tuple[float, list[float]]:
+    first, *_, last = checks.values()
+    before = first[Arm.SPECULATIVE].counters_before or {}
+    after = last[Arm.SPECULATIVE].counters_after or {}
+    drafts = after[DRAFTS] - before.get(DRAFTS, 0.0)
+    accepted = [
+        after[PER_POSITION].get(i, 0.0) - before.get(PER_POSITION, {}).get(i, 0.0) for i in range(k)
+    ]
+    return drafts, [a / drafts for a in accepted]
+
+
+def test_served_acceptance_per_position_equals_the_offline_replay(
+    checks: dict[str, dict[Arm, ArmCheck]],
+    chosen: list[Prompt],
+    eagle3_config: ExperimentConfig,
+    eagle3_pair: ModelPair,
+) -> None:
+    """vLLM feeds the head what it was trained on: the served acceptance per draft position
+    over these requests equals the same speculation replayed offline on the target's greedy
+    answers (``eagle3.replay_acceptance``: aux states in vLLM's layer numbering, the token
+    after the anchor, RoPE positions, the head's own state fed forward). A token shifted by
+    one leaves the output lossless but the first-position rate at less than half the
+    replay's (replayed on the structured suite); an aux layer off by one is not caught
+    (adjacent layers' residual streams differ little: the replay barely moves)."""
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    k = eagle3_config.local_serving_spec(Arm.SPECULATIVE, "t", "d").num_speculative_tokens
+    assert k is not None
+    drafts, served = _served_by_position(checks, k)
+    tokenizer = AutoTokenizer.from_pretrained(eagle3_pair.target_dir)
+    teacher = Qwen3ForCausalLM.from_pretrained(eagle3_pair.root / TRAINED_TARGET).float().eval()
+    head = eagle3.load_head(eagle3_pair.draft_dir)
+    states = eagle3.TargetStates(teacher, eagle3_pair.manifest["draft"]["aux_layer_ids"])
+    sequences = []
+    for prompt in chosen:
+        text = str(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt.text}],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+        )
+        (tokens,) = greedy_continuations(teacher, tokenizer, [text], MAX_TOKENS)
+        sequences.append((tokens, len(tokens) - MAX_TOKENS))
+    replay = eagle3.replay_acceptance(head, states, sequences, k)
+    assert replay["drafts"] == pytest.approx(drafts, rel=0.1)
+    for position, (online, offline) in enumerate(
+        zip(served, replay["accepted_by_position"], strict=True)
+    ):
+        assert abs(online - offline) <= 0.06, (position, served, replay)
