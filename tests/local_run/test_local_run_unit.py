@@ -80,7 +80,7 @@ def test_each_server_computes_on_its_own_cores_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usable: set[int], expected: list[str]
 ) -> None:
     # vLLM's own binding put both servers' workers on core 0 of 2, where the one that had just
-    # served busy-waited for a second while the other's first step waited (docs/local-run.md).
+    # served busy-waited for a second while the other's first token waited (docs/local-run.md).
     monkeypatch.setattr(servers_module.os, "sched_getaffinity", lambda pid: usable)
     config = build_config({})
     assert config.local.cpu_binding == "apart"
