@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
-from local_run.servers import Server
+from local_run.servers import Server, bind_apart
 from runtime.render import VllmCommand, render
 
 
@@ -41,7 +41,8 @@ def arm_commands(
 def arm_servers(
     config: ExperimentConfig, target_dir: Path, draft_dir: Path, log_dir: Path
 ) -> list[Server]:
-    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``."""
+    """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``, each on its
+    own cores unless ``local.cpu_binding`` is shared."""
     local = config.local
     servers = []
     for arm, command in arm_commands(config, target_dir, draft_dir).items():
@@ -56,6 +57,8 @@ def arm_servers(
                 python=sys.executable,
             )
         )
+    if local.cpu_binding == "apart":
+        bind_apart(servers)
     return servers
 
 

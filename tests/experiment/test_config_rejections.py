@@ -86,6 +86,11 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["local.num_speculative_tokens=99"],
         r"local\.num_speculative_tokens is 99; choose k",
     ),
+    # Only vLLM's own binding or one share of the cores per server; a typo names the key.
+    "local-cpu-binding-unknown": (
+        ["local.cpu_binding=split"],
+        r"local\.cpu_binding: Input should be 'apart' or 'shared'",
+    ),
     "tp-times-lnc-mismatch": (
         ["serving.tensor_parallel_size=64"],
         r"serving\.tensor_parallel_size 64 with LNC 2 does not use the 32 logical NeuronCores",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,11 @@ from loadtest.results import (
     TieredComparison,
     TieredRouting,
 )
+from local_run import servers as servers_module
 from local_run.__main__ import main
-from local_run.arms import arm_commands, arm_servers
+from local_run.arms import arm_commands, arm_servers, write_commands
 from local_run.run import _problems, new_run_dir
+from local_run.servers import OMP_BIND_ENV, ServerError, core_shares
 
 TARGET_DIR, DRAFT_DIR = Path("/models/abc/target"), Path("/models/abc/draft")
 
@@ -67,6 +70,58 @@ def test_servers_listen_on_the_configured_ports_and_log_per_arm(tmp_path: Path) 
         tmp_path / "speculative.log",
     ]
     assert all(s.served_model_name == config.serving.target_model for s in servers)
+
+
+@pytest.mark.parametrize(
+    ("usable", "expected"),
+    [({1, 0}, ["0", "1"]), ({3, 2, 5, 4, 6}, ["2,3,4", "5,6"]), ({0, 1, 2, 3}, ["0,1", "2,3"])],
+)
+def test_each_server_computes_on_its_own_cores_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usable: set[int], expected: list[str]
+) -> None:
+    # vLLM's own binding put both servers' workers on core 0 of 2, where the one that had just
+    # served busy-waited for a second while the other's first token waited (docs/local-run.md).
+    monkeypatch.setattr(servers_module.os, "sched_getaffinity", lambda pid: usable)
+    config = build_config({})
+    assert config.local.cpu_binding == "apart"
+    servers = arm_servers(config, TARGET_DIR, DRAFT_DIR, tmp_path)
+    assert [s.command.env[OMP_BIND_ENV] for s in servers] == expected
+    # Everything else of the rendered commands is untouched.
+    rendered = arm_commands(config, TARGET_DIR, DRAFT_DIR)
+    for server, command in zip(servers, rendered.values(), strict=True):
+        assert server.command.args == command.args
+        assert {k: v for k, v in server.command.env.items() if k != OMP_BIND_ENV} == command.env
+    # The run's commands.json records the binding, to reproduce the run.
+    write_commands(servers, tmp_path / "commands.json")
+    recorded = json.loads((tmp_path / "commands.json").read_text())
+    assert [recorded[name]["env"][OMP_BIND_ENV] for name in ("baseline", "speculative")] == expected
+
+
+def test_shared_binding_leaves_the_cores_to_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(servers_module.os, "sched_getaffinity", lambda pid: {0, 1})
+    config = build_config({"experiment.local.cpu_binding": "shared"})
+    servers = arm_servers(config, TARGET_DIR, DRAFT_DIR, tmp_path)
+    assert all(OMP_BIND_ENV not in s.command.env for s in servers)
+
+
+def test_apart_on_one_core_names_the_setting_to_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(servers_module.os, "sched_getaffinity", lambda pid: {3})
+    with pytest.raises(ServerError, match=r"local\.cpu_binding=shared"):
+        arm_servers(build_config({}), TARGET_DIR, DRAFT_DIR, tmp_path)
+
+
+def test_core_shares_are_contiguous_disjoint_and_cover_every_core() -> None:
+    for count in range(1, 9):
+        for parts in range(1, count + 1):
+            shares = core_shares(range(10, 10 + count), parts)
+            assert len(shares) == parts and all(shares)
+            assert [core for share in shares for core in share] == list(range(10, 10 + count))
+            sizes = [len(share) for share in shares]
+            assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 
 
 def summary(failed: int = 0) -> RunSummary:

@@ -15,9 +15,11 @@ import pytest
 
 from local_run import servers as servers_module
 from local_run.servers import (
+    OMP_BIND_ENV,
     LocalServers,
     Server,
     ServerError,
+    bind_apart,
     free_port,
     host_env,
     port_is_free,
@@ -87,6 +89,18 @@ def test_starts_waits_logs_and_stops_every_process(tmp_path: Path) -> None:
     assert "fake vllm listening" in log
     assert any("waiting for baseline" in m for m in messages)  # progress while it starts
     assert any("baseline ready" in m for m in messages)
+
+
+def test_servers_bound_apart_start_with_their_own_cores(tmp_path: Path) -> None:
+    servers = [fake_server(tmp_path, "baseline"), fake_server(tmp_path, "speculative")]
+    bind_apart(servers, cores={0, 1, 2})
+    with LocalServers(servers, startup_timeout_s=30, log=lambda _: None):
+        environs = [
+            Path(f"/proc/{s.process.pid}/environ").read_bytes().split(b"\0")  # type: ignore[union-attr]
+            for s in servers
+        ]
+    assert f"{OMP_BIND_ENV}=0,1".encode() in environs[0]
+    assert f"{OMP_BIND_ENV}=2".encode() in environs[1]
 
 
 def test_a_server_waited_for_late_reports_progress_once_per_interval(tmp_path: Path) -> None:
