@@ -151,10 +151,18 @@ def readme_times(records: Records) -> str:
         f"{_phases(fresh)}) and **{dur(cached.wall_s)}** with the venv and models cached "
         f"({cached_r.day}); `make test` takes {dur(test.wall_s)} ({_passed(test, '')}"
         f"{', ' if test.passed is not None else ''}"
-        f"cached models and venvs, {test_r.day}; {dur(ci_run.wall_s)}{_passed(ci_run, ' and ')} "
+        f"cached models and venvs, {test_r.day}{_at_commit(test_r)}; "
+        f"{dur(ci_run.wall_s)}{_passed(ci_run, ' and ')} "
         f"for `.ci/run` on a clean clone, which also installs both venvs and generates the "
-        f"models, {ci_r.day})"
+        f"models, {ci_r.day}{_at_commit(ci_r)})"
     )
+
+
+def _at_commit(record: FigureRecord) -> str:
+    """The commit a suite ran on: the two suites' counts differ when they ran on different
+    trees, and the reader should see why."""
+    commit = record.provenance.commit
+    return f", commit {commit}" if commit else ""
 
 
 def readme_light_tiers(records: Records) -> str:

@@ -111,6 +111,19 @@ def test_a_changed_record_changes_the_rendered_documents() -> None:
     assert readme != (ROOT / "README.md").read_text()
 
 
+def test_the_readme_names_the_commit_each_test_suite_ran_on() -> None:
+    # make test and .ci/run can be measured on different trees: their test counts then
+    # differ, and the commits say why.
+    records = load_records()
+    records["ci-run"] = records["ci-run"].model_copy(
+        update={"provenance": Provenance(kind="measured", commit="abc1234")}
+    )
+    readme = rendered(records=records)[ROOT / "README.md"]
+    test_commit = records["make-test"].provenance.commit
+    assert f"commit {test_commit}; " in readme
+    assert "generates the models, " in readme and ", commit abc1234)" in readme
+
+
 def test_regions_inline_and_block_keep_their_markers() -> None:
     doc = ROOT / "docs" / "x.md"  # never written: the path only places the links
     text = (
