@@ -16,6 +16,7 @@ from tune.analysis import (
     within_one_step,
 )
 from tune.predict import PredictionError
+from tune.render.words import break_even_text
 from tune.results import Acceptance, Setting
 
 
@@ -136,6 +137,13 @@ def test_break_even_from_runs_at_each_concurrency() -> None:
         speedups = [p.point for _, p in block.points]
         assert speedups[0] > speedups[1] > 1 > speedups[2]
         assert 2 < (block.break_even_concurrency or 0) < 4
+        # Both renderers print the same words, rounded, not the raw interpolated float.
+        text = break_even_text(block)
+        assert text == f"{block.break_even_concurrency:.1f} concurrent requests"
+    always = blocks[0].model_copy(update={"break_even_concurrency": None})
+    assert break_even_text(always) == "pays at every level measured (up to 4)"
+    never = blocks[0].model_copy(update={"break_even_concurrency": 0.0})
+    assert break_even_text(never) == "pays at no level measured"
 
 
 def test_missing_fit_runs_are_a_clear_error() -> None:

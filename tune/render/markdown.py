@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tune.render.plots import ACCEPTANCE_PLOT, BREAK_EVEN_PLOT, SPEEDUP_PLOT
 from tune.render.words import (
+    break_even_text,
     candidate_text,
     holdout_by_drafter,
     interval_text,
@@ -193,13 +194,7 @@ def _break_even(result: TuneResult) -> list[str]:
     ]
     for b in result.break_even:
         points = "; ".join(f"c={c}: {speedup_text(p)}" for c, p in b.points)
-        if b.break_even_concurrency is None:
-            verdict = f"pays at every level measured (up to {b.points[-1][0]})"
-        elif b.break_even_concurrency == 0:
-            verdict = "pays at no level measured"
-        else:
-            verdict = f"{b.break_even_concurrency:.1f} concurrent requests"
-        lines.append(f"| {b.prompt_class} | {points} | {verdict} |")
+        lines.append(f"| {b.prompt_class} | {points} | {break_even_text(b)} |")
     return lines
 
 

@@ -3,7 +3,13 @@ class with its margin, break-even load and the line to paste."""
 
 from __future__ import annotations
 
-from tune.render.words import candidate_text, holdout_by_drafter, margin_text, speedup_text
+from tune.render.words import (
+    break_even_text,
+    candidate_text,
+    holdout_by_drafter,
+    margin_text,
+    speedup_text,
+)
 from tune.results import TuneResult
 
 
@@ -26,7 +32,7 @@ def summary_lines(result: TuneResult) -> list[str]:
             f" {margin_text(choice)}; paste: {choice.overrides}"
         )
     for b in result.break_even:
-        lines.append(f"break-even ({b.prompt_class}): {b.break_even_concurrency}")
+        lines.append(f"SD stops paying above ({b.prompt_class}): {break_even_text(b)}")
     if result.overrides:
         lines.append(f"paste: {result.overrides}")
     lines += [f"note: {n}" for n in result.notes]

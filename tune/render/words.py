@@ -1,10 +1,11 @@
 """Phrases both renderers (tune.md and the terminal summary) print the same way: a measured
-speedup with its interval and n, a drafter choice and its margin, held-out errors by drafter."""
+speedup with its interval and n, a drafter choice and its margin, held-out errors by drafter,
+the break-even load."""
 
 from __future__ import annotations
 
 from loadtest.results import Interval
-from tune.results import Check, DrafterChoice, MeasuredSpeedup, drafter_of
+from tune.results import BreakEven, Check, DrafterChoice, MeasuredSpeedup, drafter_of
 
 
 def interval_text(interval: Interval) -> str:
@@ -63,3 +64,12 @@ def holdout_by_drafter(checks: list[Check], tolerance: float) -> list[str]:
             f"{tolerance:.0%}"
         )
     return lines
+
+
+def break_even_text(break_even: BreakEven) -> str:
+    """Where SD stops paying as the load grows, in words (None: it pays at every level)."""
+    if break_even.break_even_concurrency is None:
+        return f"pays at every level measured (up to {break_even.points[-1][0]})"
+    if break_even.break_even_concurrency == 0:
+        return "pays at no level measured"
+    return f"{break_even.break_even_concurrency:.1f} concurrent requests"
