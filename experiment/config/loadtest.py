@@ -118,6 +118,15 @@ class LoadTestConfig(Section):
         ),
         min_length=1,
     )
+    tiered: bool = Field(
+        default=False,
+        description=(
+            "In the cluster, also drive the internal tiered gateway as a third arm, tiered, "
+            "after the two serving arms (same plan, same arms_mode): the load-test Job passes "
+            "--tiered with the gateway's Envoy Service; the cluster's twin of local.tiered. "
+            "Off by default: it adds an arm's run on the trn2 nodes."
+        ),
+    )
     prompts: PromptSuiteConfig = Field(
         default_factory=PromptSuiteConfig, description="The prompt suite."
     )

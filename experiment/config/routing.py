@@ -144,7 +144,10 @@ class EksRoutingConfig(Section):
     )
     namespace: NamespaceName = Field(
         default="envoy-gateway-system",
-        description="Namespace of Envoy Gateway and of the Envoy pods it runs for the gateway.",
+        description=(
+            "Namespace of Envoy Gateway and of the Envoy pods and Service it runs for the "
+            "gateway."
+        ),
     )
     gateway_class: NamespaceName = Field(
         default="envoy-gateway", description="Name of the GatewayClass served by Envoy Gateway."
