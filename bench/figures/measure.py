@@ -30,6 +30,8 @@ from bench.figures.records import (
     ArmCostFigures,
     ArmsSpreadFigures,
     BreakEven,
+    DrafterChoiceFigures,
+    DrafterFit,
     FigureRecord,
     Figures,
     HeldOutPoint,
@@ -41,12 +43,16 @@ from bench.figures.records import (
     RecordMachine,
     StatsSpeedFigures,
     TestSuiteFigures,
+    TieredClassFigures,
+    TieredFigures,
     TuneCost,
     TuneFigures,
     TuneRecommendation,
 )
+from experiment.config import TIERED_ARM, Arm
 from loadtest.results import Interval as SummaryInterval
 from loadtest.results import RunSummary
+from local_run.eagle3 import EAGLE3_KIND as EAGLE3_DRAFTER
 from local_run.machine import Machine
 
 CLASSES = ("structured", "open_ended")
@@ -109,6 +115,7 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
     by_class_acceptance = data["headline"].get("acceptance_by_class") or {}
     if any(by_class_acceptance.get(c) is None for c in CLASSES):
         raise MeasureError(f"{local} has no per-class acceptance for {CLASSES}: not recordable")
+    speculative = summary.arms.get(Arm.SPECULATIVE)
     return LocalRunFigures(
         fresh_clone=fresh_clone,
         wall_s=outcome.wall_s,
@@ -122,6 +129,43 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
         burst_gap_fraction={
             arm: block.overall.burst_gap_fraction for arm, block in summary.arms.items()
         },
+        drafter=_drafter(data),
+        k=summary.run.analysis.num_speculative_tokens if summary.run.analysis else None,
+        acceptance_per_position=speculative.acceptance.per_position_rate if speculative else None,
+        failed_requests={arm: block.overall.failed for arm, block in summary.arms.items()},
+        tiered=_tiered(summary),
+    )
+
+
+def _drafter(local_run: dict[str, Any]) -> str:
+    """local.drafter of the run, from the drafter's manifest that local_run.json carries."""
+    kind = local_run.get("models", {}).get("draft", {}).get("kind")
+    return EAGLE3_DRAFTER if kind == EAGLE3_DRAFTER else "draft-model"
+
+
+def _tiered(summary: RunSummary) -> TieredFigures | None:
+    """The tiered arm of a run that drove the gateway (local.tiered), else None."""
+    comparison, arm = summary.tiered, summary.arms.get(TIERED_ARM)
+    if comparison is None or arm is None:
+        return None
+    return TieredFigures(
+        by_class=[
+            TieredClassFigures(
+                prompt_class=c.prompt_class,
+                routed_to=c.routed_to,
+                vs_baseline=_interval(c.vs_baseline),
+                vs_speculative=_interval(c.vs_speculative),
+                speculative_vs_baseline=(
+                    _interval(c.speculative_vs_baseline) if c.speculative_vs_baseline else None
+                ),
+                held=c.held,
+            )
+            for c in comparison.by_class.values()
+        ],
+        lossless_exact_matches=comparison.lossless.exact_matches,
+        lossless_prompts=comparison.lossless.prompts_compared,
+        failed_requests=arm.overall.failed,
+        requests=arm.overall.requests,
     )
 
 
@@ -219,6 +263,38 @@ class _Plan(_Loose):
     server_starts: int = 0
 
 
+class _Acceptance(_Loose):
+    per_position_rate: list[float]
+
+
+class _Step(_Loose):
+    k: int
+    step_ms: float
+    baseline_step_ms: float
+
+
+class _ClassModel(_Loose):
+    draft: str
+    drafter: str = "draft-model"
+    prompt_class: str
+    acceptance: _Acceptance
+    acceptance_from_k: int
+    steps: list[_Step] = []
+
+
+class _DrafterChoice(_Loose):
+    scope: str
+    drafter: str
+    draft: str
+    k: int
+    predicted_speedup: float
+    runner_up_drafter: str | None = None
+    runner_up_draft: str | None = None
+    runner_up_k: int | None = None
+    runner_up_predicted_speedup: float | None = None
+    margin: SummaryInterval | None = None
+
+
 class _Tune(_Loose):
     tolerance: float
     plan: _Plan | None = None
@@ -226,6 +302,8 @@ class _Tune(_Loose):
     recommendations: list[_Recommendation]
     break_even: list[_BreakEven] = []
     cost: _CostAtLoad | None = None
+    models: list[_ClassModel] = []
+    drafter_choices: list[_DrafterChoice] = []
 
 
 def _arm_name(setting: _Setting) -> str:
@@ -308,6 +386,33 @@ def tune_figures(outcome: Outcome) -> TuneFigures:
             for b in tune.break_even
         ],
         cost=_cost(tune.cost),
+        fits=[
+            DrafterFit(
+                draft=m.draft,
+                drafter=m.drafter,
+                prompt_class=m.prompt_class,
+                per_position_rate=m.acceptance.per_position_rate,
+                acceptance_from_k=m.acceptance_from_k,
+                draft_cost_ms={st.k: st.step_ms - st.baseline_step_ms for st in m.steps},
+                relative_step={st.k: st.step_ms / st.baseline_step_ms for st in m.steps},
+            )
+            for m in tune.models
+        ],
+        drafter_choices=[
+            DrafterChoiceFigures(
+                scope=d.scope,
+                drafter=d.drafter,
+                draft=d.draft,
+                k=d.k,
+                predicted=d.predicted_speedup,
+                runner_up_drafter=d.runner_up_drafter,
+                runner_up_draft=d.runner_up_draft,
+                runner_up_k=d.runner_up_k,
+                runner_up_predicted=d.runner_up_predicted_speedup,
+                margin=_interval(d.margin) if d.margin and d.margin.estimate else None,
+            )
+            for d in tune.drafter_choices
+        ],
     )
 
 
@@ -365,7 +470,26 @@ MEASUREMENTS: dict[str, Measurement] = {
             fresh_clone=True,
             env=NO_CACHES,
         ),
-        Measurement("tune-sweep", ".venv/bin/python -m tune --out runs/figures/tune", tune_figures),
+        # The sweep of both local drafters (the draft models and the EAGLE3 head, issue 26).
+        Measurement(
+            "tune-sweep",
+            ".venv/bin/python -m tune --out runs/figures/tune "
+            "-c 'experiment.tuning.drafters=[draft-model,eagle3]' "
+            "-c experiment.tuning.budget_s=2400",
+            tune_figures,
+        ),
+        # The local run with the EAGLE3 head as the drafter, models cached (issue 26).
+        Measurement(
+            "local-eagle3",
+            ".venv/bin/python -m local_run -c experiment.local.drafter=eagle3",
+            lambda o: local_run_figures(o, False),
+        ),
+        # The local run with the gateway driven as the third arm, models cached (issue 24).
+        Measurement(
+            "local-tiered",
+            ".venv/bin/python -m local_run -c experiment.local.tiered=true",
+            lambda o: local_run_figures(o, False),
+        ),
         Measurement(
             "miniature",
             f"mkdir -p runs/figures && .venv/bin/python -m bench.miniature --out {MINIATURE_OUT}",

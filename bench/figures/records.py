@@ -89,6 +89,25 @@ class Interval(_Model):
     n: int
 
 
+class TieredClassFigures(_Model):
+    """The tiered arm (the gateway) in one prompt class against both serving arms."""
+
+    prompt_class: str
+    routed_to: str  # the serving arm the routing sends the class to
+    vs_baseline: Interval  # baseline / tiered mean E2E, paired: > 1 means tiered is faster
+    vs_speculative: Interval  # SD / tiered mean E2E, paired
+    speculative_vs_baseline: Interval | None = None  # SD's own E2E speedup in the class
+    held: bool | None  # tiered matches the arm it is routed to, within the intervals
+
+
+class TieredFigures(_Model):
+    by_class: list[TieredClassFigures]
+    lossless_exact_matches: int
+    lossless_prompts: int
+    failed_requests: int
+    requests: int
+
+
 class LocalRunFigures(_Model):
     kind: Literal["local-run"] = "local-run"
     fresh_clone: bool
@@ -103,6 +122,13 @@ class LocalRunFigures(_Model):
     lossless_prompts: int
     max_tokens: int
     burst_gap_fraction: dict[str, float | None]  # by arm
+    drafter: str = "draft-model"  # local.drafter of the run
+    k: int | None = None  # the speculative arm's window (None: records from before it)
+    # The speculative arm's per-position acceptance over the measured window (vLLM's
+    # spec_decode per-position counters; None: not recorded)
+    acceptance_per_position: list[float] | None = None
+    failed_requests: dict[str, int] = {}  # by arm, the tiered arm too when driven
+    tiered: TieredFigures | None = None  # local.tiered: the gateway as a third arm
 
 
 class TestSuiteFigures(_Model):
@@ -159,6 +185,35 @@ class TuneCost(_Model):
     arms: list[ArmCostFigures]
 
 
+class DrafterFit(_Model):
+    """One fitted (draft, prompt class) of the sweep: what its drafter accepts per position
+    and what a speculative step costs over a baseline step (measured at concurrency 1)."""
+
+    draft: str
+    drafter: str
+    prompt_class: str
+    per_position_rate: list[float]
+    acceptance_from_k: int
+    draft_cost_ms: dict[int, float]  # by k: speculative step - baseline step, medians
+    relative_step: dict[int, float]  # by k: speculative step / baseline step
+
+
+class DrafterChoiceFigures(_Model):
+    """The drafter chosen for a scope and its margin over the best other one."""
+
+    scope: str
+    drafter: str
+    draft: str
+    k: int
+    predicted: float
+    runner_up_drafter: str | None = None
+    runner_up_draft: str | None = None
+    runner_up_k: int | None = None
+    runner_up_predicted: float | None = None
+    # E2E runner-up / winner, paired on the same prompts (> 1: the winner is faster)
+    margin: Interval | None = None
+
+
 class TuneFigures(_Model):
     kind: Literal["tune-sweep"] = "tune-sweep"
     wall_s: float
@@ -168,6 +223,8 @@ class TuneFigures(_Model):
     recommendations: list[TuneRecommendation]
     break_even: list[BreakEven] = []
     cost: TuneCost | None = None
+    fits: list[DrafterFit] = []  # empty: a record from before the drafter comparison
+    drafter_choices: list[DrafterChoiceFigures] = []
 
 
 class StatsSpeedFigures(_Model):

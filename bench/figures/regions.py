@@ -355,8 +355,127 @@ def tune_sweep(records: Records) -> str:
             f"Recommendation: {'; '.join(recs)}."
             + (f" Break-even: {'; '.join(breaks)}." if breaks else ""),
             *(["", " ".join(cost)] if cost else []),
+            *_drafters(t),
         ]
     )
+
+
+def _positions(rates: list[float] | None) -> str:
+    return "-" if not rates else " / ".join(f"{r:.2f}" for r in rates)
+
+
+def local_eagle3(records: Records) -> str:
+    """The local run with the EAGLE3 head as the drafter (issue 26's served goals)."""
+    r, f = need(records, "local-eagle3", LocalRunFigures)
+    if f.drafter != "eagle3":
+        raise RegionError(f"record 'local-eagle3' was run with drafter {f.drafter!r}")
+    s, o = "structured", "open_ended"
+    failed = sum(f.failed_requests.values())
+    rows = [
+        "| | structured | open-ended | goal |",
+        "| --- | --- | --- | --- |",
+        f"| E2E mean speedup EAGLE3 vs baseline [95% CI], n pairs | "
+        f"**{x(f.e2e_speedup[s].estimate)}** {ci(f.e2e_speedup[s])}, {f.e2e_speedup[s].n} | "
+        f"**{x(f.e2e_speedup[o].estimate)}** {ci(f.e2e_speedup[o])}, {f.e2e_speedup[o].n} | "
+        ">= 1.5x structured |",
+        f"| TTFT mean speedup [95% CI] | {x(f.ttft_speedup[s].estimate)} {ci(f.ttft_speedup[s])}"
+        f" | {x(f.ttft_speedup[o].estimate)} {ci(f.ttft_speedup[o])} | |",
+        f"| acceptance rate (one class at a time) | **{pct(f.acceptance_by_class[s])}** | "
+        f"**{pct(f.acceptance_by_class[o])}** | |",
+        f"| lossless exact-match | {_lossless(f)} | | 100%, >= 32 prompts |",
+    ]
+    return "\n".join(
+        [
+            f"`{r.command}`, the venv and models cached except the head where noted, "
+            f"{r.day}, {r.machine.text()}, k = {f.k}:",
+            "",
+            *rows,
+            "",
+            "Per-position acceptance of the measured window, both classes, from the server's "
+            "`vllm:spec_decode_num_accepted_tokens_per_pos` / `vllm:spec_decode_num_drafts`: "
+            f"{_positions(f.acceptance_per_position)}. Failed requests: {failed}. Wall time "
+            f"{dur(f.wall_s)}: {_phases(f)}.",
+        ]
+    )
+
+
+def local_tiered(records: Records) -> str:
+    """The local run with the gateway driven as the third arm (issue 24's local goal)."""
+    r, f = need(records, "local-tiered", LocalRunFigures)
+    if f.tiered is None:
+        raise RegionError("record 'local-tiered' has no tiered arm: run with local.tiered=true")
+    t = f.tiered
+    rows = [
+        "| class | routed to | tiered vs baseline [95% CI], n | tiered vs SD [95% CI] "
+        "| SD vs baseline [95% CI] | matches its arm |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in sorted(t.by_class, key=lambda c: c.prompt_class, reverse=True):
+        sd = c.speculative_vs_baseline
+        held = {True: "yes", False: "**no**", None: "can't tell"}[c.held]
+        rows.append(
+            f"| {c.prompt_class} | {c.routed_to} | **{x(c.vs_baseline.estimate)}** "
+            f"{ci(c.vs_baseline)}, {c.vs_baseline.n} | {x(c.vs_speculative.estimate)} "
+            f"{ci(c.vs_speculative)} | {x(sd.estimate) + ' ' + ci(sd) if sd else '-'} | {held} |"
+        )
+    failed = {arm: n for arm, n in f.failed_requests.items()}
+    return "\n".join(
+        [
+            f"`{r.command}`, the venv and models cached, {r.day}, {r.machine.text()}:",
+            "",
+            *rows,
+            "",
+            f"Tiered lossless against the baseline: {t.lossless_exact_matches} of "
+            f"{t.lossless_prompts} prompts exact; failed requests: tiered {t.failed_requests} "
+            f"of {t.requests}, "
+            + ", ".join(f"{arm} {n}" for arm, n in failed.items() if arm != "tiered")
+            + f". Wall time {dur(f.wall_s)}: {_phases(f)}.",
+        ]
+    )
+
+
+def _drafters(t: TuneFigures) -> list[str]:
+    """The drafter comparison of a sweep: per (draft, class) acceptance per position and the
+    draft cost per step, then the drafter chosen per class with its margin."""
+    if not t.fits:
+        return []
+    rows = [
+        "",
+        "| draft (drafter) / class | acceptance per position (fitted from k) "
+        "| draft cost per step, ms (SD step / baseline step) by k |",
+        "|---|---|---|",
+    ]
+    for m in sorted(t.fits, key=lambda m: (m.drafter, m.draft, m.prompt_class)):
+        cost = ", ".join(
+            f"k={k}: {m.draft_cost_ms[k]:.1f} ({m.relative_step[k]:.2f}x)"
+            for k in sorted(m.draft_cost_ms)
+        )
+        rows.append(
+            f"| {m.draft} ({m.drafter}) / {m.prompt_class} | "
+            f"{_positions(m.per_position_rate)} (k={m.acceptance_from_k}) | {cost or '-'} |"
+        )
+    choices = []
+    for d in t.drafter_choices:
+        versus = ""
+        if d.runner_up_drafter is not None:
+            predicted = (
+                f"predicted {x(d.predicted / d.runner_up_predicted)}, "
+                if d.runner_up_predicted
+                else ""
+            )
+            margin = (
+                f"measured head to head {x(d.margin.estimate)} {ci(d.margin)} (n={d.margin.n})"
+                if d.margin
+                else "not measured head to head"
+            )
+            versus = (
+                f" over {d.runner_up_draft} ({d.runner_up_drafter}) k={d.runner_up_k} "
+                f"({predicted}{margin})"
+            )
+        choices.append(
+            f"{d.scope}: **{d.draft} ({d.drafter}) k={d.k}**, predicted {x(d.predicted)}{versus}"
+        )
+    return [*rows, "", f"Drafter per class: {'; '.join(choices)}." if choices else ""]
 
 
 def stats_speed(records: Records) -> str:
@@ -711,6 +830,8 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-tune": readme_tune,
     "local-run-expected": local_run_expected,
     "tune-sweep": tune_sweep,
+    "local-eagle3": local_eagle3,
+    "local-tiered": local_tiered,
     "stats-speed": stats_speed,
     "miniature": miniature,
     "loadtest-workers": loadtest_workers,

@@ -333,6 +333,58 @@ def test_local_run_figures_come_from_the_runs_own_files(tmp_path: Path) -> None:
         local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
 
 
+def test_local_run_figures_carry_the_drafter_the_positions_and_the_tiered_arm(
+    tmp_path: Path,
+) -> None:
+    # The EAGLE3 and tiered records (issues 24 and 26) read these from the same two files.
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    summary = json.loads(_summary_json())
+    summary["run"]["analysis"] = None
+    summary["arms"]["speculative"]["acceptance"]["per_position_rate"] = [0.8, 0.6, 0.4]
+    summary["arms"]["tiered"] = summary["arms"]["baseline"]
+    interval = {"estimate": 1.1, "low": 0.9, "high": 1.3, "n": 16, "confidence": 0.95}
+    summary["tiered"] = {
+        "routing": {"class_header": "x-prompt-class", "speculative_classes": ["structured"]},
+        "by_class": {
+            "structured": {
+                "prompt_class": "structured",
+                "routed_to": "speculative",
+                "vs_baseline": {**interval, "estimate": 3.0},
+                "vs_speculative": interval,
+                "speculative_vs_baseline": {**interval, "estimate": 2.9},
+                "held": True,
+                "reason": "within",
+            }
+        },
+        "lossless": {**summary["lossless"], "exact_matches": 31, "prompts_compared": 32},
+        "unpaired": 0,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    headline = {"acceptance_by_class": {"structured": 0.7, "open_ended": 0.1}}
+    local_run = {"headline": headline, "timings_s": {"total": 40.0}}
+    (run_dir / "local_run.json").write_text(
+        json.dumps({**local_run, "models": {"draft": {"kind": "eagle3"}}})
+    )
+    figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
+    assert figures.drafter == "eagle3"
+    assert figures.acceptance_per_position == [0.8, 0.6, 0.4]
+    assert figures.tiered is not None
+    (row,) = figures.tiered.by_class
+    assert (row.prompt_class, row.routed_to, row.held) == ("structured", "speculative", True)
+    assert row.vs_baseline.estimate == 3.0 and row.speculative_vs_baseline is not None
+    assert (figures.tiered.lossless_exact_matches, figures.tiered.lossless_prompts) == (31, 32)
+    assert set(figures.failed_requests) == {"baseline", "speculative", "tiered"}
+    # A draft model's manifest, and a run without the gateway.
+    del summary["tiered"], summary["arms"]["tiered"]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "local_run.json").write_text(
+        json.dumps({**local_run, "models": {"draft": {"kind": "draft"}}})
+    )
+    figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
+    assert figures.drafter == "draft-model" and figures.tiered is None
+
+
 def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
     interval = {"estimate": 1.5, "low": 1.2, "high": 1.8, "n": 16, "confidence": 0.95}
     tune = {
@@ -384,10 +436,47 @@ def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
             ],
         },
     }
+    tune["models"] = [
+        {
+            "draft": "eagle3",
+            "drafter": "eagle3",
+            "prompt_class": "structured",
+            "acceptance": {"source": "counters", "per_position_rate": [0.9, 0.7]},
+            "acceptance_from_k": 8,
+            "steps": [{"k": 2, "role": "fit", "step_ms": 30.0, "baseline_step_ms": 20.0}],
+        }
+    ]
+    tune["drafter_choices"] = [
+        {
+            "scope": "structured",
+            "drafter": "eagle3",
+            "draft": "eagle3",
+            "k": 4,
+            "predicted_speedup": 2.4,
+            "runner_up_drafter": "draft-model",
+            "runner_up_draft": "small",
+            "runner_up_k": 6,
+            "runner_up_predicted_speedup": 2.0,
+            "measured_k": 4,
+            "runner_up_measured_k": 6,
+            "margin": interval,
+            "overrides": "-c x=y",
+        }
+    ]
     out = tmp_path / "runs" / "figures" / "tune"
     out.mkdir(parents=True)
     (out / "tune.json").write_text(json.dumps(tune))
     figures = tune_figures(Outcome(tmp_path, 443.0, "", 0.0))
+    (fit,) = figures.fits
+    assert fit.per_position_rate == [0.9, 0.7] and fit.acceptance_from_k == 8
+    assert fit.draft_cost_ms == {2: 10.0} and fit.relative_step == {2: 1.5}
+    (choice,) = figures.drafter_choices
+    assert (choice.drafter, choice.runner_up_draft, choice.runner_up_predicted) == (
+        "eagle3",
+        "small",
+        2.0,
+    )
+    assert choice.margin is not None and choice.margin.estimate == 1.5
     point = figures.held_out[0]
     assert (point.predicted, point.measured.estimate, point.measured.n) == (1.6, 1.5, 16)
     assert point.tau == (4.1, 4.0) and point.step_ms is None
