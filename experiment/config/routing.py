@@ -145,8 +145,7 @@ class EksRoutingConfig(Section):
     namespace: NamespaceName = Field(
         default="envoy-gateway-system",
         description=(
-            "Namespace of Envoy Gateway and of the Envoy pods and Service it runs for the "
-            "gateway."
+            "Namespace of Envoy Gateway and of the Envoy pods and Service it runs for the gateway."
         ),
     )
     gateway_class: NamespaceName = Field(
