@@ -112,6 +112,8 @@ def test_every_custom_resource_passes_its_crd_schema(name: str) -> None:
         ("BackendTrafficPolicy", ("spec", "retry", "retryOn", "triggers"), ["5xx", "oops"]),
         ("BackendTrafficPolicy", ("spec", "healthCheck", "passive", "interval"), "1.5s"),
         ("Backend", ("spec", "fallbak"), True),
+        ("EnvoyProxy", ("spec", "provider", "kubernetes", "envoyService", "nam"), "x"),
+        ("EnvoyProxy", ("spec", "provider", "kubernetes", "envoyService", "name"), 1),
         ("AnalysisTemplate", ("spec", "metrics", 0, "provider", "cloudWatch", "query"), "x"),
         ("Rollout", ("spec", "strategy", "canary", "steps", 0, "setCanaryScale", "replica"), 1),
         ("Rollout", ("spec", "strategy", "canary", "stableSvc"), "x"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -14,7 +15,10 @@ from charts.gateway import (
     fallback_backend_name,
     gateway,
     gateway_manifests,
+    gateway_service_name,
+    gateway_url,
     http_route,
+    matching_rule,
     route_table,
     serving_from_gateway,
 )
@@ -147,9 +151,42 @@ def test_no_rule_has_a_request_timeout(name: str) -> None:
 def test_the_gateway_has_no_endpoint_outside_the_cluster() -> None:
     config = build_config({})
     proxy = envoy_proxy(config)
-    assert proxy["spec"]["provider"]["kubernetes"]["envoyService"] == {"type": "ClusterIP"}
+    assert proxy["spec"]["provider"]["kubernetes"]["envoyService"] == {
+        "type": "ClusterIP",
+        "name": gateway_service_name(config),
+    }
     ref = gateway(config)["spec"]["infrastructure"]["parametersRef"]
     assert (ref["kind"], ref["name"]) == ("EnvoyProxy", proxy["metadata"]["name"])
+
+
+# A Service name is a DNS-1035 label (kubernetes/kubernetes: staging/src/k8s.io/apimachinery/
+# pkg/util/validation/validation.go, IsDNS1035Label); the CRD schema does not check it.
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+@pytest.mark.parametrize("project", ["qwen-sd", "team-b"])
+def test_the_load_test_reaches_the_envoy_service_the_proxy_names(project: str) -> None:
+    """The URL the load-test Job drives (charts/loadtest_job.py) is the Service Envoy Gateway
+    creates from the EnvoyProxy: its name, Envoy Gateway's namespace (controller-namespace
+    mode: tests/stacks/test_tiered_routing_stack.py) and the Gateway's listener port."""
+    config = build_config({"experiment.project": project})
+    name = envoy_proxy(config)["spec"]["provider"]["kubernetes"]["envoyService"]["name"]
+    assert DNS_1035.fullmatch(name) and name.startswith(project)
+    (listener,) = gateway(config)["spec"]["listeners"]
+    namespace = config.routing.eks.namespace
+    assert gateway_url(config) == f"http://{name}.{namespace}.svc:{listener['port']}"
+
+
+def test_the_gateways_health_is_the_baselines() -> None:
+    """The load test waits for ``/health`` of every arm's URL (loadtest/launch.py
+    wait_ready): through the gateway, a request without a class header takes the catch-all
+    rule, every path, to the baseline alone."""
+    config = build_config({})
+    rule = matching_rule(http_route(config), {})
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    assert [ref["name"] for ref in rule["backendRefs"]] == [
+        config.serving.service_name(Arm.BASELINE)
+    ]
 
 
 def test_only_the_gateways_envoy_pods_are_admitted_to_the_serving_pods() -> None:

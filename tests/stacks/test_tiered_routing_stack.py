@@ -48,6 +48,15 @@ def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
     assert {"name": "AWS_REGION", "value": synth.config.region} in values["controller"]["extraEnv"]
 
 
+def test_envoy_gateway_runs_the_gateways_envoy_service_in_its_own_namespace() -> None:
+    """charts.gateway.gateway_url addresses the Envoy Service in routing.eks.namespace: Envoy
+    Gateway v1.9.0 puts it there unless provider.kubernetes.deploy.type is GatewayNamespace
+    (internal/infrastructure/kubernetes/proxy_infra.go, GetResourceNamespace), which these
+    values leave out (the chart's default config has no deploy)."""
+    envoy_gateway = envoy_gateway_values()["config"]["envoyGateway"]
+    assert "deploy" not in envoy_gateway.get("provider", {}).get("kubernetes", {})
+
+
 def test_the_routing_chart_applies_after_both_controllers(synth) -> None:
     resources = synth.templates["Cluster"]["Resources"]
     routing = [
