@@ -7,6 +7,11 @@ guardrail Rollout (init container, ``runtime/arms_routed.py``: before the specul
 are available, and after an abort, the speculative Service reaches baseline pods), then for
 both services' ``/health`` (logged): on a first deploy they compile for hours.
 
+With ``loadtest.tiered`` the Job also drives the tiered gateway as a third arm (``--tiered``,
+``charts.gateway.gateway_url``: the Envoy Service the routing chart names, in Envoy
+Gateway's namespace) after the two serving arms, in the same arms mode; it waits for the
+gateway's ``/health`` too (the catch-all route answers it from the baseline).
+
 With ``loadtest.workers`` N > 1 the Job's pod runs the arms' Locust masters (``python -m
 loadtest run --workers-external``, N from the config file) and worker Jobs run N worker pods
 each, of the same image and size (``worker_sets``). Arms at once (``loadtest.arms_mode``
@@ -15,7 +20,9 @@ concurrent, the default): both masters run in the pod together, each on its own 
 that arm's port, so a worker can never take a share of the other arm's schedule. Arms in
 turn (sequential): one master port and one worker Job whose pods serve each arm's master in
 turn. A headless Service names the masters' pod with one port per master; the NetworkPolicy
-opens each port only to its own arm's workers.
+opens each port only to its own arm's workers. With ``loadtest.tiered`` the tiered master
+runs last on the baseline's port (in turn: the shared one), whose worker pods serve it as one
+more arm (``--arms``).
 
 Why plain Jobs of workers plus a headless Service, not one Indexed Job: the master is a
 different program (it waits, runs the arms, writes the report and publishes to CloudWatch
@@ -31,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from charts.gateway import gateway_url
 from charts.inputs import ClusterInputs
 from charts.naming import ARM_LABEL, labels, metadata, short_hash
 from charts.rollout import ROLLOUTS_API, rollout_name
@@ -77,13 +85,25 @@ class WorkerSet:
         return SHARED_PORT_NAME if self.arm is None else self.arm.value
 
 
+# The serving arm on whose master port the tiered arm's master runs after the serving arms:
+# loadtest/runner.py run_comparison, ``run_arms([plans[TIERED_ARM]], ..., ports[:1], ...)``
+# with ``ports`` the baseline's then the speculative's.
+TIERED_ON = Arm.BASELINE
+
+
 def worker_sets(config: ExperimentConfig) -> list[WorkerSet]:
     """Sequential arms: one set serves both masters in turn on the one port. Otherwise the
-    masters run at once, each on its own port, with a set of workers each."""
+    masters run at once, each on its own port, with a set of workers each. With
+    ``loadtest.tiered`` the tiered master runs last on ``TIERED_ON``'s port: that port's set
+    serves one master more."""
     lt = config.loadtest
+    tiered = 1 if lt.tiered else 0
     if lt.arms_mode is ArmsMode.SEQUENTIAL:
-        return [WorkerSet(None, lt.master_port, len(Arm))]
-    return [WorkerSet(arm, lt.master_port_of(arm), 1) for arm in Arm]
+        return [WorkerSet(None, lt.master_port, len(Arm) + tiered)]
+    return [
+        WorkerSet(arm, lt.master_port_of(arm), 1 + (tiered if arm is TIERED_ON else 0))
+        for arm in Arm
+    ]
 
 
 def master_service_name(config: ExperimentConfig) -> str:
@@ -97,8 +117,10 @@ def deadline_s(config: ExperimentConfig) -> int:
     publishes it (``python -m loadtest run`` handles SIGTERM as a cancel)."""
     lt = config.loadtest
     # Each master may wait this long for its worker pods before its run time starts: once
-    # per arm in turn, once for masters that run at once.
-    turns = worker_sets(config)[0].arms
+    # per arm in turn, once for masters that run at once, once more for the tiered master
+    # after them. The set serving the most masters in turn counts them (max_duration_s is
+    # split over the same turns, loadtest/plan.py arms_in_turn, so it still bounds the run).
+    turns = max(workers.arms for workers in worker_sets(config))
     workers_connect = turns * lt.workers_connect_timeout_s if distributed(config) else 0
     return lt.wait_ready_s + int(lt.max_duration_s) + workers_connect + lt.job_deadline_margin_s
 
@@ -113,6 +135,8 @@ def loadtest_command(config: ExperimentConfig) -> list[str]:
         # Deployed with the services: they compile for hours on a first deploy.
         "--wait-ready", str(config.loadtest.wait_ready_s),
     ]  # fmt: skip
+    if config.loadtest.tiered:
+        command += ["--tiered", gateway_url(config)]
     if distributed(config):
         # --workers comes from the config file; the workers are the other Job's pods.
         command.append("--workers-external")

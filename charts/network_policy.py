@@ -7,7 +7,12 @@ network-policy agent is enabled.
 The master talks to the services too (``/health`` before the run, ``/metrics`` around the
 window), so the serving policy admits every load-test pod, master and workers. Workers
 connect to the master (ZeroMQ; the master answers on the same connection), so workers
-themselves need no ingress."""
+themselves need no ingress.
+
+The tiered arm (``loadtest.tiered``) needs nothing more: no policy here limits the load-test
+pods' egress, none selects the gateway's Envoy pods in Envoy Gateway's namespace (neither
+this project nor the Envoy Gateway chart installs one there), and the Envoy pods reach the
+vLLM pods through ``<project>-vllm-from-gateway`` (charts/gateway.py)."""
 
 from __future__ import annotations
 
