@@ -204,11 +204,17 @@ def controller_username(config: ExperimentConfig) -> str:
 
 def no_promote_policy(config: ExperimentConfig) -> list[dict[str, Any]]:
     """Status changes other than ``abort`` are the controller's alone: a person can abort a
-    rollout and retry it (abort=false), never promote it or skip its pause."""
+    rollout and retry it (abort=false), never promote it or skip its pause. Every other status
+    key is kept, not only those ``promote`` patches: a status patch clearing ``stableRS`` or
+    setting it to the canary's hash promotes too (argo-rollouts v1.9.0 rollout/sync.go,
+    shouldFullPromote: no stable ReplicaSet is an "Initial deploy"; utils/replicaset/canary.go,
+    GetStableRS)."""
     name = f"{config.project}-rollouts-no-promote"
+    exempt = ", ".join(f"'{key}'" for key in OPERATOR_STATUS_FIELDS)
+    same = f"k in [{exempt}] || object.?status[?k] == oldObject.?status[?k]"
+    # Over the keys of both statuses: a key added, changed or removed is in one of them.
     kept = " && ".join(
-        f"object.?status.?{key} == oldObject.?status.?{key}"
-        for key in ("pauseConditions", "promoteFull", "currentStepIndex", "controllerPause")
+        f"{side}.?status.orValue({{}}).all(k, {same})" for side in ("object", "oldObject")
     )
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",

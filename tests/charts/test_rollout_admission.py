@@ -32,7 +32,14 @@ import yaml
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
 
-from charts.rollout import canary_patches, controller_username, rollout, rollout_manifests
+import charts.rollout
+from charts.rollout import (
+    canary_patches,
+    controller_username,
+    no_promote_policy,
+    rollout,
+    rollout_manifests,
+)
 from experiment import Arm, ExperimentConfig, build_config
 
 CRD = Path(__file__).resolve().parents[2] / "charts" / "crds" / "rollout-crd.yaml"
@@ -311,6 +318,16 @@ PROMOTES = {
         "",
     ),
 }
+# Promotions by hand, which kubectl argo rollouts does not send but `kubectl patch
+# --subresource=status --type=merge` can: with no stable ReplicaSet the controller promotes
+# the canary as an "Initial deploy", and with the canary's hash as stableRS the canary is the
+# stable (argoproj/argo-rollouts:v1.9.0:rollout/sync.go, shouldFullPromote;
+# utils/replicaset/canary.go, GetStableRS).
+BY_HAND = {
+    "stableRS cleared": ("paused", {"status": {"stableRS": None}}, "status"),
+    "stableRS set to the canary": ("paused", {"status": {"stableRS": CANARY}}, "status"),
+    "status replaced": ("paused", {"status": None}, "status"),
+}
 MESSAGES = "only the Argo Rollouts controller", "spec.paused is changed only by"
 
 
@@ -330,17 +347,15 @@ def test_a_person_may_abort_the_paused_canary_and_retry_it(config: ExperimentCon
     assert _send(config, RETRY, PERSON) is None
 
 
-@pytest.mark.parametrize("command", sorted(PROMOTES))
-def test_every_promotion_kubectl_sends_is_denied_to_a_person(
-    config: ExperimentConfig, command: str
-) -> None:
-    denial = _send(config, PROMOTES[command], PERSON)
+@pytest.mark.parametrize("command", [*sorted(PROMOTES), *sorted(BY_HAND)])
+def test_every_promotion_is_denied_to_a_person(config: ExperimentConfig, command: str) -> None:
+    denial = _send(config, {**PROMOTES, **BY_HAND}[command], PERSON)
     assert denial is not None and denial.startswith(MESSAGES), denial
 
 
-@pytest.mark.parametrize("command", sorted(PROMOTES))
+@pytest.mark.parametrize("command", [*sorted(PROMOTES), *sorted(BY_HAND)])
 def test_the_controller_may_make_the_same_changes(config: ExperimentConfig, command: str) -> None:
-    assert _send(config, PROMOTES[command], controller_username(config)) is None
+    assert _send(config, {**PROMOTES, **BY_HAND}[command], controller_username(config)) is None
 
 
 def test_changes_outside_what_the_policy_guards_are_admitted(config: ExperimentConfig) -> None:
@@ -355,15 +370,24 @@ def test_changes_outside_what_the_policy_guards_are_admitted(config: ExperimentC
     assert _send(config, ("paused", {"status": {"promoteFull": True}}, ""), PERSON) is None
 
 
-def test_a_policy_that_lets_promote_full_through_fails_these_cases(
-    config: ExperimentConfig,
+def test_a_weakened_policy_fails_these_cases(
+    config: ExperimentConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mutation check: without the promoteFull comparison, ``promote --full`` is admitted
-    for a person, so the cases above do catch a weakened policy."""
-    policy = copy.deepcopy(_policy(config)[0])
-    kept = policy["spec"]["validations"][0]
-    clause = "object.?status.?promoteFull == oldObject.?status.?promoteFull && "
-    assert clause in kept["expression"]
-    kept["expression"] = kept["expression"].replace(clause, "")
+    """The mutation check: a policy that also leaves people promoteFull admits
+    ``promote --full``, and one comparing only the keys ``promote`` patches (this policy
+    before it compared every key) admits the promotions by hand, so the cases catch both."""
+    monkeypatch.setattr(charts.rollout, "OPERATOR_STATUS_FIELDS", ("abort", "promoteFull"))
+    policy, _ = no_promote_policy(config)
     assert _send(config, PROMOTES["promote --full"], PERSON, policy=policy) is None
     assert _send(config, PROMOTES["promote"], PERSON, policy=policy) is not None
+    monkeypatch.undo()
+
+    policy, _ = no_promote_policy(config)
+    policy["spec"]["validations"][0]["expression"] = " && ".join(
+        f"object.?status.?{key} == oldObject.?status.?{key}"
+        for key in ("pauseConditions", "promoteFull", "currentStepIndex", "controllerPause")
+    )
+    for command, case in PROMOTES.items():
+        assert _send(config, case, PERSON, policy=policy) is not None, command
+    for command in ("stableRS cleared", "stableRS set to the canary"):
+        assert _send(config, BY_HAND[command], PERSON, policy=policy) is None, command
