@@ -42,7 +42,7 @@ def arm_servers(
     config: ExperimentConfig, target_dir: Path, draft_dir: Path, log_dir: Path
 ) -> list[Server]:
     """Baseline first, then speculative, each logging to ``log_dir/<arm>.log``, each on its
-    own cores unless ``local.cpu_binding`` is shared."""
+    own cores unless ``local.cpu_binding`` is shared (``LocalConfig.server_binding``)."""
     local = config.local
     servers = []
     for arm, command in arm_commands(config, target_dir, draft_dir).items():
@@ -57,8 +57,9 @@ def arm_servers(
                 python=sys.executable,
             )
         )
-    if local.cpu_binding == "apart":
-        bind_apart(servers)
+    binding = local.server_binding
+    if binding != "shared":
+        bind_apart(servers, isolate=binding == "isolated")
     return servers
 
 
@@ -67,7 +68,11 @@ def write_commands(servers: list[Server], path: Path) -> None:
     path.write_text(
         json.dumps(
             {
-                s.name: {"argv": s.command.argv(python=s.python), "env": s.command.env}
+                s.name: {
+                    "argv": s.command.argv(python=s.python),
+                    "env": s.command.env,
+                    **({"cores": s.cores} if s.cores is not None else {}),
+                }
                 for s in servers
             },
             indent=1,

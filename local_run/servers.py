@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -85,15 +86,20 @@ def core_shares(cores: Collection[int], parts: int) -> list[list[int]]:
     return shares
 
 
-def bind_apart(servers: Sequence[Server], cores: Collection[int] | None = None) -> None:
+def bind_apart(
+    servers: Sequence[Server], cores: Collection[int] | None = None, *, isolate: bool = False
+) -> None:
     """Give each server's compute its own share of ``cores`` (default: the cores this process
     may use), in the servers' order, through its command's environment (so the run's
     ``commands.json`` records it). vLLM's own binding puts every server on the same cores,
-    where the one that just finished a request busy-waits for a second (local.cpu_binding)."""
+    where the one that just finished a request busy-waits for a second (local.cpu_binding).
+    ``isolate``: the whole server (API server, engine core, worker) is also confined to its
+    share, by the CPU affinity its process starts with and its children inherit."""
     usable = os.sched_getaffinity(0) if cores is None else cores
     for server, share in zip(servers, core_shares(usable, len(servers)), strict=True):
         env = {**server.command.env, OMP_BIND_ENV: ",".join(map(str, share))}
         server.command = replace(server.command, env=env)
+        server.cores = list(share) if isolate else None
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -118,6 +124,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _start_child(cores: list[int] | None) -> None:  # in the child between fork and exec
+    _die_with_parent()
+    if cores is not None:
+        os.sched_setaffinity(0, cores)  # inherited by every process the server starts
+
+
 @dataclass
 class Server:
     """One vLLM server: its command, where it listens, its log, its process."""
@@ -129,6 +141,8 @@ class Server:
     served_model_name: str
     log_path: Path
     python: str = sys.executable
+    # CPU affinity of the whole server and its children (None: wherever the kernel puts them)
+    cores: list[int] | None = None
     process: subprocess.Popen[bytes] | None = None
     # Seconds from start() until it was seen ready (polled every POLL_INTERVAL_S).
     ready_after_s: float | None = None
@@ -158,7 +172,7 @@ class Server:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: one killpg stops every child
-            preexec_fn=_die_with_parent,  # started from the main thread only
+            preexec_fn=partial(_start_child, self.cores),  # started from the main thread only
         )
         self.started_at = time.monotonic()
 

@@ -89,7 +89,7 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
     # Only vLLM's own binding or one share of the cores per server; a typo names the key.
     "local-cpu-binding-unknown": (
         ["local.cpu_binding=split"],
-        r"local\.cpu_binding: Input should be 'apart' or 'shared'",
+        r"local\.cpu_binding: Input should be 'apart', 'isolated' or 'shared'",
     ),
     "tp-times-lnc-mismatch": (
         ["serving.tensor_parallel_size=64"],

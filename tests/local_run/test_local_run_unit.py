@@ -31,7 +31,8 @@ from local_run import servers as servers_module
 from local_run.__main__ import main
 from local_run.arms import arm_commands, arm_servers, write_commands
 from local_run.run import _problems, new_run_dir
-from local_run.servers import OMP_BIND_ENV, ServerError, core_shares
+from local_run.servers import OMP_BIND_ENV, Server, ServerError, core_shares, free_port
+from runtime.render import VllmCommand
 
 TARGET_DIR, DRAFT_DIR = Path("/models/abc/target"), Path("/models/abc/draft")
 
@@ -83,8 +84,9 @@ def test_each_server_computes_on_its_own_cores_by_default(
     # served busy-waited for a second while the other's first token waited (docs/local-run.md).
     monkeypatch.setattr(servers_module.os, "sched_getaffinity", lambda pid: usable)
     config = build_config({})
-    assert config.local.cpu_binding == "apart"
+    assert config.local.server_binding == "apart"
     servers = arm_servers(config, TARGET_DIR, DRAFT_DIR, tmp_path)
+    assert all(s.cores is None for s in servers)  # the API servers go where the kernel puts them
     assert [s.command.env[OMP_BIND_ENV] for s in servers] == expected
     # Everything else of the rendered commands is untouched.
     rendered = arm_commands(config, TARGET_DIR, DRAFT_DIR)
@@ -95,6 +97,57 @@ def test_each_server_computes_on_its_own_cores_by_default(
     write_commands(servers, tmp_path / "commands.json")
     recorded = json.loads((tmp_path / "commands.json").read_text())
     assert [recorded[name]["env"][OMP_BIND_ENV] for name in ("baseline", "speculative")] == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "isolated"),
+    [
+        ({"experiment.local.tiered": "true"}, True),  # the default with the tiered arm
+        ({"experiment.local.cpu_binding": "isolated"}, True),
+        ({"experiment.local.tiered": "true", "experiment.local.cpu_binding": "apart"}, False),
+    ],
+)
+def test_isolated_binding_confines_each_whole_server_to_its_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: dict[str, str], isolated: bool
+) -> None:
+    # The tiered arm switches servers at every class change: with only the compute bound, a
+    # baseline request right after a speculative one ran 10-45% slower (docs/local-run.md).
+    monkeypatch.setattr(servers_module.os, "sched_getaffinity", lambda pid: {0, 1})
+    servers = arm_servers(build_config(overrides), TARGET_DIR, DRAFT_DIR, tmp_path)
+    assert [s.command.env[OMP_BIND_ENV] for s in servers] == ["0", "1"]
+    assert [s.cores for s in servers] == ([[0], [1]] if isolated else [None, None])
+    write_commands(servers, tmp_path / "commands.json")
+    recorded = json.loads((tmp_path / "commands.json").read_text())
+    assert [recorded[name].get("cores") for name in ("baseline", "speculative")] == [
+        s.cores for s in servers
+    ]
+
+
+@pytest.mark.process
+def test_an_isolated_server_and_its_children_run_on_its_cores(tmp_path: Path) -> None:
+    # The affinity is set in the child before exec and inherited by what it starts, as vLLM's
+    # engine core and worker are started by its API server.
+    core = sorted(servers_module.os.sched_getaffinity(0))[-1]
+    (tmp_path / "affinity_probe.py").write_text(
+        "import os, subprocess, sys\n"
+        "print(sorted(os.sched_getaffinity(0)), flush=True)\n"
+        "subprocess.run([sys.executable, '-c', "
+        "'import os; print(sorted(os.sched_getaffinity(0)))'], check=True)\n"
+    )
+    command = VllmCommand(module="affinity_probe", args=(), env={"PYTHONPATH": str(tmp_path)})
+    server = Server(
+        name="baseline",
+        command=command,
+        host="127.0.0.1",
+        port=free_port(),
+        served_model_name="m",
+        log_path=tmp_path / "server.log",
+        cores=[core],
+    )
+    server.start()
+    assert server.process is not None
+    assert server.process.wait(timeout=30) == 0
+    assert server.log_path.read_text().splitlines()[1:] == [f"[{core}]", f"[{core}]"]
 
 
 def test_shared_binding_leaves_the_cores_to_vllm(
