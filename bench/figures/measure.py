@@ -130,6 +130,7 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
             arm: block.overall.burst_gap_fraction for arm, block in summary.arms.items()
         },
         drafter=_drafter(data),
+        drafter_generation_s=data.get("models", {}).get("draft", {}).get("generation_seconds"),
         k=summary.run.analysis.num_speculative_tokens if summary.run.analysis else None,
         acceptance_per_position=speculative.acceptance.per_position_rate if speculative else None,
         failed_requests={arm: block.overall.failed for arm, block in summary.arms.items()},

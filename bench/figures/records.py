@@ -128,6 +128,9 @@ class LocalRunFigures(_Model):
     # spec_decode per-position counters; None: not recorded)
     acceptance_per_position: list[float] | None = None
     failed_requests: dict[str, int] = {}  # by arm, the tiered arm too when driven
+    # How long the drafter took to generate when it was made (its manifest's
+    # generation_seconds; cached afterwards, so a cached run's phases do not show it)
+    drafter_generation_s: float | None = None
     tiered: TieredFigures | None = None  # local.tiered: the gateway as a third arm
 
 

@@ -228,10 +228,23 @@ def readme_tune(records: Records) -> str:
     r, t = need(records, "tune-sweep", TuneFigures)
     errors = [p.relative_error for p in t.held_out]
     within = sum(p.within_tolerance for p in t.held_out)
+    drafters = sorted({m.drafter for m in t.fits})
+    choice = ""
+    if len(drafters) > 1:
+        picks = ", ".join(
+            f"{d.scope} {d.draft} k={d.k}"
+            + (
+                f" ({x(d.margin.estimate)} {ci(d.margin)} faster than {d.runner_up_draft})"
+                if d.margin
+                else ""
+            )
+            for d in t.drafter_choices
+        )
+        choice = f"; comparing {' and '.join(drafters)} it chose {picks}"
     return (
         f"held-out prediction errors {signed_pct(min(errors))} to {signed_pct(max(errors))}, "
-        f"the {t.tolerance:.0%} goal met for {within} of {len(t.held_out)} held-out points "
-        f"(the sweep of {r.day}, {r.provenance.text()})"
+        f"the {t.tolerance:.0%} goal met for {within} of {len(t.held_out)} held-out points"
+        f"{choice} (the sweep of {r.day}, {r.provenance.text()})"
     )
 
 
@@ -386,15 +399,20 @@ def local_eagle3(records: Records) -> str:
     ]
     return "\n".join(
         [
-            f"`{r.command}`, the venv and models cached except the head where noted, "
-            f"{r.day}, {r.machine.text()}, k = {f.k}:",
+            f"`{r.command}`, {r.day}, {r.machine.text()}, k = {f.k}:",
             "",
             *rows,
             "",
             "Per-position acceptance of the measured window, both classes, from the server's "
             "`vllm:spec_decode_num_accepted_tokens_per_pos` / `vllm:spec_decode_num_drafts`: "
             f"{_positions(f.acceptance_per_position)}. Failed requests: {failed}. Wall time "
-            f"{dur(f.wall_s)}: {_phases(f)}.",
+            f"{dur(f.wall_s)}: {_phases(f)}"
+            + (
+                f"; the head had trained in {dur(f.drafter_generation_s)} on "
+                f"{r.machine.cores} cores when it was first made (goal: 2 min), cached since."
+                if f.drafter_generation_s is not None
+                else "."
+            ),
         ]
     )
 
@@ -421,7 +439,7 @@ def local_tiered(records: Records) -> str:
     failed = {arm: n for arm, n in f.failed_requests.items()}
     return "\n".join(
         [
-            f"`{r.command}`, the venv and models cached, {r.day}, {r.machine.text()}:",
+            f"`{r.command}`, {r.day}, {r.machine.text()}:",
             "",
             *rows,
             "",

@@ -364,10 +364,12 @@ def test_local_run_figures_carry_the_drafter_the_positions_and_the_tiered_arm(
     headline = {"acceptance_by_class": {"structured": 0.7, "open_ended": 0.1}}
     local_run = {"headline": headline, "timings_s": {"total": 40.0}}
     (run_dir / "local_run.json").write_text(
-        json.dumps({**local_run, "models": {"draft": {"kind": "eagle3"}}})
+        json.dumps(
+            {**local_run, "models": {"draft": {"kind": "eagle3", "generation_seconds": 58.2}}}
+        )
     )
     figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
-    assert figures.drafter == "eagle3"
+    assert figures.drafter == "eagle3" and figures.drafter_generation_s == 58.2
     assert figures.acceptance_per_position == [0.8, 0.6, 0.4]
     assert figures.tiered is not None
     (row,) = figures.tiered.by_class
