@@ -145,12 +145,25 @@ def class_model(
     acceptance, note = acceptance_of(fit_runs[k_rates], k_rates)
     if note:
         notes.append(f"{draft}/{prompt_class}: {note}")
-    taus, tau_source = replayed_taus(fit_runs[k_rates], k_rates, acceptance, predict_k_max)
-    if tau_source == "per_position_rates":
+    taus: dict[int, float]
+    tau_source: TauSource
+    if drafter_of(draft) == "eagle3":
+        # The replay reads a draft's run of right tokens off the text: true of a draft model,
+        # whose proposal at a position is the same whichever step it starts in. An EAGLE head
+        # drafts positions 2..k from its own features, so a token's acceptance depends on its
+        # depth in the step, which the per-position rates measure (docs/tuning.md).
+        taus, tau_source = {}, "per_position_rates"
         notes.append(
-            f"{draft}/{prompt_class}: tokens per step from per-position rates (the k="
-            f"{k_rates} chunks cannot be replayed: merged chunks or too short)"
+            f"{draft}/{prompt_class}: tokens per step from per-position rates (an EAGLE "
+            "drafter's acceptance depends on the depth in the step: no chunk replay)"
         )
+    else:
+        taus, tau_source = replayed_taus(fit_runs[k_rates], k_rates, acceptance, predict_k_max)
+        if tau_source == "per_position_rates":
+            notes.append(
+                f"{draft}/{prompt_class}: tokens per step from per-position rates (the k="
+                f"{k_rates} chunks cannot be replayed: merged chunks or too short)"
+            )
     cost = fit_step_cost(step_time_s(baseline), {k: step_time_s(r) for k, r in fit_runs.items()})
     output_tokens = _mean([s.output_tokens for s in baseline.ok_samples], "output tokens")
     ttft = _mean([s.ttft_s for r in fit_runs.values() for s in r.ok_samples], "SD TTFT")

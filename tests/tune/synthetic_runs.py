@@ -1,6 +1,8 @@
 """Synthetic sweeps for the tune tests: servers whose step cost and acceptance are known
-exactly (T(k) = C0 + C1 k; drafts accepted as a greedy server accepts them, from a text
-whose steps at window 8 cycle through ACCEPTED_AT_8)."""
+exactly (T(k) = C0 + C1 k; a draft model's drafts accepted as a greedy server accepts them,
+from a text whose steps at window 8 cycle through ACCEPTED_AT_8; an EAGLE head's by the
+depth in the step, each step's accepted count drawn in turn from EAGLE3_AT_8 whatever the
+window and wherever the step starts)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ ACCEPTED_AT_8 = [0, 7, 3, 2, 6, 4, 1, 5]
 BOOT = StatisticsConfig(resamples=300)
 # A second drafter, "eagle3" (the local head's candidate name): a cheap step (11 ms + 0.5 ms
 # per draft token) that is right far more often on structured text and rarely on open-ended
-# text, so each drafter wins one class.
+# text, so each drafter wins one class. It drafts positions 2..k from its own features, so
+# how many drafts a step keeps depends on the depth in the step, not on the text: step n
+# accepts min(EAGLE3_AT_8[n % 8], k), as the per-position rates describe it.
 E0, E1 = 0.011, 0.0005
 EAGLE3_AT_8 = {"structured": [5, 7, 6, 7, 3, 4, 6, 7], "open_ended": [0, 1, 0, 0, 2, 0, 1, 0]}
 
@@ -69,6 +73,18 @@ def sd_tokens(k: int, total: int, cycle: list[int] = ACCEPTED_AT_8) -> list[int]
     return tokens
 
 
+def eagle3_tokens(k: int, total: int, cycle: list[int]) -> list[int]:
+    """Tokens per chunk at window k when each step's accepted count depends on the step only."""
+    tokens, produced = [1], 1
+    for accepted in itertools.cycle(cycle):
+        if produced >= total:
+            return tokens
+        step = min(min(accepted, k) + 1, total - produced)
+        tokens.append(step)
+        produced += step
+    raise AssertionError
+
+
 def make_run(setting: Setting, role: Role, concurrency: int = 1, slow: float = 1.0) -> Run:
     classes = {}
     for name, total in (("structured", 401), ("open_ended", 201)):
@@ -78,7 +94,11 @@ def make_run(setting: Setting, role: Role, concurrency: int = 1, slow: float = 1
                 tokens, step = [1] * total, BASE_STEP * slow
             else:
                 c0, c1 = step_cost(setting.draft)
-                tokens = sd_tokens(setting.k, total, cycle_of(setting.draft, name))
+                cycle = cycle_of(setting.draft, name)
+                if setting.draft == "eagle3":
+                    tokens = eagle3_tokens(setting.k, total, cycle)
+                else:
+                    tokens = sd_tokens(setting.k, total, cycle)
                 step = (c0 + c1 * setting.k) * slow
             samples.append(sample(f"{name}-{prompt}", 0, tokens, step))
         classes[name] = ClassRun(prompt_class=name, samples=samples)

@@ -13,6 +13,7 @@ from tune.analysis import (
     cost_at_load,
     holdout_checks,
     recommend,
+    replayed_taus,
     within_one_step,
 )
 from tune.predict import PredictionError
@@ -59,6 +60,34 @@ def test_tau_falls_back_to_per_position_rates_when_chunks_cannot_be_replayed() -
     assert model.tokens_per_step_source == "per_position_rates"
     assert model.prediction(3).tokens_per_step == pytest.approx(2.8)
     assert any("cannot be replayed" in n for n in notes)
+
+
+def test_an_eagle_drafter_takes_tau_from_the_rates_a_draft_model_from_the_replay() -> None:
+    # An EAGLE head keeps drafts by the depth in the step (synthetic_runs: step n keeps
+    # min(EAGLE3_AT_8[n % 8], k)); replaying its k=8 chunks as a text's runs of right tokens
+    # would land smaller windows where they never start. Both servers follow their model.
+    runs = sweep(("d", "eagle3"))
+    head, notes = class_model(runs, "eagle3", "structured", [2, 8], 8, BOOT)
+    assert head.tokens_per_step_source == "per_position_rates"
+    assert any("depth in the step" in note for note in notes)
+    draft, _ = class_model(runs, "d", "structured", [2, 8], 8, BOOT)
+    assert draft.tokens_per_step_source == "trace_replay"
+    for model in (head, draft):
+        for measured in model.measured:
+            predicted = model.prediction(measured.k).tokens_per_step
+            assert predicted == pytest.approx(measured.tokens_per_step, rel=0.02), (
+                model.draft,
+                measured.k,
+            )
+    # The replay would have been wrong for the head: at k=4 it predicts far fewer tokens.
+    replayed, _ = replayed_taus(
+        next(r for r in runs if r.setting == Setting(draft="eagle3", k=8)).classes["structured"],
+        8,
+        head.acceptance,
+        8,
+    )
+    at_4 = next(m for m in head.measured if m.k == 4).tokens_per_step
+    assert replayed[4] < 0.9 * at_4
 
 
 def test_held_out_predictions_match_a_server_that_follows_the_model() -> None:
