@@ -1,5 +1,6 @@
 """Shared by the gateway tests: fake arm processes, a streaming client that records which arm
-answered and why a stream failed, and a gateway in front of two fakes."""
+answered and why a stream failed, a gateway in front of two servers, and the load test's
+tiered run through it (its prompts and command line)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,37 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment.config import Arm, RoutingConfig
+from experiment.config import Arm, HealthConfig, RoutingConfig
 from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
 from local_run.servers import free_port
 
+ROOT = Path(__file__).resolve().parents[2]
 FAKE_ARM = Path(__file__).with_name("fake_streaming_arm.py")
 HOST = "127.0.0.1"
+# Short ejections so a test sees the server return; the shipped defaults are in experiment/config.
+FAST_HEALTH = HealthConfig(consecutive_5xx=3, interval_s=0.5, base_ejection_time_s=2.0)
+
+
+def _wait_listening(
+    process: subprocess.Popen[bytes], name: str, port: int, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{name} did not listen on {port} (exit code {process.poll()})")
+
+
+def _kill(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL to the process group: it dies at once, its sockets close under open streams."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
 
 @dataclass
@@ -46,19 +68,12 @@ class FakeArm:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.2):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"fake arm {self.name} did not listen on {self.port}")
+        _wait_listening(self.process, f"fake arm {self.name}", self.port, timeout_s)
 
     def kill(self) -> None:
         """SIGKILL: the process dies at once, its sockets close under the open streams."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        _kill(process)
 
     def received(self) -> list[list[str] | None]:
         with urllib.request.urlopen(f"http://{HOST}:{self.port}/_received", timeout=5) as reply:
@@ -131,6 +146,26 @@ def stat(gateway: EnvoyGateway, name: str) -> int:
     return gateway.stats().get(name, 0)
 
 
+def address_of(url: str) -> Address:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return Address(host, int(port))
+
+
+def gateway_between(
+    routing: RoutingConfig, baseline: Address, speculative: Address, work_dir: Path
+) -> EnvoyGateway:
+    """The gateway rendered from ``routing`` in front of two servers, on a free port; a
+    context manager that starts and always stops it."""
+    bootstrap = envoy_bootstrap(
+        routing,
+        listen=Address(HOST, free_port()),
+        baseline=baseline,
+        speculative=speculative,
+        admin=Address(HOST, 0),
+    )
+    return EnvoyGateway(bootstrap, work_dir)
+
+
 @contextlib.contextmanager
 def tiered(
     routing: RoutingConfig, work_dir: Path, *, speculative_chunks: int = 5, gap_s: float = 0.01
@@ -140,18 +175,44 @@ def tiered(
         Arm.BASELINE: FakeArm(Arm.BASELINE.value, free_port(), 5, 0.01),
         Arm.SPECULATIVE: FakeArm(Arm.SPECULATIVE.value, free_port(), speculative_chunks, gap_s),
     }
-    bootstrap = envoy_bootstrap(
-        routing,
-        listen=Address(HOST, free_port()),
-        baseline=Address(HOST, arms[Arm.BASELINE].port),
-        speculative=Address(HOST, arms[Arm.SPECULATIVE].port),
-        admin=Address(HOST, 0),
-    )
+    baseline = Address(HOST, arms[Arm.BASELINE].port)
+    speculative = Address(HOST, arms[Arm.SPECULATIVE].port)
     try:
         for arm in arms.values():
             arm.start()
-        with EnvoyGateway(bootstrap, work_dir) as gateway:
+        with gateway_between(routing, baseline, speculative, work_dir) as gateway:
             yield gateway, arms
     finally:
         for arm in arms.values():
             arm.kill()
+
+
+def write_prompts(directory: Path) -> Path:
+    """A prompts file of four prompts per class: ``count to i`` (``s<i>``, structured) and
+    ``story i`` (``o<i>``, open_ended)."""
+    lines = [{"id": f"s{i}", "class": "structured", "prompt": f"count to {i}"} for i in range(4)]
+    lines += [{"id": f"o{i}", "class": "open_ended", "prompt": f"story {i}"} for i in range(4)]
+    path = directory / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def tiered_run_command(
+    baseline: str, speculative: str, gateway: str, out: Path, settings: Mapping[str, object]
+) -> list[str]:
+    """``python -m loadtest run --tiered`` against the three URLs into ``out``; ``settings``
+    are ``loadtest.<key>`` values (a list as JSON). Run it in ROOT with loadtest_env()."""
+    values = [
+        f"loadtest.{key}={json.dumps(value) if isinstance(value, list) else value}"
+        for key, value in settings.items()
+    ]
+    return [
+        *(sys.executable, "-m", "loadtest", "run", "--no-cloudwatch"),
+        *("--baseline", baseline, "--speculative", speculative, "--tiered", gateway),
+        *("--out", str(out)),
+        *(arg for value in values for arg in ("-c", value)),
+    ]
+
+
+def loadtest_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "AWS_EC2_METADATA_DISABLED": "true"}

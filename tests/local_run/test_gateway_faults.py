@@ -20,16 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from gateway_harness import Outcome, send, stat, tiered
+from gateway_harness import FAST_HEALTH, Outcome, send, stat, tiered
 
-from experiment.config import Arm, FallbackConfig, HealthConfig, RoutingConfig
+from experiment.config import Arm, FallbackConfig, RoutingConfig
 from local_run.gateway import decide
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 HEADER = "x-prompt-class"
-# Short ejections so the test sees the return; the shipped defaults are in experiment/config.
-FAST_HEALTH = HealthConfig(consecutive_5xx=3, interval_s=0.5, base_ejection_time_s=2.0)
 ROUTING = RoutingConfig(health=FAST_HEALTH)
 IN_FLIGHT = 3  # speculative streams open when the server dies
 AFTER_KILL = 12  # speculative-class requests sent while it is dead

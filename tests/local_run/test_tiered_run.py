@@ -10,37 +10,27 @@ comparison. In either arms mode; about 20 s each on the shared 2-core machine.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from gateway_harness import (
+    ROOT,
+    address_of,
+    gateway_between,
+    loadtest_env,
+    tiered_run_command,
+    write_prompts,
+)
 
 from bench.scripted_server import Script, ScriptedServer
 from experiment import build_config
-from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
-from local_run.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(300)]
-ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 24
 REPEATS = 3  # 4 prompts per class x 3: 12 pairs per class, enough for the check
 BASE = Script.fixed(TOKENS, 1, ttft_s=0.04, gaps_s=0.008)
 SD = Script.fixed(TOKENS, 4, ttft_s=0.03, gaps_s=0.010)
-
-
-def _address(url: str) -> Address:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    return Address(host, int(port))
-
-
-def _prompts(tmp_path: Path) -> Path:
-    lines = [{"id": f"s{i}", "class": "structured", "prompt": f"count to {i}"} for i in range(4)]
-    lines += [{"id": f"o{i}", "class": "open_ended", "prompt": f"story {i}"} for i in range(4)]
-    path = tmp_path / "prompts.jsonl"
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return path
 
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
@@ -48,27 +38,21 @@ def test_the_gateway_is_driven_as_a_third_arm_with_class_headers(tmp_path: Path,
     routing = build_config({}).routing
     out = tmp_path / "run"
     with ScriptedServer(BASE) as base, ScriptedServer(SD, spec_decode_k=7) as sd:
-        bootstrap = envoy_bootstrap(
-            routing,
-            listen=Address("127.0.0.1", free_port()),
-            baseline=_address(base.url),
-            speculative=_address(sd.url),
-            admin=Address("127.0.0.1", 0),
-        )
-        with EnvoyGateway(bootstrap, tmp_path / "gateway") as gateway:
+        servers = address_of(base.url), address_of(sd.url)
+        with gateway_between(routing, *servers, tmp_path / "gateway") as gateway:
+            settings = {
+                "prompts.files": [str(write_prompts(tmp_path))],
+                "max_tokens": TOKENS,
+                "concurrency": 2,
+                "requests_per_prompt": REPEATS,
+                "warmup_requests": 1,
+                "arms_mode": mode,
+                "max_duration_s": 120,
+            }
             result = subprocess.run(
-                [
-                    *(sys.executable, "-m", "loadtest", "run", "--no-cloudwatch"),
-                    *("--baseline", base.url, "--speculative", sd.url, "--tiered", gateway.url),
-                    *("--out", str(out)),
-                    *("-c", f'loadtest.prompts.files=["{_prompts(tmp_path)}"]'),
-                    *("-c", f"loadtest.max_tokens={TOKENS}", "-c", "loadtest.concurrency=2"),
-                    *("-c", f"loadtest.requests_per_prompt={REPEATS}"),
-                    *("-c", "loadtest.warmup_requests=1", "-c", f"loadtest.arms_mode={mode}"),
-                    *("-c", "loadtest.max_duration_s=120"),
-                ],
+                tiered_run_command(base.url, sd.url, gateway.url, out, settings),
                 cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT), "AWS_EC2_METADATA_DISABLED": "true"},
+                env=loadtest_env(),
                 capture_output=True,
                 text=True,
                 timeout=240,
