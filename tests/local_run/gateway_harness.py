@@ -16,15 +16,18 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+from bench.scripted_server import Script
 from experiment.config import Arm, HealthConfig, RoutingConfig
 from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
 from local_run.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_ARM = Path(__file__).with_name("fake_streaming_arm.py")
+SCRIPTED_ARM = Path(__file__).with_name("scripted_arm.py")
 HOST = "127.0.0.1"
 # Short ejections so a test sees the server return; the shipped defaults are in experiment/config.
 FAST_HEALTH = HealthConfig(consecutive_5xx=3, interval_s=0.5, base_ejection_time_s=2.0)
@@ -185,6 +188,54 @@ def tiered(
     finally:
         for arm in arms.values():
             arm.kill()
+
+
+@dataclass
+class ScriptedArm:
+    """A scripted server (bench/scripted_server.py) as a process of its own on ``port``
+    (tests/local_run/scripted_arm.py): killed for real, started again on the same port.
+    ``die_at``: it SIGKILLs itself on cue after that many requests, with at least
+    ``min_open`` streams open, and dumps its log to ``dump`` (scripted_arm.py says when)."""
+
+    port: int
+    script: Script
+    spec_decode_k: int | None = None
+    die_at: int | None = None
+    dump: Path | None = None
+    min_open: int = 1
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        command = [
+            *(sys.executable, str(SCRIPTED_ARM), "--port", str(self.port)),
+            *("--script", json.dumps(asdict(self.script))),
+        ]
+        if self.spec_decode_k is not None:
+            command += ["--spec-decode-k", str(self.spec_decode_k)]
+        if self.die_at is not None:
+            command += ["--die-at", str(self.die_at), "--dump", str(self.dump)]
+            command += ["--min-open", str(self.min_open)]
+        self.process = subprocess.Popen(
+            command,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _wait_listening(self.process, "scripted arm", self.port, timeout_s)
+
+    def kill(self) -> None:
+        process, self.process = self.process, None
+        _kill(process)
+
+    def log(self) -> list[dict[str, Any]]:
+        """What it began and sent (``SentLog`` entries as JSON), since it last started."""
+        with urllib.request.urlopen(f"{self.url}/_scripted/log", timeout=5) as reply:
+            entries: list[dict[str, Any]] = json.loads(reply.read())
+            return entries
 
 
 def write_prompts(directory: Path) -> Path:
