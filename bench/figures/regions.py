@@ -452,6 +452,48 @@ def local_tiered(records: Records) -> str:
     )
 
 
+def readme_tiered(records: Records) -> str:
+    r, f = need(records, "local-tiered", LocalRunFigures)
+    if f.tiered is None:
+        raise RegionError("record 'local-tiered' has no tiered arm: run with local.tiered=true")
+    t = f.tiered
+    parts = [
+        f"{c.prompt_class} (to the {c.routed_to}) {x(c.vs_baseline.estimate)} "
+        f"{ci(c.vs_baseline)} of the baseline"
+        + (
+            f", SD {x(c.speculative_vs_baseline.estimate)} {ci(c.speculative_vs_baseline)}"
+            if c.speculative_vs_baseline
+            else ""
+        )
+        for c in sorted(t.by_class, key=lambda c: c.prompt_class, reverse=True)
+    ]
+    held = all(c.held for c in t.by_class)
+    matches = "each class matches the arm it is routed to" if held else "NOT every class matches"
+    return (
+        f"measured locally ({r.day}, {r.machine.text()}, n={t.by_class[0].vs_baseline.n} "
+        f"per class): tiered E2E {'; '.join(parts)}; "
+        f"{matches}, lossless {t.lossless_exact_matches}/{t.lossless_prompts}, "
+        f"{t.failed_requests} failed requests"
+    )
+
+
+def readme_eagle3(records: Records) -> str:
+    r, f = need(records, "local-eagle3", LocalRunFigures)
+    s, o = "structured", "open_ended"
+    trained = (
+        f", the head trained in {dur(f.drafter_generation_s)}"
+        if f.drafter_generation_s is not None
+        else ""
+    )
+    return (
+        f"measured {r.day} ({r.machine.text()}, k={f.k}): E2E **{x(f.e2e_speedup[s].estimate)}** "
+        f"{ci(f.e2e_speedup[s])} structured and {x(f.e2e_speedup[o].estimate)} "
+        f"{ci(f.e2e_speedup[o])} open-ended ({f.e2e_speedup[s].n} pairs each), acceptance "
+        f"{pct(f.acceptance_by_class[s])} / {pct(f.acceptance_by_class[o])}, lossless "
+        f"{f.lossless_exact_matches}/{f.lossless_prompts}{trained}"
+    )
+
+
 def _drafters(t: TuneFigures) -> list[str]:
     """The drafter comparison of a sweep: per (draft, class) acceptance per position and the
     draft cost per step, then the drafter chosen per class with its margin."""
@@ -850,6 +892,8 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "tune-sweep": tune_sweep,
     "local-eagle3": local_eagle3,
     "local-tiered": local_tiered,
+    "readme-tiered": readme_tiered,
+    "readme-eagle3": readme_eagle3,
     "stats-speed": stats_speed,
     "miniature": miniature,
     "loadtest-workers": loadtest_workers,
