@@ -9,6 +9,7 @@ from typing import Any
 import aws_cdk as cdk
 import boto3
 import pytest
+from merge_patch import merge_patch
 from moto import mock_aws
 
 from charts.rollout import (
@@ -217,19 +218,6 @@ def test_the_admission_policy_keeps_promotion_to_the_controller() -> None:
 # The actuator: one Rollout, stable = baseline pods, canary = speculative pods.
 
 
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as kubectl patch --type merge applies it."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merge_patch(result.get(key), value)
-    return result
-
-
 def _labels_match(selector: dict[str, str], pod_labels: dict[str, str]) -> bool:
     return all(pod_labels.get(key) == value for key, value in selector.items())
 
@@ -346,12 +334,12 @@ def test_the_canary_patch_turns_the_baseline_into_the_speculative_template_and_b
     config = build_config(overrides)
     created = rollout(config)
     apply, restore = canary_patches(config)
-    patched = _merge_patch(created, apply)
+    patched = merge_patch(created, apply)
     assert patched["spec"]["template"] == revision_template(config, Arm.SPECULATIVE)
     assert {k: v for k, v in patched["spec"].items() if k != "template"} == {
         k: v for k, v in created["spec"].items() if k != "template"
     }
-    assert _merge_patch(patched, restore) == created
+    assert merge_patch(patched, restore) == created
 
 
 def test_the_rollout_name_follows_the_baseline_and_only_the_baseline() -> None:

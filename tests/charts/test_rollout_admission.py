@@ -31,6 +31,7 @@ import pytest
 import yaml
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
+from merge_patch import merge_patch
 
 import charts.rollout
 from charts.rollout import (
@@ -56,22 +57,9 @@ STABLE, CANARY = "6d8c9f7b54", "7f5b6c9d48"  # the two revisions' rollouts-pod-t
 T = "2026-05-04T10:15:00Z"
 
 
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies ``--type merge``."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merge_patch(result.get(key), value)
-    return result
-
-
 def _updated(old: dict[str, Any], patch: dict[str, Any], subresource: str) -> dict[str, Any]:
     """The ``object`` admission sees: the patch applied, then the update strategy's reset."""
-    patched = _merge_patch(old, patch)
+    patched = merge_patch(old, patch)
     kept_from, status_from = (old, patched) if subresource == "status" else (patched, old)
     updated = {key: value for key, value in kept_from.items() if key != "status"}
     if "status" in status_from:
@@ -203,7 +191,7 @@ def paused(config: ExperimentConfig) -> dict[str, Any]:
     canary scaled up and waiting at the indefinite pause step: a CanaryPauseStep pause
     condition and controllerPause (argo-rollouts v1.9.0 rollout/pause.go,
     CalculatePauseConditions), currentStepIndex at the pause step, weight 0."""
-    body = _merge_patch(healthy(config), canary_patches(config)[0])
+    body = merge_patch(healthy(config), canary_patches(config)[0])
     steps = body["spec"]["strategy"]["canary"]["steps"]
     (pause_step,) = [i for i, step in enumerate(steps) if "pause" in step]
     assert pause_step == len(steps) - 1 == 1  # the step indexes PROMOTES names
