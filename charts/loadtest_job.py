@@ -7,7 +7,7 @@ guardrail Rollout (init container, ``runtime/arms_routed.py``: before the specul
 are available, and after an abort, the speculative Service reaches baseline pods), then for
 both services' ``/health`` (logged): on a first deploy they compile for hours.
 
-With ``loadtest.tiered`` the Job also drives the tiered gateway as a third arm (``--tiered``,
+With ``loadtest.drive_gateway`` the Job also drives the tiered gateway as a third arm (``--tiered``,
 ``charts.gateway.gateway_url``: the Envoy Service the routing chart names, in Envoy
 Gateway's namespace) after the two serving arms, in the same arms mode; it waits for the
 gateway's ``/health`` too (the catch-all route answers it from the baseline).
@@ -20,7 +20,7 @@ concurrent, the default): both masters run in the pod together, each on its own 
 that arm's port, so a worker can never take a share of the other arm's schedule. Arms in
 turn (sequential): one master port and one worker Job whose pods serve each arm's master in
 turn. A headless Service names the masters' pod with one port per master; the NetworkPolicy
-opens each port only to its own arm's workers. With ``loadtest.tiered`` the tiered master
+opens each port only to its own arm's workers. With ``loadtest.drive_gateway`` the tiered master
 runs last on the baseline's port (in turn: the shared one), whose worker pods serve it as one
 more arm (``--arms``).
 
@@ -94,10 +94,10 @@ TIERED_ON = Arm.BASELINE
 def worker_sets(config: ExperimentConfig) -> list[WorkerSet]:
     """Sequential arms: one set serves both masters in turn on the one port. Otherwise the
     masters run at once, each on its own port, with a set of workers each. With
-    ``loadtest.tiered`` the tiered master runs last on ``TIERED_ON``'s port: that port's set
+    ``loadtest.drive_gateway`` the tiered master runs last on ``TIERED_ON``'s port: that port's set
     serves one master more."""
     lt = config.loadtest
-    tiered = 1 if lt.tiered else 0
+    tiered = 1 if lt.drive_gateway else 0
     if lt.arms_mode is ArmsMode.SEQUENTIAL:
         return [WorkerSet(None, lt.master_port, len(Arm) + tiered)]
     return [
@@ -135,7 +135,7 @@ def loadtest_command(config: ExperimentConfig) -> list[str]:
         # Deployed with the services: they compile for hours on a first deploy.
         "--wait-ready", str(config.loadtest.wait_ready_s),
     ]  # fmt: skip
-    if config.loadtest.tiered:
+    if config.loadtest.drive_gateway:
         command += ["--tiered", gateway_url(config)]
     if distributed(config):
         # --workers comes from the config file; the workers are the other Job's pods.

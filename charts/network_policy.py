@@ -9,7 +9,7 @@ window), so the serving policy admits every load-test pod, master and workers. W
 connect to the master (ZeroMQ; the master answers on the same connection), so workers
 themselves need no ingress.
 
-The tiered arm (``loadtest.tiered``) needs nothing more: no policy here limits the load-test
+The tiered arm (``loadtest.drive_gateway``) needs nothing more: no policy here limits the load-test
 pods' egress, none selects the gateway's Envoy pods in Envoy Gateway's namespace (neither
 this project nor the Envoy Gateway chart installs one there), and the Envoy pods reach the
 vLLM pods through ``<project>-vllm-from-gateway`` (charts/gateway.py)."""

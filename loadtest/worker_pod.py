@@ -4,7 +4,7 @@
 (charts/loadtest_job.py). Arms in turn (``loadtest.arms_mode=sequential``): one set of pods
 serves every arm's master on the one port, ``--arms`` 2. Arms at once: one set per arm, each
 against its own arm's master port (``loadtest.master_port_of``), ``--arms`` 1. The tiered
-arm (``loadtest.tiered``) runs its master last on the baseline's port: that set serves one
+arm (``loadtest.drive_gateway``) runs its master last on the baseline's port: that set serves one
 more (``--arms`` 3 in turn, 2 for the baseline's set at once). A Locust
 worker exits when its master quits (after each arm) and gives up when no master answers
 (~5 min of retries, locust/runners.py ``connect_to_master``), so this runs ``locust

@@ -118,7 +118,7 @@ class LoadTestConfig(Section):
         ),
         min_length=1,
     )
-    tiered: bool = Field(
+    drive_gateway: bool = Field(
         default=False,
         description=(
             "In the cluster, also drive the internal tiered gateway as a third arm, tiered, "

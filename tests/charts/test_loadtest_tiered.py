@@ -1,5 +1,6 @@
-"""The in-cluster load test drives the tiered gateway as a third arm (``loadtest.tiered``): the
-Job passes ``--tiered`` with the gateway's Envoy Service exactly when asked, and with worker
+"""The in-cluster load test drives the tiered gateway as a third arm
+(``loadtest.drive_gateway``): the Job passes ``--tiered`` with the gateway's Envoy Service
+exactly when asked, and with worker
 pods the masters the runner starts on each port are the masters the worker pods serve."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from loadtest.__main__ import _parser
 from loadtest.worker_pod import parser as worker_pod_parser
 
 WORKERS = {"experiment.loadtest.workers": "3"}
-TIERED = {"experiment.loadtest.tiered": "true"}
+TIERED = {"experiment.loadtest.drive_gateway": "true"}
 SEQUENTIAL = {"experiment.loadtest.arms_mode": "sequential"}
 INPUTS = ClusterInputs(bucket_name="b", loadtest_image="123456789012.dkr.ecr.x/loadtest:abc")
 
@@ -50,7 +51,7 @@ def test_the_job_passes_the_gateway_exactly_when_tiered(tiered: bool, mode: str)
 
 
 def test_the_default_job_is_unchanged_by_the_setting() -> None:
-    assert build_config({}).loadtest.tiered is False
+    assert build_config({}).loadtest.drive_gateway is False
     assert "--tiered" not in loadtest_command(build_config({}))
     # A Job's pod template is immutable: switching the tiered arm on is a new Job.
     default, tiered = (
