@@ -112,16 +112,35 @@ def server() -> Iterator[SendsLater]:
     started.close()
 
 
+# A loopback read now and then carries no receive stamp (a fresh clone's CI run had one in
+# this test: the body's arrival was its read time, 50 ms late); the transport then keeps the
+# read's own time and counts it (ArrivalStamps.user, the report's warning). So the stamped
+# case is tried a few times: any stamped body must be on time, and one must come.
+STAMP_TRIES = 5
+
+
 @pytest.mark.process
-def test_kernel_stamp_is_the_arrival_not_the_late_read(server: SendsLater) -> None:
+def test_kernel_stamp_is_the_arrival_not_the_late_read() -> None:
     assert transport.KERNEL_STAMPS, "this test needs Linux on x86_64 or aarch64"
-    with StreamSession() as session:
-        arrival, read_at = _late_read(server, session)
-        stamps = session.stamps
-    before, after = server.sent_between
-    assert before - SLACK_S <= arrival <= after + SLACK_S, (before, arrival, after)
-    assert read_at - arrival >= LATE_READ_S * 0.9  # the user stamp would have been this late
-    assert stamps.kernel >= 1  # the head may have come before stamping was on: not the body
+    _kernel_stamping_on()
+    unstamped = []
+    for _ in range(STAMP_TRIES):
+        server = SendsLater()
+        try:
+            with StreamSession() as session:
+                arrival, read_at = _late_read(server, session)
+                stamps = session.stamps
+        finally:
+            server.close()
+        before, after = server.sent_between
+        if read_at - arrival < LATE_READ_S * 0.9:  # the body's read had no kernel stamp
+            unstamped.append((before, arrival, read_at))
+            continue
+        # Stamped: the arrival is the kernel's, inside the send, not the late read's.
+        assert before - SLACK_S <= arrival <= after + SLACK_S, (before, arrival, after)
+        assert stamps.kernel >= 1
+        return
+    pytest.fail(f"no body read carried a kernel stamp in {STAMP_TRIES} tries: {unstamped}")
 
 
 @pytest.mark.process
