@@ -261,6 +261,10 @@ def backend_traffic_policy(config: ExperimentConfig) -> dict[str, Any] | None:
             }
         },
     }
+    # The retries in flight at once before Envoy refuses more (a 503): as in the local
+    # gateway (BackendTrafficPolicy circuitBreaker.maxParallelRetries, envoyproxy/gateway
+    # v1.9.0 api/v1alpha1/circuitbreaker_types.go).
+    spec["circuitBreaker"] = {"maxParallelRetries": routing.fallback.max_parallel_retries}
     if routing.fallback.retries:
         # numAttemptsPerPriority 1: each retry goes to the next priority, the fallback Backend
         # (BackendTrafficPolicy retry.numAttemptsPerPriority, envoyproxy/gateway v1.9.0

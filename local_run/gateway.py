@@ -107,7 +107,17 @@ def _clusters(routing: RoutingConfig, baseline: Address, speculative: Address) -
             },
         },
     }
-    return [_static_cluster(Arm.BASELINE.value, baseline), speculative_cluster, aggregate]
+    clusters = [_static_cluster(Arm.BASELINE.value, baseline), speculative_cluster, aggregate]
+    # data-plane-api:envoy/config/cluster/v3/circuit_breaker.proto: max_retries (default 3)
+    # is the retries in flight at once; set on every cluster a retry may count against.
+    breakers = {
+        "thresholds": [
+            {"priority": "DEFAULT", "max_retries": routing.fallback.max_parallel_retries}
+        ]
+    }
+    for cluster in clusters:
+        cluster["circuit_breakers"] = breakers
+    return clusters
 
 
 def _routes(routing: RoutingConfig) -> list[Any]:

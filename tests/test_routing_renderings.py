@@ -53,6 +53,12 @@ GATEWAY_DEFAULT_RETRIES = 2
 # route timeout unless one is given (v1.9.0 internal/xds/translator/route.go,
 # getEffectiveRequestTimeout), so the same default applies there.
 ENVOY_DEFAULT_ROUTE_TIMEOUT_S = 15.0
+# Retries in flight at once before a 503: Envoy's circuit-breaker default (data-plane-api
+# envoy/config/cluster/v3/circuit_breaker.proto, Thresholds.max_retries) and Envoy Gateway's
+# (v1.9.0 BackendTrafficPolicy circuitBreaker: "if not set, circuit breakers will be enabled
+# with the default thresholds", maxParallelRetries kubebuilder default 1024).
+ENVOY_DEFAULT_MAX_RETRIES = 3
+GATEWAY_DEFAULT_MAX_PARALLEL_RETRIES = 1024
 
 
 @dataclass(frozen=True)
@@ -84,15 +90,16 @@ class Policy:
     retry_to: Arm | None  # the arm a retry goes to; None without retries
     ejection: Ejection | None  # of the first arm's endpoints; None: never ejected
     route_timeout_s: float  # 0: disabled
+    max_parallel_retries: int | None  # retries in flight before a 503; None: no retries
 
 
 # The Policy fields that decide what happens on each failure of the first attempt. A cut
 # stream is never retried on either side (Envoy retries only before forwarding the response
 # headers), so what matters there is that no route timeout cuts a long stream by itself.
 FAILURES: dict[str, tuple[str, ...]] = {
-    "connect-failure": ("retries", "triggers", "retry_to"),
-    "reset": ("retries", "triggers", "retry_to"),
-    "5xx-before-first-byte": ("retries", "triggers", "retry_to"),
+    "connect-failure": ("retries", "triggers", "retry_to", "max_parallel_retries"),
+    "reset": ("retries", "triggers", "retry_to", "max_parallel_retries"),
+    "5xx-before-first-byte": ("retries", "triggers", "retry_to", "max_parallel_retries"),
     "stream-cut-mid-response": ("route_timeout_s",),
     "ejection-after-consecutive-5xx": ("ejection", "fallbacks"),
 }
@@ -110,6 +117,7 @@ CONFIGS: dict[str, dict[str, str]] = {
         "experiment.routing.health.consecutive_5xx": "7",
         "experiment.routing.health.interval_s": "0.5",
         "experiment.routing.health.base_ejection_time_s": "90",
+        "experiment.routing.fallback.max_parallel_retries": "16",
     },
 }
 UNKNOWN_CLASS = "unlisted"
@@ -203,6 +211,18 @@ def local_policy(bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[st
             ),
         )
     timeout = action.get("timeout")
+    # The tightest DEFAULT-priority max_retries of the clusters an attempt may count against.
+    limits = [
+        next(
+            (
+                t.get("max_retries", ENVOY_DEFAULT_MAX_RETRIES)
+                for t in clusters[name].get("circuit_breakers", {}).get("thresholds", [])
+                if t.get("priority", "DEFAULT") == "DEFAULT"
+            ),
+            ENVOY_DEFAULT_MAX_RETRIES,
+        )
+        for name in {action["cluster"], *(arm.value for arm in arms)}
+    ]
     return Policy(
         first=arms[0],
         fallbacks=tuple(arms[1:]),
@@ -211,6 +231,7 @@ def local_policy(bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[st
         retry_to=retry_to,
         ejection=ejection,
         route_timeout_s=_seconds(timeout) if timeout else ENVOY_DEFAULT_ROUTE_TIMEOUT_S,
+        max_parallel_retries=min(limits) if retries else None,
     )
 
 
@@ -285,6 +306,7 @@ def eks_policy(
     timeout = rule.get("timeouts", {}).get("request") or (
         policy.get("timeout", {}).get("http", {}).get("requestTimeout")
     )
+    breaker = policy.get("circuitBreaker", {})
     return Policy(
         first=arms[0],
         fallbacks=tuple(arms[1:]),
@@ -293,6 +315,11 @@ def eks_policy(
         retry_to=retry_to,
         ejection=ejection,
         route_timeout_s=_seconds(timeout) if timeout else ENVOY_DEFAULT_ROUTE_TIMEOUT_S,
+        max_parallel_retries=(
+            breaker.get("maxParallelRetries", GATEWAY_DEFAULT_MAX_PARALLEL_RETRIES)
+            if retries
+            else None
+        ),
     )
 
 
@@ -370,6 +397,9 @@ def test_the_renderings_agree_on_everything_and_enact_the_routing_section(name: 
             health.consecutive_5xx, health.interval_s, health.base_ejection_time_s, 100, False
         )
         assert policy.route_timeout_s == 0
+        assert policy.max_parallel_retries == (
+            fallback.max_parallel_retries if fallback.retries else None
+        )
 
 
 def _routes(bootstrap: dict[str, Any]) -> list[dict[str, Any]]:
@@ -417,6 +447,9 @@ LOCAL_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
     "later ejection": lambda b: _set(["outlier_detection", "consecutive_5xx"], 4)(
         b["static_resources"]["clusters"][1]
     ),
+    "Envoy's 3 parallel retries": lambda b: _set(["circuit_breakers"], None)(
+        b["static_resources"]["clusters"][2]
+    ),
 }
 EKS_MUTATIONS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "another class": lambda m: _set(
@@ -443,6 +476,9 @@ EKS_MUTATIONS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "default ejection share": lambda m: _set(
         ["spec", "healthCheck", "passive", "maxEjectionPercent"], None
     )(_kind(m, "BackendTrafficPolicy")),
+    "fewer parallel retries": lambda m: _set(["spec", "circuitBreaker", "maxParallelRetries"], 3)(
+        _kind(m, "BackendTrafficPolicy")
+    ),
 }
 
 

@@ -88,6 +88,21 @@ class FallbackConfig(Section):
         ),
     )
 
+    # Envoy refuses a retry (503, upstream_rq_retry_overflow) once this many are in flight to
+    # a cluster: its own default is 3 (data-plane-api envoy/config/cluster/v3/
+    # circuit_breaker.proto, Thresholds.max_retries), so the fourth of four requests falling
+    # back at once would fail; Envoy Gateway's is 1024 (v1.9.0 BackendTrafficPolicy
+    # circuitBreaker.maxParallelRetries, kubebuilder default). Both renderings set it.
+    max_parallel_retries: Annotated[int, Field(ge=1, le=4294967295)] = Field(
+        default=1024,
+        description=(
+            "Retries in flight at once before Envoy refuses more with a 503 (its circuit "
+            "breaker's max_retries; Envoy Gateway's circuitBreaker.maxParallelRetries): at "
+            "least the requests that may fall back together, the arm's concurrency. 1024 is "
+            "Envoy Gateway's default; Envoy's own, 3, would fail the fourth of four at once."
+        ),
+    )
+
     @field_validator("retry_on")
     @classmethod
     def _retry_on_not_repeated(cls, value: list[str]) -> list[str]:

@@ -171,11 +171,17 @@ def gateway_between(
 
 @contextlib.contextmanager
 def tiered(
-    routing: RoutingConfig, work_dir: Path, *, speculative_chunks: int = 5, gap_s: float = 0.01
+    routing: RoutingConfig,
+    work_dir: Path,
+    *,
+    speculative_chunks: int = 5,
+    gap_s: float = 0.01,
+    baseline_chunks: int = 5,
+    baseline_gap_s: float = 0.01,
 ) -> Iterator[tuple[EnvoyGateway, dict[Arm, FakeArm]]]:
     """Two fake arms on free ports and the rendered gateway in front of them."""
     arms = {
-        Arm.BASELINE: FakeArm(Arm.BASELINE.value, free_port(), 5, 0.01),
+        Arm.BASELINE: FakeArm(Arm.BASELINE.value, free_port(), baseline_chunks, baseline_gap_s),
         Arm.SPECULATIVE: FakeArm(Arm.SPECULATIVE.value, free_port(), speculative_chunks, gap_s),
     }
     baseline = Address(HOST, arms[Arm.BASELINE].port)

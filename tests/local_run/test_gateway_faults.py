@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from gateway_harness import FAST_HEALTH, Outcome, send, stat, tiered
 
-from experiment.config import Arm, FallbackConfig, RoutingConfig
-from local_run.gateway import decide
+from experiment.config import Arm, FallbackConfig, HealthConfig, RoutingConfig
+from local_run.gateway import FALLBACK_CLUSTER, decide
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -108,6 +108,33 @@ def test_without_retries_the_failure_reaches_the_client(tmp_path: Path) -> None:
         arms[Arm.SPECULATIVE].kill()
         first = send(gateway.url, [(HEADER, "structured")])
         assert first.status == 503 and first.reason == "http_503", first
+
+
+@pytest.mark.parametrize(("budget", "refused"), [(1024, 0), (3, 1)])
+def test_requests_falling_back_together_stay_within_the_retry_budget(
+    tmp_path: Path, budget: int, refused: int
+) -> None:
+    # Four speculative-class requests fall back at once and stream from the baseline for
+    # about 3 s, so four retries are in flight together. Envoy refuses a retry beyond its
+    # circuit breaker's max_retries with a 503 (upstream_rq_retry_overflow): with Envoy's own
+    # default, 3, the fourth fails; with routing.fallback.max_parallel_retries (1024) none
+    # does. No ejection during the test: every request takes the retry path.
+    routing = RoutingConfig(
+        health=HealthConfig(consecutive_5xx=100, interval_s=10.0, base_ejection_time_s=2.0),
+        fallback=FallbackConfig(max_parallel_retries=budget),
+    )
+    with tiered(routing, tmp_path, baseline_chunks=30, baseline_gap_s=0.1) as (gateway, arms):
+        arms[Arm.SPECULATIVE].kill()
+        with ThreadPoolExecutor(4) as pool:
+            outcomes = list(
+                pool.map(lambda _: send(gateway.url, [(HEADER, "structured")]), range(4))
+            )
+        failed = [o for o in outcomes if not o.ok]
+        assert len(failed) == refused, outcomes
+        assert all(o.status == 503 for o in failed), failed
+        assert all(o.arm == Arm.BASELINE.value for o in outcomes if o.ok), outcomes
+        overflow = stat(gateway, f"cluster.{FALLBACK_CLUSTER}.upstream_rq_retry_overflow")
+        assert overflow == refused
 
 
 # Each case: the class header values exactly as sent. The expected arm is the allow-list rule's.
