@@ -28,6 +28,7 @@ from bench.figures.records import (
     MiniatureFigures,
     StatsSpeedFigures,
     TestSuiteFigures,
+    TieredFigures,
     TuneFigures,
 )
 
@@ -377,11 +378,27 @@ def _positions(rates: list[float] | None) -> str:
     return "-" if not rates else " / ".join(f"{r:.2f}" for r in rates)
 
 
-def local_eagle3(records: Records) -> str:
-    """The local run with the EAGLE3 head as the drafter (issue 26's served goals)."""
+def _eagle3_run(records: Records) -> tuple[FigureRecord, LocalRunFigures]:
+    """The local run with the EAGLE3 head as the drafter: record ``local-eagle3``."""
     r, f = need(records, "local-eagle3", LocalRunFigures)
     if f.drafter != "eagle3":
         raise RegionError(f"record 'local-eagle3' was run with drafter {f.drafter!r}")
+    return r, f
+
+
+def _tiered_run(records: Records) -> tuple[FigureRecord, TieredFigures, LocalRunFigures]:
+    """The local run that drove the gateway as a third arm: record ``local-tiered``, its
+    tiered arm's classes in the order the documents list them (structured first)."""
+    r, f = need(records, "local-tiered", LocalRunFigures)
+    if f.tiered is None:
+        raise RegionError("record 'local-tiered' has no tiered arm: run with local.tiered=true")
+    by_class = sorted(f.tiered.by_class, key=lambda c: c.prompt_class, reverse=True)
+    return r, f.tiered.model_copy(update={"by_class": by_class}), f
+
+
+def local_eagle3(records: Records) -> str:
+    """The local run with the EAGLE3 head as the drafter (issue 26's served goals)."""
+    r, f = _eagle3_run(records)
     s, o = "structured", "open_ended"
     failed = sum(f.failed_requests.values())
     rows = [
@@ -419,16 +436,13 @@ def local_eagle3(records: Records) -> str:
 
 def local_tiered(records: Records) -> str:
     """The local run with the gateway driven as the third arm (issue 24's local goal)."""
-    r, f = need(records, "local-tiered", LocalRunFigures)
-    if f.tiered is None:
-        raise RegionError("record 'local-tiered' has no tiered arm: run with local.tiered=true")
-    t = f.tiered
+    r, t, f = _tiered_run(records)
     rows = [
         "| class | routed to | tiered vs baseline [95% CI], n | tiered vs SD [95% CI] "
         "| SD vs baseline [95% CI] | matches its arm |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for c in sorted(t.by_class, key=lambda c: c.prompt_class, reverse=True):
+    for c in t.by_class:
         sd = c.speculative_vs_baseline
         held = {True: "yes", False: "**no**", None: "can't tell"}[c.held]
         rows.append(
@@ -436,7 +450,6 @@ def local_tiered(records: Records) -> str:
             f"{ci(c.vs_baseline)}, {c.vs_baseline.n} | {x(c.vs_speculative.estimate)} "
             f"{ci(c.vs_speculative)} | {x(sd.estimate) + ' ' + ci(sd) if sd else '-'} | {held} |"
         )
-    failed = {arm: n for arm, n in f.failed_requests.items()}
     return "\n".join(
         [
             f"`{r.command}`, {r.day}, {r.machine.text()}:",
@@ -446,17 +459,14 @@ def local_tiered(records: Records) -> str:
             f"Tiered lossless against the baseline: {t.lossless_exact_matches} of "
             f"{t.lossless_prompts} prompts exact; failed requests: tiered {t.failed_requests} "
             f"of {t.requests}, "
-            + ", ".join(f"{arm} {n}" for arm, n in failed.items() if arm != "tiered")
+            + ", ".join(f"{arm} {n}" for arm, n in f.failed_requests.items() if arm != "tiered")
             + f". Wall time {dur(f.wall_s)}: {_phases(f)}.",
         ]
     )
 
 
 def readme_tiered(records: Records) -> str:
-    r, f = need(records, "local-tiered", LocalRunFigures)
-    if f.tiered is None:
-        raise RegionError("record 'local-tiered' has no tiered arm: run with local.tiered=true")
-    t = f.tiered
+    r, t, _ = _tiered_run(records)
     parts = [
         f"{c.prompt_class} (to the {c.routed_to}) {x(c.vs_baseline.estimate)} "
         f"{ci(c.vs_baseline)} of the baseline"
@@ -465,7 +475,7 @@ def readme_tiered(records: Records) -> str:
             if c.speculative_vs_baseline
             else ""
         )
-        for c in sorted(t.by_class, key=lambda c: c.prompt_class, reverse=True)
+        for c in t.by_class
     ]
     held = all(c.held for c in t.by_class)
     matches = "each class matches the arm it is routed to" if held else "NOT every class matches"
@@ -478,7 +488,7 @@ def readme_tiered(records: Records) -> str:
 
 
 def readme_eagle3(records: Records) -> str:
-    r, f = need(records, "local-eagle3", LocalRunFigures)
+    r, f = _eagle3_run(records)
     s, o = "structured", "open_ended"
     trained = (
         f", the head trained in {dur(f.drafter_generation_s)}"
