@@ -151,6 +151,20 @@ def test_an_unknown_region_or_a_missing_record_is_named() -> None:
         )
 
 
+@pytest.mark.parametrize("region", ["local-tiered", "readme-tiered"])
+def test_a_tiered_region_refuses_a_run_without_the_tiered_arm(region: str) -> None:
+    records = _records_with("local-tiered", tiered=None)
+    with pytest.raises(RegionError, match=r"no tiered arm: run with local\.tiered=true"):
+        REGIONS[region](records)
+
+
+@pytest.mark.parametrize("region", ["local-eagle3", "readme-eagle3"])
+def test_an_eagle3_region_refuses_a_run_of_another_drafter(region: str) -> None:
+    records = _records_with("local-eagle3", drafter="draft-model")
+    with pytest.raises(RegionError, match="was run with drafter 'draft-model'"):
+        REGIONS[region](records)
+
+
 def test_a_transcribed_record_must_name_its_commit() -> None:
     with pytest.raises(ValueError, match=r"provenance\.commit"):
         Provenance(kind="transcribed-from-commit")
