@@ -40,7 +40,6 @@ OWNING_GATEWAY_NAME = "gateway.envoyproxy.io/owning-gateway-name"
 OWNING_GATEWAY_NAMESPACE = "gateway.envoyproxy.io/owning-gateway-namespace"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 LISTENER = "http"
-DEFAULT_RULE = "everything-else"  # the HTTPRoute rule of every non-speculative request
 NO_TIMEOUT = "0s"  # a Gateway API Duration of zero: the timeout is disabled
 
 
@@ -187,12 +186,8 @@ def _backend_ref(config: ExperimentConfig, arm: Arm, *, fallback: bool) -> dict[
 
 def rule_names(config: ExperimentConfig) -> list[str]:
     """The HTTPRoute's rule names, one per ``route_table`` row: the BackendTrafficPolicy
-    attaches to the speculative rules by these (``targetRefs[].sectionName``). By position,
-    not class: a rule name is a DNS subdomain and class names may hold '_'."""
-    return [
-        DEFAULT_RULE if row.prompt_class is None else f"speculative-{index}"
-        for index, row in enumerate(route_table(config))
-    ]
+    attaches to the speculative rules by these (``targetRefs[].sectionName``)."""
+    return [config.routing.rule_name(row.prompt_class) for row in route_table(config)]
 
 
 def http_route(config: ExperimentConfig) -> dict[str, Any]:

@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED: dict[str, set[str]] = {
     "runtime": set(),
     "experiment": {"runtime"},
-    "charts": {"experiment", "runtime"},
-    "stacks": {"charts", "experiment", "runtime"},
-    "loadtest": {"experiment"},
-    "local_run": {"loadtest", "experiment", "runtime"},
+    "guardrails": {"experiment", "runtime"},  # the rules, rendered by charts/stacks/local_run
+    "charts": {"experiment", "runtime", "guardrails"},
+    "stacks": {"charts", "experiment", "runtime", "guardrails"},
+    "loadtest": {"experiment", "guardrails"},
+    "local_run": {"loadtest", "experiment", "runtime", "guardrails"},
     "bench": {"loadtest", "local_run", "experiment"},  # local_run: bench/miniature.py
     "tune": {"loadtest", "local_run", "experiment", "runtime"},
 }

@@ -1,15 +1,160 @@
-"""``guardrails``: alarm thresholds of the Observability stack."""
+"""``guardrails``: thresholds of the load-test alarms and of the live-traffic rules."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from experiment.config.base import Section
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+
+
+class LiveGuardrailConfig(Section):
+    """Guardrails on live traffic: Prometheus rules over what the servers and the gateway
+    export themselves (guardrails/rules.py), evaluated by Amazon Managed Service for
+    Prometheus on EKS, by the Argo Rollouts analysis, and by a real Prometheus locally."""
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Scrape both arms and the gateway into a Prometheus workspace and evaluate the "
+            "guardrail rules there and in the rollback analysis; false: the load-test "
+            "CloudWatch alarms only (nothing watches traffic after the pilot)."
+        ),
+    )
+    scrape_interval_s: Annotated[int, Field(ge=1, le=300)] = Field(
+        default=30, description="Seconds between two scrapes of every target; 1-300."
+    )
+    evaluation_interval_s: Annotated[int, Field(ge=1, le=600)] = Field(
+        default=60, description="Seconds between two evaluations of the rules; 1-600."
+    )
+    window_s: Annotated[int, Field(ge=2, le=3600)] = Field(
+        default=300,
+        description=(
+            "Seconds of counters each rate covers (acceptance, shares, per-token latency); "
+            "at least two scrapes, at most 3600."
+        ),
+    )
+    pending_s: Annotated[int, Field(ge=0, le=3600)] = Field(
+        default=60,
+        description=(
+            "Seconds a condition must hold before its alert fires (Prometheus `for`); 0 fires "
+            "at the first evaluation that sees it; 0-3600."
+        ),
+    )
+    idle_requests_per_s: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description=(
+            "An arm finishing at most this many requests per second over the window, with none"
+            " running, is idle: rules that need traffic stay quiet, and an idle arm is no "
+            "fault. Its metrics must still be scraped (absent or stale series fire)."
+        ),
+    )
+    max_fallback_share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.05,
+        description=(
+            "Alert when more than this share of a speculative route's requests were retried "
+            "on the baseline (the gateway's fallback); 0 to <1."
+        ),
+    )
+    latency_margin: Annotated[float, Field(gt=0, le=10)] = Field(
+        default=0.10,
+        description=(
+            "Alert when the speculative arm's mean time per output token over the window "
+            "exceeds the baseline's over the same window by more than this fraction "
+            "(speculation stopped paying, e.g. under high load); above 0, at most 10."
+        ),
+    )
+    pilot_floor_factor: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.9,
+        description=(
+            "The report proposes each routed class's acceptance floor as this factor times "
+            "the lower bound of the class's measured acceptance interval (the pilot's); "
+            "above 0, at most 1."
+        ),
+    )
+    failure_limit: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=1,
+        description=(
+            "Failed measurements of one guardrail before the rollback analysis fails and "
+            "aborts the speculative revision (Argo failureLimit); 0-100."
+        ),
+    )
+    inconclusive_limit: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=2,
+        description=(
+            "Inconclusive measurements (the query returned no sample: no workspace data at "
+            "all) before the analysis stops as inconclusive, which pauses the rollout for a "
+            "person (Argo inconclusiveLimit); 0-100."
+        ),
+    )
+    consecutive_error_limit: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=2,
+        description=(
+            "Consecutive query errors (workspace unreachable, SigV4 refused) before the "
+            "analysis counts the measurement as failed (Argo consecutiveErrorLimit); 0-100."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _windows_hold_scrapes(self) -> LiveGuardrailConfig:
+        if self.window_s < 2 * self.scrape_interval_s:
+            raise ValueError(
+                f"guardrails.live.window_s {self.window_s} holds fewer than two scrapes of "
+                f"guardrails.live.scrape_interval_s {self.scrape_interval_s}: a rate needs two "
+                f"samples; set window_s to at least {2 * self.scrape_interval_s}"
+            )
+        if self.evaluation_interval_s > self.window_s:
+            raise ValueError(
+                f"guardrails.live.evaluation_interval_s {self.evaluation_interval_s} is longer "
+                f"than guardrails.live.window_s {self.window_s}: part of the traffic would be "
+                "seen by no evaluation; shorten the interval or lengthen the window"
+            )
+        return self
+
+
+class ProbeConfig(Section):
+    """The guardrail probe: a CronJob sending a bounded sample of the prompt suite through the
+    gateway at temperature 0, per class, to both arms, and pushing per-class acceptance and
+    lossless agreement into the same telemetry (charts/probe.py)."""
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Run the probe on the cluster whenever guardrails.live is enabled; false: no "
+            "per-class acceptance when the speculative arm serves several classes."
+        ),
+    )
+    schedule: str = Field(
+        default="*/15 * * * *",
+        description="Cron schedule of the probe (Kubernetes CronJob syntax, UTC).",
+        min_length=9,
+    )
+    prompts_per_class: Annotated[int, Field(ge=1, le=32)] = Field(
+        default=4, description="Prompts of each class per probe run, to each arm; 1-32."
+    )
+    max_tokens: Annotated[int, Field(ge=8, le=4096)] = Field(
+        default=128, description="Tokens each probe request generates; 8-4096."
+    )
+    stale_after_s: Annotated[int, Field(ge=60)] = Field(
+        default=2400,
+        description=(
+            "Seconds after the probe's last successful run at which its results count as "
+            "missing and the probe-missing rule fires: longer than the schedule's period plus "
+            "deadline_s (the default schedule runs every 15 min); at least 60."
+        ),
+    )
+    deadline_s: Annotated[int, Field(ge=30, le=3600)] = Field(
+        default=300,
+        description=(
+            "Seconds a probe run may take in all (the Job's activeDeadlineSeconds): it is "
+            "stopped then, never retried (backoffLimit 0), and the next run starts on "
+            "schedule; 30-3600."
+        ),
+    )
 
 
 class GuardrailConfig(Section):
@@ -42,6 +187,14 @@ class GuardrailConfig(Section):
     )
     evaluation_periods: Annotated[int, Field(ge=1)] = Field(
         default=1, description="Periods an alarm evaluates."
+    )
+    live: LiveGuardrailConfig = Field(
+        default_factory=LiveGuardrailConfig,
+        description="Guardrails on live traffic: Prometheus rules over server and gateway metrics.",
+    )
+    probe: ProbeConfig = Field(
+        default_factory=ProbeConfig,
+        description="The probe sending a bounded prompt sample per class through the gateway.",
     )
     alarm_email: str | None = Field(
         default=None,

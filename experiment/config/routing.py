@@ -67,6 +67,9 @@ def _class_names(value: list[str]) -> list[str]:
 
 ClassNames = Annotated[list[str], AfterValidator(_class_names)]
 
+# The rule of every request not sent to the speculative arm.
+DEFAULT_RULE = "everything-else"
+
 
 class FallbackConfig(Section):
     """A failed speculative attempt is retried once on the baseline, before the first byte."""
@@ -353,6 +356,15 @@ class RoutingConfig(Section):
     def acceptance_floor(self, prompt_class: str, default: float) -> float:
         """The floor of ``prompt_class``; ``default`` is guardrails.min_acceptance_rate."""
         return self.acceptance_floors.get(prompt_class, default)
+
+    def rule_name(self, prompt_class: str | None) -> str:
+        """The gateway's name for the rule routing ``prompt_class`` (``None``: every other
+        request), the same on EKS (HTTPRoute rule names) and locally (Envoy route names), so
+        the gateway's statistics carry one name per rule in both (guardrails/scrape.py). By
+        position, not class: a rule name is a DNS subdomain and class names may hold '_'."""
+        if prompt_class is None:
+            return DEFAULT_RULE
+        return f"speculative-{self.speculative_classes.index(prompt_class)}"
 
     def arm_for(self, header_values: Sequence[str]) -> Arm:
         """The arm a request goes to, given every value of its class header as received.
