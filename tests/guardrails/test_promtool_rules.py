@@ -58,13 +58,15 @@ OVERRIDES = {
     "guardrails.min_acceptance_rate": "0.5",
     "guardrails.max_failed_request_share": "0.01",
     "guardrails.lossless_min_prefix_agreement": "0.95",
-    "guardrails.probe.stale_after_s": "300",
+    "guardrails.probe.stale_after_s": "120",
     "routing.speculative_classes": "structured",
 }
 STEP_S = 15  # one scrape
-STEPS = 40  # samples after the first: 10 minutes
-EVAL = "10m"  # every case is judged at the end of its samples
-HALF = STEPS // 2  # series that stop, stop at 5 minutes: gone from the lookback well before 10m
+STEPS = 12  # samples after the first: 3 minutes (promtool evaluates every rule every 15 s)
+EVAL = "3m"  # every case is judged at the end of its samples
+# Series that stop, stop at 1.5 minutes with a stale marker (Prometheus writes one when a
+# target leaves discovery or its scrape fails): gone from then on, as no window holds them.
+HALF = STEPS // 2
 
 
 def _config(**more: str) -> ExperimentConfig:
@@ -98,7 +100,7 @@ def stops(values: str) -> str:
 
 
 def down_from_half() -> str:
-    """``up`` of a target whose scrapes start failing at 5 minutes."""
+    """``up`` of a target whose scrapes start failing half-way."""
     return f"1x{HALF} 0x{STEPS - HALF - 1}"
 
 
@@ -138,7 +140,7 @@ def healthy(served: ServedMetrics) -> dict[str, str]:
     take 0.04 s against the baseline's 0.05 s (0.8 times); acceptance 9 of 12 draft tokens
     (0.75, floor 0.5); the speculative route 10 requests/s, none failed, none retried (Envoy
     has no 5xx or retry series yet); the baseline's route fails 10 % (not a speculative route:
-    not these rules' business); the probe ran 2 minutes ago: acceptance 0.75, agreement 1."""
+    not these rules' business); the probe ran a minute ago: acceptance 0.75, agreement 1."""
     series = {UP_SD: steady(1), UP_BASE: steady(1), UP_GATEWAY: steady(1)}
     for arm, seconds_per_token in ((SD, 0.04), (BASE, 0.05)):
         series[vllm(served.finished, arm)] = rising(2)
@@ -157,7 +159,7 @@ def healthy(served: ServedMetrics) -> dict[str, str]:
     )
     series[PROBE_ACCEPTANCE] = steady(0.75)
     series[PROBE_AGREEMENT] = steady(1)
-    series[PROBE_LAST_SUCCESS] = steady(STEPS * STEP_S - 120)
+    series[PROBE_LAST_SUCCESS] = steady(STEPS * STEP_S - 60)
     return series
 
 
@@ -257,7 +259,7 @@ CASES = [
     Case("idle: scraped, counters flat, nothing running", "idle", _none, start=idle),
     # degraded: one threshold crossed
     Case(
-        "degraded: the speculative arm's scrapes fail from 5m (up 0, its series stale)",
+        "degraded: the speculative arm's scrapes fail from 1.5m (up 0, its series stale)",
         "degraded",
         _both(
             _set(**{UP_SD: down_from_half()}),
@@ -266,7 +268,7 @@ CASES = [
         {ARM_MISSING: [SD_ARM]},
     ),
     Case(
-        "degraded: the gateway's scrapes fail from 5m (up 0, its series stale)",
+        "degraded: the gateway's scrapes fail from 1.5m (up 0, its series stale)",
         "degraded",
         _both(_set(**{UP_GATEWAY: down_from_half()}), _each(lambda s: GATEWAY_SERIES, stops)),
         {GATEWAY_MISSING: [{}]},
@@ -317,38 +319,38 @@ CASES = [
     ),
     # stale: series that stop
     Case(
-        "stale: the speculative arm's target and series are gone from 5m",
+        "stale: the speculative arm's target and series are gone from 1.5m",
         "stale",
         _both(_set(**{UP_SD: stops(steady(1))}), _each(lambda s: arm_series(s, SD), stops)),
         {ARM_MISSING: [SD_ARM]},
     ),
     Case(
-        "stale: the baseline arm's target and series are gone from 5m",
+        "stale: the baseline arm's target and series are gone from 1.5m",
         "stale",
         _both(_set(**{UP_BASE: stops(steady(1))}), _each(lambda s: arm_series(s, BASE), stops)),
         {ARM_MISSING: [{rules.ARM: BASE}]},
     ),
     Case(
-        "stale: the gateway's target and series are gone from 5m",
+        "stale: the gateway's target and series are gone from 1.5m",
         "stale",
         _both(_set(**{UP_GATEWAY: stops(steady(1))}), _each(lambda s: GATEWAY_SERIES, stops)),
         {GATEWAY_MISSING: [{}]},
     ),
     Case(
-        "stale: the speculation counters vanish from 5m while the arm serves",
+        "stale: the speculation counters vanish from 1.5m while the arm serves",
         "stale",
         _each(sd_counters, stops),
         {FROZEN: [SD_ARM]},
         counters=True,
     ),
     Case(
-        "stale: the probe's last success is 10 minutes old (stale_after_s 300)",
+        "stale: the probe's last success is 3 minutes old (stale_after_s 120)",
         "stale",
         _set(**{PROBE_LAST_SUCCESS: steady(0)}),
         {PROBE_MISSING: [PROBE_JOB]},
     ),
     Case(
-        "stale: the probe's series are gone from 5m",
+        "stale: the probe's series are gone from 1.5m",
         "stale",
         _each(lambda s: PROBE_SERIES, stops),
         {PROBE_MISSING: [PROBE_JOB, {**PROBE_JOB, rules.CLASS: CLASS}]},
@@ -387,6 +389,12 @@ CASES = [
         "absent",
         _set(**{PROBE_ACCEPTANCE: None}),
         {PROBE_MISSING: [{**PROBE_JOB, rules.CLASS: CLASS}]},
+    ),
+    Case(
+        "absent: the probe's results carry no last-success time",
+        "absent",
+        _set(**{PROBE_LAST_SUCCESS: None}),
+        {PROBE_MISSING: [PROBE_JOB]},
     ),
     Case(
         "absent: the probe ran but pushed no prefix agreement",
@@ -558,3 +566,102 @@ def test_promtool_passes_every_case(tmp_path: Path, generation: Generation) -> N
     render(tmp_path, generation)
     result = run_promtool("test", "rules", write_tests(tmp_path, generation))
     assert result.returncode == 0, _output(result)
+
+
+def _active(arm: str) -> str:
+    """The rules' "the arm serves" clause, as rendered for the test configuration."""
+    return f'({rules.FINISHED}{{arm="{arm}"}} > 0.0 or {rules.RUNNING}{{arm="{arm}"}} > 0)'
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Replace ``old`` with ``new`` in the expression of the rule named ``rule`` (an alert or
+    a recording)."""
+
+    name: str
+    rule: str
+    old: str
+    new: str
+    generation: Generation = Generation.LOCAL_CPU
+
+
+SD_DRAFTS = f'{rules.DRAFTS}{{arm="{SD}"}}'
+MUTATIONS = [
+    Mutation("a down arm counts as scraped", ARM_MISSING, " == 1)", ")"),
+    Mutation("a down gateway counts as scraped", GATEWAY_MISSING, " == 1)", ")"),
+    Mutation("absent counters pass", FROZEN, f" or on() absent({SD_DRAFTS})", ""),
+    Mutation("frozen counters fire when idle", FROZEN, _active(SD), "vector(1)"),
+    Mutation("the acceptance floor halved", ACCEPTANCE, "< 0.5", "< 0.25"),
+    Mutation("the failed-share comparison flipped", FAILING, "> 0.01", "< 0.01"),
+    Mutation(
+        "no 5xx series is no data",
+        rules.ROUTE_FAILED,
+        f" or {rules.ROUTE_REQUESTS} * 0",
+        "",
+    ),
+    Mutation("the fallback ceiling raised", FALLING_BACK, "> 0.05", "> 0.5"),
+    Mutation("the latency margin raised", SLOWER, "> 1.1", "> 1.5"),
+    Mutation("the fork's latency margin raised", SLOWER, "> 1.1", "> 1.5", Generation.NEURON_FORK),
+    Mutation("the probe's floor lowered", PROBE_ACCEPTANCE_LOW, "< 0.5", "< 0.2"),
+    Mutation("the lossless tolerance lowered", LOSSY, "< 0.95", "< 0.5"),
+    Mutation(
+        "no last-success time passes",
+        PROBE_MISSING,
+        f"absent({PROBE_LAST_SUCCESS}) or ",
+        "",
+    ),
+    Mutation("old probe results pass", PROBE_MISSING, "> 120", "> 1200"),
+    Mutation(
+        "no agreement passes",
+        PROBE_MISSING,
+        f" or absent({PROBE_AGREEMENT})",
+        "",
+    ),
+]
+
+
+@pytest.mark.process  # runs promtool
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name.replace(" ", "-"))
+def test_a_weakened_rule_fails_the_cases(tmp_path: Path, mutation: Mutation) -> None:
+    document = render(tmp_path, mutation.generation)
+    (rule,) = (
+        rule
+        for rule in document["groups"][0]["rules"]
+        if mutation.rule in (rule.get("alert"), rule.get("record"))
+    )
+    assert mutation.old in rule["expr"], f"{mutation.name}: {mutation.old!r} not in the rule"
+    rule["expr"] = rule["expr"].replace(mutation.old, mutation.new)
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+    tests = write_tests(tmp_path, mutation.generation)
+    assert run_promtool("check", "rules", tmp_path / "rules.yml").returncode == 0
+    result = run_promtool("test", "rules", tests)
+    assert result.returncode != 0, f"{mutation.name}: the cases still pass\n{_output(result)}"
+    # The failure is the mutated rule's (an alert's expectation, or the recording's values).
+    assert mutation.rule in result.stdout + result.stderr, _output(result)
+
+
+CHECKED_CONFIGS = {
+    "test": {},
+    "defaults": None,
+    "two speculative classes": {"routing.speculative_classes": "structured,open_ended"},
+    "probe disabled": {"guardrails.probe.enabled": "false"},
+}
+
+
+@pytest.mark.process  # runs promtool
+@pytest.mark.parametrize("generation", list(Generation))
+@pytest.mark.parametrize("which", CHECKED_CONFIGS)
+def test_promtool_checks_every_rendering(
+    tmp_path: Path, which: str, generation: Generation
+) -> None:
+    more = CHECKED_CONFIGS[which]
+    config = build_config({}) if more is None else _config(**more)
+    document = render(tmp_path, generation, config)
+    result = run_promtool("check", "rules", tmp_path / "rules.yml")
+    assert result.returncode == 0, _output(result)
+    count = len(document["groups"][0]["rules"])
+    assert f"SUCCESS: {count} rules found" in result.stdout, _output(result)
+    names = [rule.get("alert") for rule in document["groups"][0]["rules"]]
+    assert (PROBE_MISSING in names) is config.guardrails.probe.enabled
+    floors = config.routing.speculative_classes if config.guardrails.probe.enabled else []
+    assert names.count(PROBE_ACCEPTANCE_LOW) == len(floors)
