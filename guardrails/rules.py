@@ -24,7 +24,7 @@ What fires, and when:
 - **speculation stopped paying**: the speculative arm's mean time per output token over the
   window above ``1 + latency_margin`` times the baseline's over the same window.
 - **lossless**, through the probe: prefix agreement below the tolerance; the probe's own
-  results missing or too old.
+  results missing or too old, or a run's agreement or a class's acceptance missing.
 """
 
 from __future__ import annotations

@@ -133,6 +133,8 @@ GW_REQUESTS = gateway(rules.GATEWAY_REQUESTS, SD_ROUTE)
 GW_OK = gateway(rules.GATEWAY_RESPONSES, SD_ROUTE, envoy_response_code_class="2")
 GW_5XX = gateway(rules.GATEWAY_RESPONSES, SD_ROUTE, envoy_response_code_class="5")
 GW_RETRIES = gateway(rules.GATEWAY_RETRIES, SD_ROUTE)
+GW_DEFAULT_REQUESTS = gateway(rules.GATEWAY_REQUESTS, DEFAULT_ROUTE)
+GW_DEFAULT_5XX = gateway(rules.GATEWAY_RESPONSES, DEFAULT_ROUTE, envoy_response_code_class="5")
 
 
 def healthy(served: ServedMetrics) -> dict[str, str]:
@@ -153,10 +155,8 @@ def healthy(served: ServedMetrics) -> dict[str, str]:
         series[vllm(served.accepted, SD)] = rising(9)
     series[GW_REQUESTS] = rising(10)
     series[GW_OK] = rising(10)
-    series[gateway(rules.GATEWAY_REQUESTS, DEFAULT_ROUTE)] = rising(10)
-    series[gateway(rules.GATEWAY_RESPONSES, DEFAULT_ROUTE, envoy_response_code_class="5")] = rising(
-        1
-    )
+    series[GW_DEFAULT_REQUESTS] = rising(10)
+    series[GW_DEFAULT_5XX] = rising(1)
     series[PROBE_ACCEPTANCE] = steady(0.75)
     series[PROBE_AGREEMENT] = steady(1)
     series[PROBE_LAST_SUCCESS] = steady(STEPS * STEP_S - 60)
@@ -183,7 +183,7 @@ def arm_series(served: ServedMetrics, arm: str) -> list[str]:
     return [vllm(m, arm) for m in names] + (sd_counters(served) if arm == SD else [])
 
 
-GATEWAY_SERIES = [GW_REQUESTS, GW_OK]
+GATEWAY_SERIES = [GW_REQUESTS, GW_OK, GW_DEFAULT_REQUESTS, GW_DEFAULT_5XX]
 PROBE_SERIES = [PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS]
 
 
