@@ -236,9 +236,14 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
         expr = f"absent(up{selector} == 1)"
         return f'label_replace({expr}, "{ARM}", "{label}", "", "")' if label else expr
 
-    arms_missing = " or ".join(
-        up_missing(_selector(job=job["vllm"], **{ARM: arm.value}), arm.value) for arm in Arm
-    )
+    def arm_missing(arm: Arm) -> str:
+        """Not scraped, or scraped without vLLM's series (a renamed metric, a wrong port):
+        the running-requests gauge is exported from start-up, idle or not."""
+        selector = _selector(job=job["vllm"], **{ARM: arm.value})
+        seen = f"up{selector} == 1 and on() group({served.running}{selector})"
+        return f'label_replace(absent({seen}), "{ARM}", "{arm.value}", "", "")'
+
+    arms_missing = " or ".join(arm_missing(arm) for arm in Arm)
     yield Alert(
         "SpecDecodeArmMetricsMissing",
         arms_missing,

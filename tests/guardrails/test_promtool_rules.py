@@ -268,6 +268,12 @@ CASES = [
         {ARM_MISSING: [SD_ARM]},
     ),
     Case(
+        "absent: the speculative arm is scraped (up 1) but exports none of vLLM's series",
+        "absent",
+        _each(lambda s: arm_series(s, SD), None),
+        {ARM_MISSING: [SD_ARM]},
+    ),
+    Case(
         "degraded: the gateway's scrapes fail from 1.5m (up 0, its series stale)",
         "degraded",
         _both(_set(**{UP_GATEWAY: down_from_half()}), _each(lambda s: GATEWAY_SERIES, stops)),
@@ -587,7 +593,14 @@ class Mutation:
 
 SD_DRAFTS = f'{rules.DRAFTS}{{arm="{SD}"}}'
 MUTATIONS = [
-    Mutation("a down arm counts as scraped", ARM_MISSING, " == 1)", ")"),
+    # (A down arm also leaves its vLLM series stale, so `up == 1` alone is not mutated: the
+    # gauge's clause covers it; the gateway has no such second clause.)
+    Mutation(
+        "a scrape without vLLM's series passes",
+        ARM_MISSING,
+        f" and on() group({rules.SERVED_METRICS[Generation.LOCAL_CPU].running}",
+        " or on() group(",
+    ),
     Mutation("a down gateway counts as scraped", GATEWAY_MISSING, " == 1)", ")"),
     Mutation("absent counters pass", FROZEN, f" or on() absent({SD_DRAFTS})", ""),
     Mutation("frozen counters fire when idle", FROZEN, _active(SD), "vector(1)"),
