@@ -34,7 +34,7 @@ ROLLOUTS_RELEASE = "argo-rollouts"  # the chart's full name, hence its service a
 ROLLOUTS_CHART = "argo-rollouts"
 # argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi, tag v0.9.0 (50ab97f2), release asset
 # for the x86_64 system nodes the controller runs on. Not pinned by checksum yet: the plugin
-# config takes one (`sha256`, argo-rollouts v1.9.0 utils/plugin/types/types.go, PluginItem),
+# config takes one (`sha256`, argo-rollouts v1.9.1 utils/plugin/types/types.go, PluginItem),
 # but the plugin's release workflow (.github/workflows/release.yaml) publishes no checksum
 # file and none of v0.9.0's asset was found in a primary source; add `sha256` next to the
 # location once one is (the controller then refuses a binary that does not match).

@@ -166,13 +166,15 @@ class EksRoutingConfig(Section):
     gateway_class: NamespaceName = Field(
         default="envoy-gateway", description="Name of the GatewayClass served by Envoy Gateway."
     )
-    # argoproj/argo-helm charts/argo-rollouts/Chart.yaml: chart 2.41.0 is appVersion v1.9.0.
+    # argoproj/argo-helm release argo-rollouts-2.41.1 (ee473c1): "Update dependency
+    # argoproj/argo-rollouts to v1.9.1" (#3969). v1.9.1 (b6bd3bcf) bumps moby/spdystream to
+    # v0.5.1 for CVE-2026-35469 and google.golang.org/grpc to v1.80.0 for CVE-2026-33186.
     rollouts_chart_repository: str = Field(
         default="https://argoproj.github.io/argo-helm",
         description="Helm repository of the argo-rollouts chart.",
     )
     rollouts_chart_version: str = Field(
-        default="2.41.0", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.0)."
+        default="2.41.1", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.1)."
     )
     rollouts_namespace: NamespaceName = Field(
         default="argo-rollouts", description="Namespace of the Argo Rollouts controller."
@@ -234,7 +236,7 @@ class EksRoutingConfig(Section):
     @field_validator("abort_scale_down_delay_s")
     @classmethod
     def _aborted_canary_is_scaled_down(cls, value: int) -> int:
-        # argo-rollouts v1.9.0 docs/features/scaledown-aborted-rs.md: 0 = never scale down.
+        # argo-rollouts v1.9.1 docs/features/scaledown-aborted-rs.md: 0 = never scale down.
         if value == 0:
             raise ValueError(
                 "routing.eks.abort_scale_down_delay_s 0 would keep the aborted speculative "
@@ -261,7 +263,7 @@ class EksRoutingConfig(Section):
         if not _RELEASE_TAG.fullmatch(f"v{value}"):
             raise ValueError(
                 f"routing.eks.rollouts_chart_version {value!r} is not an argo-rollouts chart "
-                "version such as '2.41.0' (no 'v')"
+                "version such as '2.41.1' (no 'v')"
             )
         return value
 

@@ -12,7 +12,7 @@ from experiment import ConfigError, build_config
     [
         ("envoy_gateway_version", "1.9.0", r"routing\.eks\.envoy_gateway_version.*'v1\.9\.0'"),
         ("envoy_gateway_version", "latest", r"routing\.eks\.envoy_gateway_version"),
-        ("rollouts_chart_version", "v2.41.0", r"routing\.eks\.rollouts_chart_version.*no 'v'"),
+        ("rollouts_chart_version", "v2.41.1", r"routing\.eks\.rollouts_chart_version.*no 'v'"),
         ("namespace", "Envoy_Gateway", r"routing\.eks\.namespace"),
         ("analysis_window_periods", "0", r"routing\.eks\.analysis_window_periods"),
         ("operators_group", "", r"routing\.eks\.operators_group"),
@@ -27,7 +27,7 @@ def test_bad_eks_routing_settings_name_the_key(key: str, value: str, message: st
 
 def test_defaults_are_the_verified_pins() -> None:
     eks = build_config({}).routing.eks
-    assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.0", "2.41.0")
+    assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.0", "2.41.1")
 
 
 def test_operator_principals_must_be_iam_arns_and_not_admins() -> None:

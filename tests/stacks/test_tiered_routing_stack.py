@@ -41,7 +41,7 @@ def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
     assert values["config"]["envoyGateway"]["extensionApis"]["enableBackend"] is True
     _, rollouts = charts[ROLLOUTS_RELEASE]
     assert rollouts["Properties"]["Repository"] == eks.rollouts_chart_repository
-    assert rollouts["Properties"]["Version"] == eks.rollouts_chart_version == "2.41.0"
+    assert rollouts["Properties"]["Version"] == eks.rollouts_chart_version == "2.41.1"
     assert rollouts["Properties"]["Namespace"] == eks.rollouts_namespace
     values = json.loads(rollouts["Properties"]["Values"])
     assert values == rollouts_values(synth.config)
