@@ -47,7 +47,7 @@ from experiment.config import Arm, ExperimentConfig
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
 # The Gateway API traffic-router plugin's name, the key of trafficRouting.plugins
-# (argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi v0.9.0 pkg/plugin/plugin.go,
+# (argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi v0.15.0 pkg/plugin/plugin.go,
 # PluginName) and of the controller's trafficRouterPlugins (stacks/gateway.py).
 GATEWAY_API_PLUGIN = "argoproj-labs/gatewayAPI"
 # Shared by both revisions' pods: the Rollout's selector and the arms' Service selectors.
@@ -330,7 +330,7 @@ def weights_route(config: ExperimentConfig) -> dict[str, Any]:
     setCanaryScale requires trafficRouting (argo-rollouts v1.9.1 validation.go,
     InvalidSetCanaryScaleTrafficPolicy), and the plugin's SetWeight needs a route naming both
     Services and sets the weight of every reference to the canary Service in it (plugin
-    v0.9.0 pkg/plugin/httproute.go, setHTTPRouteWeight). On the tiered HTTPRoute that would
+    v0.15.0 pkg/plugin/httproute.go, setHTTPRouteWeight). On the tiered HTTPRoute that would
     zero the speculative classes' backend, so the plugin gets this route of its own."""
     name = weights_route_name(config)
     port = config.serving.port
@@ -394,7 +394,7 @@ def rollout(config: ExperimentConfig) -> dict[str, Any]:
         "trafficRouting": {
             "plugins": {
                 GATEWAY_API_PLUGIN: {
-                    # plugin v0.9.0 pkg/plugin/types.go, GatewayAPITrafficRouting
+                    # plugin v0.15.0 pkg/plugin/types.go, GatewayAPITrafficRouting
                     "httpRoute": weights_route_name(config),
                     "namespace": serving.namespace,
                 }

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from experiment.config.base import Arm, NamespaceName, Section
+from experiment.config.gateway_plugin import PLUGIN_SHA256_HELP, PluginSha256
 
 # RFC 9110 section 5.1: a field name is a token (tchar+). Lower case only: HTTP/2 and HTTP/3
 # require lower-case names on the wire, and Envoy matches names as lower case.
@@ -176,6 +177,7 @@ class EksRoutingConfig(Section):
     rollouts_chart_version: str = Field(
         default="2.41.1", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.1)."
     )
+    gateway_api_plugin_sha256: PluginSha256 = Field(default=None, description=PLUGIN_SHA256_HELP)
     rollouts_namespace: NamespaceName = Field(
         default="argo-rollouts", description="Namespace of the Argo Rollouts controller."
     )
