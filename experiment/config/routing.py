@@ -150,12 +150,15 @@ class EksRoutingConfig(Section):
 
     # envoyproxy/gateway site/content/en/news/releases/matrix.md: v1.9 supports Kubernetes
     # 1.33-1.36 and compiles in Gateway API v1.6.1; the chart of tag v1.9.0 ships those CRDs.
+    # v1.9.1 (release-notes/v1.9.1.yaml, August 28, 2026; envoyproxy/gateway#9885) fixes
+    # CVE-2026-47775 and GHSA-w42f-28h3-998w among others; its upgrade note on TLS after the
+    # SDS revert leaves plain HTTP listeners, the only kind here, unaffected.
     envoy_gateway_chart: str = Field(
         default="oci://docker.io/envoyproxy/gateway-helm",
         description="OCI address of the Envoy Gateway Helm chart (with the Gateway API CRDs).",
     )
     envoy_gateway_version: str = Field(
-        default="v1.9.0",
+        default="v1.9.1",
         description="Envoy Gateway Helm chart version (its release tag, with the 'v').",
     )
     namespace: NamespaceName = Field(
@@ -255,7 +258,7 @@ class EksRoutingConfig(Section):
         if not _RELEASE_TAG.fullmatch(value):
             raise ValueError(
                 f"routing.eks.envoy_gateway_version {value!r} is not an Envoy Gateway release "
-                "tag such as 'v1.9.0'"
+                "tag such as 'v1.9.1'"
             )
         return value
 

@@ -10,7 +10,7 @@ from experiment import ConfigError, build_config
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("envoy_gateway_version", "1.9.0", r"routing\.eks\.envoy_gateway_version.*'v1\.9\.0'"),
+        ("envoy_gateway_version", "1.9.1", r"routing\.eks\.envoy_gateway_version.*'v1\.9\.1'"),
         ("envoy_gateway_version", "latest", r"routing\.eks\.envoy_gateway_version"),
         ("rollouts_chart_version", "v2.41.1", r"routing\.eks\.rollouts_chart_version.*no 'v'"),
         ("namespace", "Envoy_Gateway", r"routing\.eks\.namespace"),
@@ -29,7 +29,7 @@ def test_bad_eks_routing_settings_name_the_key(key: str, value: str, message: st
 
 def test_defaults_are_the_verified_pins() -> None:
     eks = build_config({}).routing.eks
-    assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.0", "2.41.1")
+    assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.1", "2.41.1")
 
 
 def test_the_plugin_digest_is_required_for_the_eks_app_only() -> None:

@@ -35,7 +35,7 @@ def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
     _, envoy = charts[ENVOY_GATEWAY_RELEASE]
     assert envoy["Properties"]["Repository"] == eks.envoy_gateway_chart
     assert envoy["Properties"]["Chart"] == "gateway-helm"
-    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.0"
+    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.1"
     assert envoy["Properties"]["Namespace"] == eks.namespace
     values = json.loads(envoy["Properties"]["Values"])
     assert values == envoy_gateway_values()
