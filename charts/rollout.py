@@ -6,11 +6,11 @@
   lossless prefix agreement), with the alarm's namespace, metric, dimensions, statistic,
   period and threshold. Both the AnalysisTemplate and the tests are built from it.
 - the AnalysisTemplate: each check as a CloudWatch GetMetricData query (argoproj/argo-rollouts
-  v1.9.0 ``docs/analysis/cloudwatch.md``). No data is a pass, as the alarms treat missing
+  v1.9.1 ``docs/analysis/cloudwatch.md``). No data is a pass, as the alarms treat missing
   data as not breaching: a run publishes once, and an acceptance that is not available is no 0.
 - RBAC: only ``routing.eks.operators_group`` may patch ``rollouts/status``, which is what
   ``kubectl argo rollouts abort`` and ``retry`` patch (``{"status":{"abort":true|false}}``,
-  argo-rollouts v1.9.0 ``pkg/kubectl-argo-rollouts/cmd/{abort,retry}``), and a
+  argo-rollouts v1.9.1 ``pkg/kubectl-argo-rollouts/cmd/{abort,retry}``), and a
   ValidatingAdmissionPolicy rejects every other status change from anyone but the controller:
   ``promote`` also patches status (``pauseConditions``, ``promoteFull``,
   ``currentStepIndex``; ``cmd/promote/promote.go``), so RBAC verbs alone cannot tell them
@@ -47,7 +47,7 @@ from experiment.config import Arm, ExperimentConfig
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
 # The Gateway API traffic-router plugin's name, the key of trafficRouting.plugins
-# (argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi v0.9.0 pkg/plugin/plugin.go,
+# (argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi v0.15.0 pkg/plugin/plugin.go,
 # PluginName) and of the controller's trafficRouterPlugins (stacks/gateway.py).
 GATEWAY_API_PLUGIN = "argoproj-labs/gatewayAPI"
 # Shared by both revisions' pods: the Rollout's selector and the arms' Service selectors.
@@ -206,7 +206,7 @@ def no_promote_policy(config: ExperimentConfig) -> list[dict[str, Any]]:
     """Status changes other than ``abort`` are the controller's alone: a person can abort a
     rollout and retry it (abort=false), never promote it or skip its pause. Every other status
     key is kept, not only those ``promote`` patches: a status patch clearing ``stableRS`` or
-    setting it to the canary's hash promotes too (argo-rollouts v1.9.0 rollout/sync.go,
+    setting it to the canary's hash promotes too (argo-rollouts v1.9.1 rollout/sync.go,
     shouldFullPromote: no stable ReplicaSet is an "Initial deploy"; utils/replicaset/canary.go,
     GetStableRS)."""
     name = f"{config.project}-rollouts-no-promote"
@@ -298,7 +298,7 @@ def revision_template(config: ExperimentConfig, arm: Arm) -> dict[str, Any]:
 def rollout_arm_manifests(config: ExperimentConfig, arm: Arm) -> list[dict[str, Any]]:
     """The arm's spec ConfigMap, Service and PodDisruptionBudget; its pods are a revision of
     the Rollout. The Service selects by labels both revisions share: Argo requires each of
-    its selector's labels in the Rollout's current template (argo-rollouts v1.9.0
+    its selector's labels in the Rollout's current template (argo-rollouts v1.9.1
     pkg/apis/rollouts/validation/validation_references.go, ValidateService) and adds the
     revision's rollouts-pod-template-hash itself."""
     return [
@@ -327,10 +327,10 @@ def weights_route_name(config: ExperimentConfig) -> str:
 def weights_route(config: ExperimentConfig) -> dict[str, Any]:
     """The HTTPRoute the traffic-router plugin writes weights to, attached to no Gateway.
 
-    setCanaryScale requires trafficRouting (argo-rollouts v1.9.0 validation.go,
+    setCanaryScale requires trafficRouting (argo-rollouts v1.9.1 validation.go,
     InvalidSetCanaryScaleTrafficPolicy), and the plugin's SetWeight needs a route naming both
     Services and sets the weight of every reference to the canary Service in it (plugin
-    v0.9.0 pkg/plugin/httproute.go, setHTTPRouteWeight). On the tiered HTTPRoute that would
+    v0.15.0 pkg/plugin/httproute.go, setHTTPRouteWeight). On the tiered HTTPRoute that would
     zero the speculative classes' backend, so the plugin gets this route of its own."""
     name = weights_route_name(config)
     port = config.serving.port
@@ -380,8 +380,8 @@ def controller_route_access(config: ExperimentConfig) -> list[dict[str, Any]]:
 
 def rollout(config: ExperimentConfig) -> dict[str, Any]:
     """The Rollout as ``cdk deploy`` creates it: the baseline template, which Argo makes the
-    stable revision at once ("Initial deploy": rollout/sync.go shouldFullPromote, v1.9.0).
-    Every field below is in argo-rollouts v1.9.0 pkg/apis/rollouts/v1alpha1/types.go."""
+    stable revision at once ("Initial deploy": rollout/sync.go shouldFullPromote, v1.9.1).
+    Every field below is in argo-rollouts v1.9.1 pkg/apis/rollouts/v1alpha1/types.go."""
     serving = config.serving
     eks = config.routing.eks
     name = rollout_name(config)
@@ -394,7 +394,7 @@ def rollout(config: ExperimentConfig) -> dict[str, Any]:
         "trafficRouting": {
             "plugins": {
                 GATEWAY_API_PLUGIN: {
-                    # plugin v0.9.0 pkg/plugin/types.go, GatewayAPITrafficRouting
+                    # plugin v0.15.0 pkg/plugin/types.go, GatewayAPITrafficRouting
                     "httpRoute": weights_route_name(config),
                     "namespace": serving.namespace,
                 }

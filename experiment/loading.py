@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from experiment.config import ExperimentConfig
+from experiment.config.experiment import EKS_APP
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_KEY = "experiment"
@@ -354,12 +355,15 @@ def _format_validation_error(err: ValidationError) -> str:
 def build_config(
     context: Mapping[str, Any] | None = None,
     config_file: str | Path | None = None,
+    *,
+    for_eks: bool = False,
 ) -> ExperimentConfig:
     """Layer defaults, context, file and dotted overrides into a validated config.
 
     ``context`` is CDK context (cdk.json merged with ``-c`` values); when None,
     ``cdk.json`` is read from the project root so non-CDK consumers see the
-    same values as ``cdk deploy``.
+    same values as ``cdk deploy``. ``for_eks`` (the CDK app) also requires what only the
+    EKS stacks use and has no default: ``routing.eks.gateway_api_plugin_sha256``.
     """
     context = dict(cdk_json_context() if context is None else context)
     data: dict[str, Any] = {}
@@ -382,6 +386,6 @@ def build_config(
     for path, raw in sorted(overrides.items()):
         data = _deep_merge(data, _dotted_to_nested(path, _parse_override_value(raw)))
     try:
-        return ExperimentConfig.model_validate(data)
+        return ExperimentConfig.model_validate(data, context={EKS_APP: for_eks})
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None

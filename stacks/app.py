@@ -16,9 +16,10 @@ from stacks.network import NetworkStack
 def build_app(app: cdk.App) -> tuple[ExperimentConfig, list[cdk.Stack]]:
     """Validate the config from the app's context, then create every stack.
 
-    A bad configuration raises ``experiment.ConfigError`` before any construct exists.
+    A bad configuration raises ``experiment.ConfigError`` before any construct exists, and so
+    does one without what only these stacks need (``build_config``'s ``for_eks``).
     """
-    config = build_config(context=app.node.get_all_context())
+    config = build_config(context=app.node.get_all_context(), for_eks=True)
     return config, create_stacks(app, config)
 
 

@@ -10,9 +10,11 @@
   this map into the chart's default EnvoyGateway configuration).
 - Argo Rollouts from the argo-helm chart, with the Gateway API traffic-router plugin
   (argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi ``docs/installation.md``:
-  ``controller.trafficRouterPlugins``) and ``AWS_REGION`` set, which its CloudWatch provider
-  needs (argo-rollouts ``docs/analysis/cloudwatch.md``). Its service account reads CloudWatch
-  through a Pod Identity role allowed ``cloudwatch:GetMetricData`` and nothing else.
+  ``controller.trafficRouterPlugins``; its release is pinned in
+  experiment/config/gateway_plugin.py, the binary checked against
+  ``routing.eks.gateway_api_plugin_sha256``) and ``AWS_REGION`` set, which its CloudWatch
+  provider needs (argo-rollouts ``docs/analysis/cloudwatch.md``). Its service account reads
+  CloudWatch through a Pod Identity role allowed ``cloudwatch:GetMetricData`` and nothing else.
 """
 
 from __future__ import annotations
@@ -26,22 +28,13 @@ from constructs import Construct
 
 from charts.rollout import GATEWAY_API_PLUGIN
 from experiment import ExperimentConfig
+from experiment.config import GATEWAY_API_PLUGIN_URL, plugin_sha256
 from stacks.nag import acknowledge
 from stacks.pod_identity import associate, pod_identity_role
 
 ENVOY_GATEWAY_RELEASE = "eg"
 ROLLOUTS_RELEASE = "argo-rollouts"  # the chart's full name, hence its service account's name
 ROLLOUTS_CHART = "argo-rollouts"
-# argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi, tag v0.9.0 (50ab97f2), release asset
-# for the x86_64 system nodes the controller runs on. Not pinned by checksum yet: the plugin
-# config takes one (`sha256`, argo-rollouts v1.9.0 utils/plugin/types/types.go, PluginItem),
-# but the plugin's release workflow (.github/workflows/release.yaml) publishes no checksum
-# file and none of v0.9.0's asset was found in a primary source; add `sha256` next to the
-# location once one is (the controller then refuses a binary that does not match).
-GATEWAY_API_PLUGIN_URL = (
-    "https://github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi/releases/"
-    "download/v0.9.0/gatewayapi-plugin-linux-amd64"
-)
 
 
 def envoy_gateway_values() -> dict[str, Any]:
@@ -53,8 +46,14 @@ def rollouts_values(config: ExperimentConfig) -> dict[str, Any]:
         "installCRDs": True,
         "serviceAccount": {"name": config.routing.eks.rollouts_service_account},
         "controller": {
+            # The controller refuses a download whose SHA-256 differs (argo-rollouts v1.9.1
+            # utils/plugin/types/types.go PluginItem.Sha256, utils/plugin/downloader.go).
             "trafficRouterPlugins": [
-                {"name": GATEWAY_API_PLUGIN, "location": GATEWAY_API_PLUGIN_URL}
+                {
+                    "name": GATEWAY_API_PLUGIN,
+                    "location": GATEWAY_API_PLUGIN_URL,
+                    "sha256": plugin_sha256(config.routing.eks.gateway_api_plugin_sha256),
+                }
             ],
             "extraEnv": [{"name": "AWS_REGION", "value": config.region}],
         },

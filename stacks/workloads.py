@@ -73,7 +73,7 @@ def add_canary_revision(
     """Turn the Rollout's template into the speculative revision once the baseline is stable.
 
     Argo promotes a Rollout's first revision straight to stable, without steps ("Initial
-    deploy": argo-rollouts v1.9.0 rollout/sync.go shouldFullPromote, when no stable
+    deploy": argo-rollouts v1.9.1 rollout/sync.go shouldFullPromote, when no stable
     ReplicaSet exists; it does not wait for the pods). The routing chart creates the Rollout
     with the baseline template; a KubernetesObjectValue waits until ``.status.stableRS`` is
     set (the baseline is stable); only then does a KubernetesPatch merge the speculative

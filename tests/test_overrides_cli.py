@@ -85,7 +85,12 @@ def test_tune_plan_reads_the_override(tmp_path: Path) -> None:
 def test_cdk_app_renders_the_overridden_k(tmp_path: Path) -> None:
     # What `cdk synth -c serving.num_speculative_tokens=5` runs: app.py with the context in
     # CDK_CONTEXT_JSON (the CLI's -c values arrive as strings) and the output in CDK_OUTDIR.
-    context = {**cdk_json_context(), "serving.num_speculative_tokens": "5"}
+    context = {
+        **cdk_json_context(),
+        # required by the app, which no test lets download the plugin: a placeholder
+        "routing.eks.gateway_api_plugin_sha256": "0" * 64,
+        "serving.num_speculative_tokens": "5",
+    }
     result = _run(
         ["app.py"],
         tmp_path,

@@ -27,6 +27,7 @@ from experiment.config.cluster import (
     SystemNodeGroupConfig,
 )
 from experiment.config.experiment import ExperimentConfig
+from experiment.config.gateway_plugin import GATEWAY_API_PLUGIN_URL, plugin_sha256
 from experiment.config.generator import (
     CPU_ATTENTION_HEAD_SIZES,
     DEFAULT_DRAFTS,
@@ -79,6 +80,7 @@ __all__ = [
     "CPU_ATTENTION_HEAD_SIZES",
     "DEFAULT_DRAFTS",
     "FORK_IMAGE",
+    "GATEWAY_API_PLUGIN_URL",
     "LOG_RETENTION_DAYS",
     "MIN_KUBERNETES_VERSION",
     "NEURON_INSTANCE_TYPES",
@@ -127,5 +129,6 @@ __all__ = [
     "TargetShape",
     "TinyModelShape",
     "TuningConfig",
+    "plugin_sha256",
     "routing_override_line",
 ]

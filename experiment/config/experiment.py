@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from experiment.config.base import Arm, Section, apply_rule, error_at
 from experiment.config.cluster import ClusterConfig
+from experiment.config.gateway_plugin import DIGEST_MISSING
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import LoadTestConfig
 from experiment.config.local import LocalConfig
@@ -26,6 +27,9 @@ from runtime.spec import Generation, ServingSpec
 
 # local.drafter -> vLLM's speculative method (vllm 0.32 vllm/config/speculative.py).
 LOCAL_METHODS = {"draft-model": "draft_model", "eagle3": "eagle3"}
+# Validation context of the CDK app (experiment.loading.build_config(for_eks=True)): what
+# only the EKS stacks use and has no safe default is required there, not in local runs.
+EKS_APP = "eks_app"
 
 
 class ExperimentConfig(Section):
@@ -140,6 +144,13 @@ class ExperimentConfig(Section):
                 f"routing.eks.operator_principal_arns {sorted(both)} are also in "
                 "cluster.admin_principal_arns; remove them from one of the two"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _eks_app_verifies_the_plugin(self, info: ValidationInfo) -> ExperimentConfig:
+        # The EKS stacks always install the Gateway API traffic-router plugin (stacks/gateway.py).
+        if (info.context or {}).get(EKS_APP) and self.routing.eks.gateway_api_plugin_sha256 is None:
+            raise error_at(("routing", "eks", "gateway_api_plugin_sha256"), DIGEST_MISSING)
         return self
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from experiment.config.base import Arm, NamespaceName, Section
+from experiment.config.gateway_plugin import PLUGIN_SHA256_HELP, PluginSha256
 
 # RFC 9110 section 5.1: a field name is a token (tchar+). Lower case only: HTTP/2 and HTTP/3
 # require lower-case names on the wire, and Envoy matches names as lower case.
@@ -152,12 +153,15 @@ class EksRoutingConfig(Section):
 
     # envoyproxy/gateway site/content/en/news/releases/matrix.md: v1.9 supports Kubernetes
     # 1.33-1.36 and compiles in Gateway API v1.6.1; the chart of tag v1.9.0 ships those CRDs.
+    # v1.9.1 (release-notes/v1.9.1.yaml, August 28, 2026; envoyproxy/gateway#9885) fixes
+    # CVE-2026-47775 and GHSA-w42f-28h3-998w among others; its upgrade note on TLS after the
+    # SDS revert leaves plain HTTP listeners, the only kind here, unaffected.
     envoy_gateway_chart: str = Field(
         default="oci://docker.io/envoyproxy/gateway-helm",
         description="OCI address of the Envoy Gateway Helm chart (with the Gateway API CRDs).",
     )
     envoy_gateway_version: str = Field(
-        default="v1.9.0",
+        default="v1.9.1",
         description="Envoy Gateway Helm chart version (its release tag, with the 'v').",
     )
     namespace: NamespaceName = Field(
@@ -169,14 +173,17 @@ class EksRoutingConfig(Section):
     gateway_class: NamespaceName = Field(
         default="envoy-gateway", description="Name of the GatewayClass served by Envoy Gateway."
     )
-    # argoproj/argo-helm charts/argo-rollouts/Chart.yaml: chart 2.41.0 is appVersion v1.9.0.
+    # argoproj/argo-helm release argo-rollouts-2.41.1 (ee473c1): "Update dependency
+    # argoproj/argo-rollouts to v1.9.1" (#3969). v1.9.1 (b6bd3bcf) bumps moby/spdystream to
+    # v0.5.1 for CVE-2026-35469 and google.golang.org/grpc to v1.80.0 for CVE-2026-33186.
     rollouts_chart_repository: str = Field(
         default="https://argoproj.github.io/argo-helm",
         description="Helm repository of the argo-rollouts chart.",
     )
     rollouts_chart_version: str = Field(
-        default="2.41.0", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.0)."
+        default="2.41.1", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.1)."
     )
+    gateway_api_plugin_sha256: PluginSha256 = Field(default=None, description=PLUGIN_SHA256_HELP)
     rollouts_namespace: NamespaceName = Field(
         default="argo-rollouts", description="Namespace of the Argo Rollouts controller."
     )
@@ -237,7 +244,7 @@ class EksRoutingConfig(Section):
     @field_validator("abort_scale_down_delay_s")
     @classmethod
     def _aborted_canary_is_scaled_down(cls, value: int) -> int:
-        # argo-rollouts v1.9.0 docs/features/scaledown-aborted-rs.md: 0 = never scale down.
+        # argo-rollouts v1.9.1 docs/features/scaledown-aborted-rs.md: 0 = never scale down.
         if value == 0:
             raise ValueError(
                 "routing.eks.abort_scale_down_delay_s 0 would keep the aborted speculative "
@@ -254,7 +261,7 @@ class EksRoutingConfig(Section):
         if not _RELEASE_TAG.fullmatch(value):
             raise ValueError(
                 f"routing.eks.envoy_gateway_version {value!r} is not an Envoy Gateway release "
-                "tag such as 'v1.9.0'"
+                "tag such as 'v1.9.1'"
             )
         return value
 
@@ -264,7 +271,7 @@ class EksRoutingConfig(Section):
         if not _RELEASE_TAG.fullmatch(f"v{value}"):
             raise ValueError(
                 f"routing.eks.rollouts_chart_version {value!r} is not an argo-rollouts chart "
-                "version such as '2.41.0' (no 'v')"
+                "version such as '2.41.1' (no 'v')"
             )
         return value
 

@@ -91,7 +91,7 @@ def aws_env(monkeypatch) -> None:
 
 
 def _aws_query(query: dict[str, Any]) -> dict[str, Any]:
-    """Argo's lower-case MetricDataQuery as the AWS SDK spells it (argo-rollouts v1.9.0
+    """Argo's lower-case MetricDataQuery as the AWS SDK spells it (argo-rollouts v1.9.1
     metricproviders/cloudwatch: the fields are copied one to one)."""
     stat = query["metricStat"]
     metric = stat["metric"]

@@ -10,7 +10,7 @@ or the policy does not apply; then the first validation that is not true denies 
 message; an expression that errs denies under ``failurePolicy: Fail``.
 
 Each request is the exact merge patch an ``kubectl argo rollouts`` command sends
-(argoproj/argo-rollouts v1.9.0, cited per case) to a Rollout the chart renders, holding the
+(argoproj/argo-rollouts v1.9.1, cited per case) to a Rollout the chart renders, holding the
 status Argo keeps for a canary paused at its pause step. The patch is applied as the API
 server does before validating admission (apiserver registry/generic/registry/store.go,
 Update: BeforeUpdate, then updateValidation): RFC 7386 merge, then the CRD's update strategy
@@ -189,7 +189,7 @@ def healthy(config: ExperimentConfig) -> dict[str, Any]:
 def paused(config: ExperimentConfig) -> dict[str, Any]:
     """The Rollout once the speculative template is merged in (stacks/workloads.py), its
     canary scaled up and waiting at the indefinite pause step: a CanaryPauseStep pause
-    condition and controllerPause (argo-rollouts v1.9.0 rollout/pause.go,
+    condition and controllerPause (argo-rollouts v1.9.1 rollout/pause.go,
     CalculatePauseConditions), currentStepIndex at the pause step, weight 0."""
     body = merge_patch(healthy(config), canary_patches(config)[0])
     steps = body["spec"]["strategy"]["canary"]["steps"]
@@ -244,7 +244,7 @@ def paused_by_spec(config: ExperimentConfig) -> dict[str, Any]:
 
 def aborted(config: ExperimentConfig) -> dict[str, Any]:
     """The paused canary after ``abort`` (or a failed analysis): abort and abortedAt, no pause
-    condition (v1.9.0 rollout/pause.go, CalculateAbortStatus), back at step 0 (canary.go)."""
+    condition (v1.9.1 rollout/pause.go, CalculateAbortStatus), back at step 0 (canary.go)."""
     body = paused(config)
     for key in ("pauseConditions", "controllerPause"):
         del body["status"][key]
@@ -265,7 +265,7 @@ STATES = {
 # Each case: (state, merge patch, subresource: "status" or "" for the Rollout itself).
 # argo-rollouts sends each with types.MergePatchType to the status subresource first, to the
 # Rollout only where that subresource is missing (the "unified" patches) or for spec.paused.
-CLI = "argoproj/argo-rollouts:v1.9.0:pkg/kubectl-argo-rollouts/cmd"
+CLI = "argoproj/argo-rollouts:v1.9.1:pkg/kubectl-argo-rollouts/cmd"
 # {CLI}/abort/abort.go, abortPatch
 ABORT = ("paused", {"status": {"abort": True}}, "status")
 # {CLI}/retry/retry.go, retryRolloutPatch
@@ -309,7 +309,7 @@ PROMOTES = {
 # Promotions by hand, which kubectl argo rollouts does not send but `kubectl patch
 # --subresource=status --type=merge` can: with no stable ReplicaSet the controller promotes
 # the canary as an "Initial deploy", and with the canary's hash as stableRS the canary is the
-# stable (argoproj/argo-rollouts:v1.9.0:rollout/sync.go, shouldFullPromote;
+# stable (argoproj/argo-rollouts:v1.9.1:rollout/sync.go, shouldFullPromote;
 # utils/replicaset/canary.go, GetStableRS).
 BY_HAND = {
     "stableRS cleared": ("paused", {"status": {"stableRS": None}}, "status"),

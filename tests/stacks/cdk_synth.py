@@ -25,6 +25,15 @@ from stacks import build_app  # noqa: E402
 
 CHART_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
 HELM_RESOURCE = "Custom::AWSCDK-EKS-HelmChart"
+# The app requires routing.eks.gateway_api_plugin_sha256, which has no default (the operator
+# reads it on the plugin's release page). No test downloads the plugin: a placeholder digest.
+PLUGIN_SHA256 = "0" * 64
+PLUGIN_SHA256_KEY = "experiment.routing.eks.gateway_api_plugin_sha256"
+
+
+def app_context(overrides: dict[str, Any]) -> dict[str, Any]:
+    """cdk.json's context, the placeholder plugin digest, then ``overrides``."""
+    return {**cdk_json_context(), PLUGIN_SHA256_KEY: PLUGIN_SHA256, **overrides}
 
 
 @dataclass
@@ -60,8 +69,8 @@ def decode_manifest(manifest: Any) -> list[dict[str, Any]]:
 
 
 def synthesize(context_overrides: dict[str, Any], outdir: Path) -> Synthesized:
-    """Synthesize the real app (cdk.json context + overrides) into ``outdir``."""
-    context = {**cdk_json_context(), **context_overrides}
+    """Synthesize the real app (``app_context(context_overrides)``) into ``outdir``."""
+    context = app_context(context_overrides)
     app = cdk.App(context=context, outdir=str(outdir))
     config, stacks = build_app(app)
     assembly = app.synth()

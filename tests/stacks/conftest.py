@@ -8,7 +8,8 @@ from cdk_synth import Synthesized, synthesize
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    """The default app (what `cdk deploy` with the shipped cdk.json deploys)."""
+    """The default app (what `cdk deploy` with the shipped cdk.json deploys, given the
+    plugin digest it requires: a placeholder here)."""
     return synthesize({}, tmp_path_factory.mktemp("cdk.out"))
 
 

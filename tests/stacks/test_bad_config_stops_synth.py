@@ -12,6 +12,7 @@ import sys
 
 import aws_cdk as cdk
 import pytest
+from cdk_synth import app_context
 
 from experiment import ConfigError
 from experiment.loading import PROJECT_ROOT, cdk_json_context
@@ -45,7 +46,16 @@ BAD_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(BAD_CONFIGS))
 def test_app_stops_before_creating_any_construct(name: str, tmp_path) -> None:
     overrides, message = BAD_CONFIGS[name]
-    app = cdk.App(context={**cdk_json_context(), **overrides}, outdir=str(tmp_path))
+    app = cdk.App(context=app_context(overrides), outdir=str(tmp_path))
+    with pytest.raises(ConfigError, match=message):
+        build_app(app)
+    assert app.node.children == []
+
+
+def test_the_app_requires_the_plugin_digest(tmp_path) -> None:
+    """cdk.json alone does not synthesize: the controller would run an unverified plugin."""
+    app = cdk.App(context=cdk_json_context(), outdir=str(tmp_path))
+    message = r"routing\.eks\.gateway_api_plugin_sha256 is required.*releases/tag/v0\.15\.0"
     with pytest.raises(ConfigError, match=message):
         build_app(app)
     assert app.node.children == []
@@ -57,7 +67,7 @@ def test_cdk_app_entry_point_exits_non_zero_with_the_message(tmp_path) -> None:
     overrides, _ = BAD_CONFIGS["k-above-range"]
     env = {
         **os.environ,
-        "CDK_CONTEXT_JSON": json.dumps({**cdk_json_context(), **overrides}),
+        "CDK_CONTEXT_JSON": json.dumps(app_context(overrides)),
         "CDK_OUTDIR": str(tmp_path),
     }
     result = subprocess.run(

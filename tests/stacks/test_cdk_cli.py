@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cdk_synth import PLUGIN_SHA256, PLUGIN_SHA256_KEY
 
 from experiment.loading import PROJECT_ROOT
 
@@ -47,8 +48,10 @@ def test_cdk_synth_offline_without_credentials(tmp_path: Path) -> None:
         npm_config_loglevel="error",  # npm's notes on this machine's npmrc are not ours
     )
     outdir = tmp_path / "cdk.out"
+    cli = [npx, "--yes", f"aws-cdk@{cdk_cli_version()}", "synth", "--quiet"]
+    digest = f"{PLUGIN_SHA256_KEY}={PLUGIN_SHA256}"  # the one setting cdk.json cannot hold
     result = subprocess.run(
-        [npx, "--yes", f"aws-cdk@{cdk_cli_version()}", "synth", "--quiet", "-o", str(outdir)],
+        [*cli, "-c", digest, "-o", str(outdir)],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,

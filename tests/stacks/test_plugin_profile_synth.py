@@ -1,6 +1,7 @@
 """`cdk synth -c experiment.serving.profile=new-deployment` from a fresh clone: nothing but the
-one setting, and the app synthesizes the vllm-neuron 1.x pair (its pinned DLC, EAGLE3, no
-NxD Inference key); an invalid plugin combination stops synth with the setting named."""
+one setting (and the traffic-router plugin digest every synth needs), and the app synthesizes
+the vllm-neuron 1.x pair (its pinned DLC, EAGLE3, no NxD Inference key); an invalid plugin
+combination stops synth with the setting named."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdk_synth import CHART_RESOURCE, decode_manifest
+from cdk_synth import CHART_RESOURCE, app_context, decode_manifest
 
 from charts.vllm_service import COMMAND_ANNOTATION
 from experiment.config import PLUGIN_IMAGE
-from experiment.loading import PROJECT_ROOT, cdk_json_context
+from experiment.loading import PROJECT_ROOT
 
 pytestmark = pytest.mark.infra
 
@@ -28,7 +29,7 @@ def _run_app(overrides: dict[str, str], outdir: Path) -> subprocess.CompletedPro
     # What `cdk synth -c KEY=VALUE` runs: app.py with the context in CDK_CONTEXT_JSON.
     env = {
         **os.environ,
-        "CDK_CONTEXT_JSON": json.dumps({**cdk_json_context(), **overrides}),
+        "CDK_CONTEXT_JSON": json.dumps(app_context(overrides)),
         "CDK_OUTDIR": str(outdir),
     }
     return subprocess.run(

@@ -8,6 +8,7 @@ import json
 import pytest
 from cdk_synth import decode_manifest
 
+from experiment.config import GATEWAY_API_PLUGIN_URL
 from stacks.gateway import (
     ENVOY_GATEWAY_RELEASE,
     ROLLOUTS_RELEASE,
@@ -34,17 +35,28 @@ def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
     _, envoy = charts[ENVOY_GATEWAY_RELEASE]
     assert envoy["Properties"]["Repository"] == eks.envoy_gateway_chart
     assert envoy["Properties"]["Chart"] == "gateway-helm"
-    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.0"
+    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.1"
     assert envoy["Properties"]["Namespace"] == eks.namespace
     values = json.loads(envoy["Properties"]["Values"])
     assert values == envoy_gateway_values()
     assert values["config"]["envoyGateway"]["extensionApis"]["enableBackend"] is True
     _, rollouts = charts[ROLLOUTS_RELEASE]
     assert rollouts["Properties"]["Repository"] == eks.rollouts_chart_repository
-    assert rollouts["Properties"]["Version"] == eks.rollouts_chart_version == "2.41.0"
+    assert rollouts["Properties"]["Version"] == eks.rollouts_chart_version == "2.41.1"
     assert rollouts["Properties"]["Namespace"] == eks.rollouts_namespace
     values = json.loads(rollouts["Properties"]["Values"])
     assert values == rollouts_values(synth.config)
+    # The plugin of the pinned release, checked against the configured digest.
+    (plugin,) = values["controller"]["trafficRouterPlugins"]
+    assert plugin == {
+        "name": "argoproj-labs/gatewayAPI",
+        "location": GATEWAY_API_PLUGIN_URL,
+        "sha256": eks.gateway_api_plugin_sha256,
+    }
+    assert GATEWAY_API_PLUGIN_URL == (
+        "https://github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi/releases/"
+        "download/v0.15.0/gatewayapi-plugin-linux-amd64"
+    )
     assert {"name": "AWS_REGION", "value": synth.config.region} in values["controller"]["extraEnv"]
 
 
