@@ -11,3 +11,8 @@ class ClusterInputs:
 
     bucket_name: str
     loadtest_image: str
+    # The guardrail workspace's Prometheus query root (https://aps-workspaces.<region>.
+    # amazonaws.com/workspaces/<id>, no trailing slash), which the rollback analysis queries
+    # with SigV4 in ``config.region`` (stacks/guardrails.py GuardrailWorkspace.query_url);
+    # None when guardrails.live is off or no workspace exists (plain YAML without one).
+    prometheus_url: str | None = None

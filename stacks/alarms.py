@@ -21,8 +21,9 @@ Missing data is "not breaching" (CloudWatch User Guide, "Configuring how CloudWa
 treat missing data": notBreaching treats missing data points as within the threshold; CDK
 ``TreatMissingData.NOT_BREACHING``): a run publishes once, so no run means no alarm, and an
 acceptance that is not available (nothing published) cannot fire one. With
-``guardrails.alarm_email`` set, every alarm (and its recovery) notifies a KMS-encrypted SNS
-topic with that e-mail subscription.
+``guardrails.alarm_email`` set, or the live guardrails on (their Alertmanager notifies the same
+topic), every alarm (and its recovery) notifies a KMS-encrypted SNS topic; the e-mail
+subscription exists only with an address.
 """
 
 from __future__ import annotations
@@ -141,7 +142,10 @@ class GuardrailAlarms(Construct):
             comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
         )
         self.topic: sns.Topic | None = None
-        if guard.alarm_email:
+        self.topic_key: kms.Key | None = None
+        # The live guardrails' Alertmanager notifies the topic too (stacks/guardrails.py), so it
+        # exists whenever they are on; only the e-mail subscription needs an address.
+        if guard.alarm_email or guard.live.enabled:
             self.topic = self._topic(guard.alarm_email)
             action = cw_actions.SnsAction(self.topic)
             for alarm in self.alarms:
@@ -180,7 +184,7 @@ class GuardrailAlarms(Construct):
         )
         self.alarms.append(alarm)
 
-    def _topic(self, email: str) -> sns.Topic:
+    def _topic(self, email: str | None) -> sns.Topic:
         key = kms.Key(
             self,
             "TopicKey",
@@ -216,5 +220,7 @@ class GuardrailAlarms(Construct):
             master_key=key,
             enforce_ssl=True,
         )
-        topic.add_subscription(subscriptions.EmailSubscription(email))
+        if email:
+            topic.add_subscription(subscriptions.EmailSubscription(email))
+        self.topic_key = key
         return topic

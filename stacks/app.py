@@ -41,6 +41,15 @@ def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
     store = ModelStoreStack(
         app, "ModelStore", config=config, env=env, stack_name=f"{prefix}-model-store", tags=tags
     )
+    observability = ObservabilityStack(
+        app,
+        "Observability",
+        config=config,
+        logs_key=network.logs_key,
+        env=env,
+        stack_name=f"{prefix}-observability",
+        tags=tags,
+    )
     cluster = ClusterStack(
         app,
         "Cluster",
@@ -50,16 +59,9 @@ def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
         bucket_name=store.bucket.bucket_name,
         mountpoint_role=store.mountpoint_role,
         model_import_role=store.model_import_role,
+        guardrail_workspace=observability.workspace,
         env=env,
         stack_name=f"{prefix}-cluster",
-        tags=tags,
-    )
-    observability = ObservabilityStack(
-        app,
-        "Observability",
-        config=config,
-        env=env,
-        stack_name=f"{prefix}-observability",
         tags=tags,
     )
     return [network, store, cluster, observability]

@@ -19,6 +19,7 @@ from experiment import ExperimentConfig
 from experiment.config import EndpointAccess
 from stacks.addons import ClusterAddons
 from stacks.gateway import TieredRouting
+from stacks.guardrails import GuardrailCollector, GuardrailWorkspace
 from stacks.log_encryption import EncryptLogGroups
 from stacks.nag import acknowledge, managed_policy_finding
 from stacks.neuron_dra import add_neuron_dra_driver
@@ -71,6 +72,7 @@ class ClusterStack(cdk.Stack):
         bucket_name: str,
         mountpoint_role: iam.IRole,
         model_import_role: iam.IRole | None = None,
+        guardrail_workspace: GuardrailWorkspace | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -185,8 +187,29 @@ class ClusterStack(cdk.Stack):
             else None
         )
 
-        self.routing = TieredRouting(self, "TieredRouting", cluster=self.cluster, config=config)
+        self.routing = TieredRouting(
+            self,
+            "TieredRouting",
+            cluster=self.cluster,
+            config=config,
+            guardrail_workspace=guardrail_workspace,
+        )
         self.routing.node.add_dependency(self.system_nodes)
+
+        # The live guardrails' collector: the cluster's private subnets, into the workspace.
+        self.guardrail_collector = (
+            GuardrailCollector(
+                self,
+                "GuardrailCollector",
+                config=config,
+                vpc=vpc,
+                cluster_arn=self.cluster.cluster_arn,
+                cluster_security_group=self.cluster.cluster_security_group,
+                workspace_arn=guardrail_workspace.arn,
+            )
+            if guardrail_workspace is not None
+            else None
+        )
 
         self.loadtest_image = loadtest_image(self, config)
         self.charts = add_experiment_charts(
@@ -194,6 +217,7 @@ class ClusterStack(cdk.Stack):
             config,
             bucket_name=bucket_name,
             loadtest_image_uri=self.loadtest_image.image_uri,
+            prometheus_url=guardrail_workspace.query_url if guardrail_workspace else None,
             prerequisites=[
                 *self.addons.addons,
                 self.neuron_dra,

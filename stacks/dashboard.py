@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from experiment import Arm, ExperimentConfig
 from stacks.alarms import GuardrailAlarms
+from stacks.guardrails import GuardrailWorkspace
 
 PERIOD = cdk.Duration.minutes(1)
 PERCENTILES = ("p50", "p90", "p99")
@@ -24,7 +26,13 @@ WIDTH = 24  # dashboard grid width
 
 class ObservabilityStack(cdk.Stack):
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: ExperimentConfig, **kwargs
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ExperimentConfig,
+        logs_key: kms.IKey,
+        **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
@@ -143,6 +151,19 @@ class ObservabilityStack(cdk.Stack):
             )
         )
         self.dashboard.add_widgets(*self._container_insights(config.cluster.name))
+        # The live guardrails' workspace (None when guardrails.live is off); the collector
+        # feeding it lives with the cluster (stacks/cluster.py).
+        self.workspace: GuardrailWorkspace | None = None
+        if config.guardrails.live.enabled:
+            assert self.guardrails.topic and self.guardrails.topic_key  # created when live is on
+            self.workspace = GuardrailWorkspace(
+                self,
+                "LiveGuardrails",
+                config=config,
+                topic=self.guardrails.topic,
+                topic_key=self.guardrails.topic_key,
+                logs_key=logs_key,
+            )
 
     def _search(self, metric: str, stat: str, arm: Arm, dimensions: tuple[str, ...]) -> str:
         lt = self.config.loadtest

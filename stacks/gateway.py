@@ -14,12 +14,14 @@
   experiment/config/gateway_plugin.py, the binary checked against
   ``routing.eks.gateway_api_plugin_sha256``) and ``AWS_REGION`` set, which its CloudWatch
   provider needs (argo-rollouts ``docs/analysis/cloudwatch.md``). Its service account reads
-  CloudWatch through a Pod Identity role allowed ``cloudwatch:GetMetricData`` and nothing else.
+  CloudWatch through a Pod Identity role allowed ``cloudwatch:GetMetricData`` and, with the
+  live guardrails on, the read-only query actions on their workspace only
+  (stacks/guardrails.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
@@ -31,6 +33,9 @@ from experiment import ExperimentConfig
 from experiment.config import GATEWAY_API_PLUGIN_URL, plugin_sha256
 from stacks.nag import acknowledge
 from stacks.pod_identity import associate, pod_identity_role
+
+if TYPE_CHECKING:
+    from stacks.guardrails import GuardrailWorkspace
 
 ENVOY_GATEWAY_RELEASE = "eg"
 ROLLOUTS_RELEASE = "argo-rollouts"  # the chart's full name, hence its service account's name
@@ -70,6 +75,7 @@ class TieredRouting(Construct):
         *,
         cluster: eks.Cluster,
         config: ExperimentConfig,
+        guardrail_workspace: GuardrailWorkspace | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         eks_routing = config.routing.eks
@@ -102,6 +108,9 @@ class TieredRouting(Construct):
             "cloudwatch:GetMetricData supports no resource-level permissions or namespace "
             "condition; the role allows that read-only action and nothing else.",
         )
+        if guardrail_workspace is not None:
+            # The analysis' Prometheus provider queries the live guardrails' workspace.
+            guardrail_workspace.grant_query(self.rollouts_role)
         self.rollouts_association = associate(
             self,
             "RolloutsIdentity",

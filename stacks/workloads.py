@@ -48,11 +48,16 @@ def add_experiment_charts(
     bucket_name: str,
     loadtest_image_uri: str,
     prerequisites: list[Construct],
+    prometheus_url: str | None = None,
 ) -> list[eks.KubernetesManifest]:
     import charts  # imported here: charts/ is written separately and pulls in cdk8s imports
 
     chart_app = cdk8s.App()
-    inputs = charts.ClusterInputs(bucket_name=bucket_name, loadtest_image=loadtest_image_uri)
+    inputs = charts.ClusterInputs(
+        bucket_name=bucket_name,
+        loadtest_image=loadtest_image_uri,
+        prometheus_url=prometheus_url,
+    )
     manifests = {}
     for chart in charts.build_charts(chart_app, config, inputs):
         manifest = cluster.add_cdk8s_chart(f"Chart-{chart.node.id}", chart)

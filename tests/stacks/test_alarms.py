@@ -10,6 +10,7 @@ from typing import Any
 import aws_cdk as cdk
 import boto3
 import pytest
+from aws_cdk import aws_kms as kms
 from moto import mock_aws
 
 from experiment import Arm, ExperimentConfig, build_config
@@ -37,7 +38,8 @@ def _synth(config: ExperimentConfig) -> dict[str, Any]:
     """The Observability stack alone, with cdk-nag (an unacknowledged finding fails synth)."""
     app = cdk.App()
     add_checks(app)
-    stack = ObservabilityStack(app, "Observability", config=config)
+    logs_key = kms.Key(cdk.Stack(app, "Keys"), "LogsKey", enable_key_rotation=True)
+    stack = ObservabilityStack(app, "Observability", config=config, logs_key=logs_key)
     return app.synth().get_stack_artifact(stack.artifact_id).template
 
 
@@ -48,6 +50,12 @@ def _resources(template: dict[str, Any], type_name: str) -> list[dict[str, Any]]
 @pytest.fixture(scope="module")
 def default_template() -> dict[str, Any]:
     return _synth(build_config({}))
+
+
+@pytest.fixture(scope="module")
+def quiet_template() -> dict[str, Any]:
+    """No e-mail and no live guardrails: nothing notifies anyone."""
+    return _synth(build_config({"experiment.guardrails.live.enabled": "false"}))
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +106,17 @@ def test_one_acceptance_alarm_per_class_failed_share_per_arm_and_lossless(
         # Missing data is within the threshold: no run, no alarm, and an acceptance that is
         # not available (nothing published) cannot fire one.
         assert props["TreatMissingData"] == "notBreaching"
-        assert "AlarmActions" not in props  # no e-mail configured: no topic
-    assert not _resources(default_template, "AWS::SNS::Topic")
+        # The live guardrails (on by default) notify the topic, so it exists without e-mail.
+        assert props["AlarmActions"] and props["OKActions"], props["AlarmName"]
+    (topic,) = _resources(default_template, "AWS::SNS::Topic")
+    assert "KmsMasterKeyId" in topic["Properties"]
+    assert not _resources(default_template, "AWS::SNS::Subscription")
+
+
+def test_without_email_or_live_guardrails_there_is_no_topic(quiet_template) -> None:
+    assert not _resources(quiet_template, "AWS::SNS::Topic")
+    for alarm in _resources(quiet_template, ALARM):
+        assert "AlarmActions" not in alarm["Properties"]
 
 
 def test_email_subscribes_a_kms_encrypted_topic_that_every_alarm_notifies(email_template) -> None:

@@ -15,6 +15,7 @@ from stacks.gateway import (
     envoy_gateway_values,
     rollouts_values,
 )
+from stacks.guardrails import QUERY_ACTIONS
 
 pytestmark = pytest.mark.infra
 
@@ -83,7 +84,7 @@ def test_the_routing_chart_applies_after_both_controllers(synth) -> None:
     assert {helm[ENVOY_GATEWAY_RELEASE][0], helm[ROLLOUTS_RELEASE][0]} <= depends
 
 
-def test_the_rollouts_role_may_only_read_metric_data(synth) -> None:
+def test_the_rollouts_role_may_only_read_metric_data_and_query_the_guardrails(synth) -> None:
     resources = synth.templates["Cluster"]["Resources"]
     eks = synth.config.routing.eks
     (association,) = [
@@ -100,9 +101,11 @@ def test_the_rollouts_role_may_only_read_metric_data(synth) -> None:
         if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]
         for statement in r["Properties"]["PolicyDocument"]["Statement"]
     ]
-    assert statements == [
-        {"Action": "cloudwatch:GetMetricData", "Effect": "Allow", "Resource": "*"}
-    ]
+    (cloudwatch, workspace) = statements
+    assert cloudwatch == {"Action": "cloudwatch:GetMetricData", "Effect": "Allow", "Resource": "*"}
+    # The live guardrails' workspace (tests/stacks/test_guardrails.py): read-only, that ARN.
+    assert sorted(workspace["Action"]) == sorted(QUERY_ACTIONS)
+    assert "Fn::GetStackOutput" in workspace["Resource"]
 
 
 def test_operators_get_an_access_entry_in_their_group_only(synth, synth_options) -> None:
