@@ -52,7 +52,12 @@ def add_experiment_charts(
     import charts  # imported here: charts/ is written separately and pulls in cdk8s imports
 
     chart_app = cdk8s.App()
-    inputs = charts.ClusterInputs(bucket_name=bucket_name, loadtest_image=loadtest_image_uri)
+    inputs = charts.ClusterInputs(
+        bucket_name=bucket_name,
+        loadtest_image=loadtest_image_uri,
+        # The managed collector's subnets: the Pushgateway admits its scrapes from them.
+        private_subnet_cidrs=tuple(s.ipv4_cidr_block for s in cluster.vpc.private_subnets),
+    )
     manifests = {}
     for chart in charts.build_charts(chart_app, config, inputs):
         manifest = cluster.add_cdk8s_chart(f"Chart-{chart.node.id}", chart)

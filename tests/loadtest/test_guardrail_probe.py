@@ -234,5 +234,5 @@ def test_a_speculative_class_without_prompts_is_refused(tmp_path: Path) -> None:
             "routing": {"speculative_classes": list(CLASSES)},
         }
     )
-    with pytest.raises(ValueError, match="'open_ended' but loadtest.prompts.files hold no"):
+    with pytest.raises(ValueError, match=r"'open_ended' but loadtest\.prompts\.files hold no"):
         run_probe(config, "http://127.0.0.1:9")
