@@ -46,7 +46,7 @@ PUSHGATEWAY_IMAGE = "prom/pushgateway:v1.11.3"
 PUSHGATEWAY_PORT = 9091
 PUSHGATEWAY_USER = 65534
 PUSHGATEWAY_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
-# Minutes after its time a missed run may still start (CronJob startingDeadlineSeconds):
+# Seconds after its time a missed run may still start (CronJob startingDeadlineSeconds):
 # later, it is skipped and the next one runs on schedule.
 STARTING_DEADLINE_S = 120
 HISTORY = 1  # finished Jobs kept per outcome: the last success and the last failure

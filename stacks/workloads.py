@@ -20,7 +20,10 @@ from experiment.loading import PROJECT_ROOT
 
 # The image context is the repository root, but only what the load test imports enters it
 # (never .venv, .cache, cdk.out, runs/...); README.md because pyproject.toml names it.
-LOADTEST_CONTEXT_INCLUDES = ("pyproject.toml", "README.md", "experiment", "runtime", "loadtest")
+# guardrails: the probe's series names and job (python -m loadtest probe).
+LOADTEST_CONTEXT_INCLUDES = (
+    "pyproject.toml", "README.md", "experiment", "runtime", "guardrails", "loadtest",
+)  # fmt: skip
 LOADTEST_CONTEXT_EXCLUDE = [
     "*",
     *(f"!{path}" for path in LOADTEST_CONTEXT_INCLUDES),
