@@ -6,7 +6,8 @@
   their PDBs (each pod waits for its models, precompiles its arm into the store on first
   start, then serves). With ``tuning.deploy`` the ``VllmService`` construct makes one
   Deployment per tuning candidate (draft, k), each with its own fingerprinted artifacts path.
-- ``<project>-loadtest``: the load-test service account and Job (depends on serving).
+- ``<project>-loadtest``: the load-test service account and Job (depends on serving), and
+  the guardrail probe's CronJob and Pushgateway (``charts/probe.py``).
 - ``<project>-routing``: the tiered-routing gateway and the guardrail rollback: its analysis,
   RBAC and the Rollout whose stable and canary revisions are the baseline and speculative
   pods (``charts/gateway.py``, ``charts/rollout.py``; depends on serving).
@@ -29,6 +30,7 @@ from charts.model_store import model_store_volumes
 from charts.naming import labels
 from charts.network_policy import network_policies
 from charts.objects import api_object
+from charts.probe import probe_manifests
 from charts.rollout import revision_manifests, rollout_arm_manifests, rollout_manifests
 from charts.symmetry import arm_asymmetries, fleet_asymmetries
 from charts.vllm_service import arm_manifests, runtime_configmap
@@ -177,7 +179,8 @@ class LoadTestChart(cdk8s.Chart):
         self, scope: Construct, construct_id: str, config: ExperimentConfig, inputs: ClusterInputs
     ):
         super().__init__(scope, construct_id)
-        for body in loadtest_manifests(config, inputs):  # two Jobs with workers: id by name
+        # The guardrail probe runs the load-test image with its config (charts/probe.py).
+        for body in [*loadtest_manifests(config, inputs), *probe_manifests(config, inputs)]:
             api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
 
 

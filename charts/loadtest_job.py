@@ -184,22 +184,26 @@ def service_account(config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def _pod_spec(
-    config: ExperimentConfig, inputs: ClusterInputs, command: list[str], *, reports: bool
+def pod_spec(
+    config: ExperimentConfig,
+    inputs: ClusterInputs,
+    command: list[str],
+    *,
+    reports: bool,
+    config_file: bool | None = None,
 ) -> dict[str, Any]:
-    """The pod of the master (``reports``: service account, config, results) or a worker."""
+    """A pod of the load-test image: the master (``reports``: service account, config,
+    results), a worker, or another of the image's commands that reads the experiment config
+    and nothing else (``config_file`` without ``reports``: the guardrail probe)."""
     pod = config.loadtest.pod
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": f"{pod.tmp_gib}Gi"}}]
     if reports:
-        mounts += [
-            {"name": "results", "mountPath": RESULTS_DIR},
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        ]
-        volumes += [
-            {"name": "results", "emptyDir": {"sizeLimit": f"{pod.results_gib}Gi"}},
-            {"name": "config", "configMap": {"name": config_map_name(config)}},
-        ]
+        mounts.append({"name": "results", "mountPath": RESULTS_DIR})
+        volumes.append({"name": "results", "emptyDir": {"sizeLimit": f"{pod.results_gib}Gi"}})
+    if reports if config_file is None else config_file:
+        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+        volumes.append({"name": "config", "configMap": {"name": config_map_name(config)}})
     container: dict[str, Any] = {
         "name": COMPONENT,
         "image": inputs.loadtest_image,
@@ -366,7 +370,7 @@ def job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
             "activeDeadlineSeconds": deadline_s(config),
             "template": {
                 "metadata": {"labels": job_labels},
-                "spec": _pod_spec(config, inputs, command, reports=True),
+                "spec": pod_spec(config, inputs, command, reports=True),
             },
         },
     }
@@ -394,7 +398,7 @@ def worker_job(
             "activeDeadlineSeconds": deadline_s(config),
             "template": {
                 "metadata": {"labels": worker_labels},
-                "spec": _pod_spec(config, inputs, command, reports=False),
+                "spec": pod_spec(config, inputs, command, reports=False),
             },
         },
     }

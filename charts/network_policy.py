@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from charts.inputs import ClusterInputs
 from charts.loadtest_job import COMPONENT as LOADTEST_COMPONENT
 from charts.loadtest_job import (
     MASTER_ROLE,
@@ -28,6 +29,13 @@ from charts.loadtest_job import (
 )
 from charts.naming import COMPONENT, NAME, PART_OF, labels, metadata
 from experiment.config import ExperimentConfig
+
+
+def collector_cidrs(config: ExperimentConfig, inputs: ClusterInputs) -> list[str]:
+    """Where the managed Prometheus collector scrapes from: its network interfaces are in
+    the subnets the scraper is given, the VPC's private subnets (stacks pass their CIDRs);
+    without them (plain YAML) the VPC's CIDR, which holds them."""
+    return list(inputs.private_subnet_cidrs) or [config.network.vpc_cidr]
 
 
 def _policy(config: ExperimentConfig, name: str, pods: dict[str, str], ingress: list) -> dict:

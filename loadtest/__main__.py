@@ -1,4 +1,4 @@
-"""Command line: ``python -m loadtest run|report|publish|schema`` (see docs/loadtest.md)."""
+"""Command line: ``python -m loadtest run|report|publish|schema|probe`` (see docs/loadtest.md)."""
 
 from __future__ import annotations
 
@@ -104,6 +104,16 @@ def _parser() -> argparse.ArgumentParser:
     schema.add_argument(
         "--out", type=Path, default=SUMMARY_SCHEMA, help=f"default: {SCHEMA_IN_REPO}"
     )
+    probe = sub.add_parser(
+        "probe",
+        help="the guardrail probe: guardrails.probe's sample through the gateway to both arms, "
+        "agreement and per-class acceptance pushed to a Pushgateway",
+    )
+    probe.add_argument("--gateway", required=True, help="the gateway's base URL")
+    probe.add_argument(
+        "--pushgateway", required=True, help="the Pushgateway's base URL, e.g. http://host:9091"
+    )
+    add_config_arguments(probe)
     return parser
 
 
@@ -120,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args.run_dir)
         if args.command == "schema":
             return _schema(args.out)
+        if args.command == "probe":
+            return _probe(args)
         return _publish(args)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -197,6 +209,26 @@ def _publish(args: argparse.Namespace) -> int:
     result = publish_run(config, args.run_dir, summarize(args.run_dir))
     print(result.model_dump_json(exclude_none=True))
     return 0 if result.published else 1
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """Exit 0: the run completed and was pushed; 1: a request or the push failed, nothing
+    (or not everything) pushed, so the probe-missing alert sees it."""
+    from loadtest.guardrail_probe import describe, push, run_probe
+
+    config = _config(args)
+    run = run_probe(config, args.gateway)
+    print(describe(run))
+    if not run.complete:
+        print(f"exit 1: {sum(run.failures.values())} failures; nothing pushed", file=sys.stderr)
+        return 1
+    try:
+        push(config, run, args.pushgateway)
+    except OSError as err:  # urllib's URLError and HTTPError are OSErrors
+        print(f"exit 1: the push to {args.pushgateway} failed: {err}", file=sys.stderr)
+        return 1
+    print(f"pushed to {args.pushgateway}")
+    return 0
 
 
 def _schema(out: Path) -> int:

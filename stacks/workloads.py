@@ -20,7 +20,10 @@ from experiment.loading import PROJECT_ROOT
 
 # The image context is the repository root, but only what the load test imports enters it
 # (never .venv, .cache, cdk.out, runs/...); README.md because pyproject.toml names it.
-LOADTEST_CONTEXT_INCLUDES = ("pyproject.toml", "README.md", "experiment", "runtime", "loadtest")
+# guardrails: the probe's series names and job (python -m loadtest probe).
+LOADTEST_CONTEXT_INCLUDES = (
+    "pyproject.toml", "README.md", "experiment", "runtime", "guardrails", "loadtest",
+)  # fmt: skip
 LOADTEST_CONTEXT_EXCLUDE = [
     "*",
     *(f"!{path}" for path in LOADTEST_CONTEXT_INCLUDES),
@@ -57,6 +60,8 @@ def add_experiment_charts(
         bucket_name=bucket_name,
         loadtest_image=loadtest_image_uri,
         prometheus_url=prometheus_url,
+        # The managed collector's subnets: the Pushgateway admits its scrapes from them.
+        private_subnet_cidrs=tuple(s.ipv4_cidr_block for s in cluster.vpc.private_subnets),
     )
     manifests = {}
     for chart in charts.build_charts(chart_app, config, inputs):

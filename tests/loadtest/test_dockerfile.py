@@ -27,7 +27,7 @@ def test_image_installs_the_loadtest_extra_and_runs_as_non_root() -> None:
     runs = " ".join(arg for op, arg in instructions if op == "RUN")
     assert '".[loadtest]"' in runs
     copies = [arg.split()[0] for op, arg in instructions if op == "COPY" and "--from" not in arg]
-    for source in ("pyproject.toml", "experiment/", "runtime/", "loadtest/"):
+    for source in ("pyproject.toml", "experiment/", "runtime/", "guardrails/", "loadtest/"):
         assert source in copies, source
     # every COPY source exists relative to the build context (the repository root)
     for op, arg in instructions:
@@ -52,7 +52,7 @@ def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None
     base = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     declared |= {re.split(r"[<>=\[ ;]", dep)[0].lower().replace("-", "_") for dep in base}
     aliases = {"yaml": "pyyaml", "botocore": "boto3", "gevent": "locust"}
-    local = {"experiment", "runtime", "loadtest"}
+    local = {"experiment", "runtime", "guardrails", "loadtest"}
     imported: set[str] = set()
     for path in (ROOT / "loadtest").rglob("*.py"):  # subpackages too (loadtest/render/)
         for node in ast.walk(ast.parse(path.read_text())):
@@ -69,6 +69,10 @@ def test_every_third_party_import_of_loadtest_is_declared_in_the_extra() -> None
     }
     missing = {m for m in third_party if aliases.get(m, m).lower() not in declared}
     assert not missing, f"imported by loadtest/ but not declared in the loadtest extra: {missing}"
+    # The project's own packages it imports are shipped as sources: each one is COPY'd.
+    copied = {arg.split()[0].rstrip("/") for op, arg in _instructions() if op == "COPY"}
+    own = {m for m in imported if (ROOT / m / "__init__.py").is_file()}
+    assert own <= copied, f"imported by loadtest/ but not in the image: {own - copied}"
 
 
 def test_the_image_ships_no_test_or_bench_instrument() -> None:

@@ -498,3 +498,25 @@ def test_loadtest_image_context_holds_only_what_the_load_test_needs(synth) -> No
     context = synth.outdir / image["source"]["directory"]
     assert sorted(p.name for p in context.iterdir()) == sorted(LOADTEST_CONTEXT_INCLUDES)
     assert not list(context.rglob("__pycache__"))
+
+
+def test_pushgateway_admits_scrapes_from_the_private_subnets_only(synth) -> None:
+    """The managed collector's interfaces are in the private subnets: their CIDRs, from the
+    Network stack, are the Pushgateway's only address-range peers (charts/probe.py)."""
+    private = sorted(
+        s["Properties"]["CidrBlock"]
+        for s in synth.resources("Network", "AWS::EC2::Subnet").values()
+        if not s["Properties"].get("MapPublicIpOnLaunch")
+    )
+    assert len(private) == len(synth.config.network.availability_zones)
+    [policy] = [
+        o for o in synth.manifests()
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-pushgateway-ingress")
+    ]  # fmt: skip
+    blocks = sorted(
+        peer["ipBlock"]["cidr"]
+        for rule in policy["spec"]["ingress"]
+        for peer in rule["from"]
+        if "ipBlock" in peer
+    )
+    assert blocks == private
