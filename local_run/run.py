@@ -5,7 +5,9 @@ vLLM servers (commands rendered by ``runtime/``), runs ``loadtest.run_comparison
 local scale, prints the summary table and the headline (acceptance rate, speedups,
 lossless match rate), and writes everything to ``config.local.runs_dir/<timestamp>/``.
 With ``local.tiered`` the Envoy gateway starts in front of both servers and the comparison
-drives it as a third arm, ``tiered``, after the two (loadtest/runner.py).
+drives it as a third arm, ``tiered``, after the two (loadtest/runner.py). With
+``local.guardrails`` a real Prometheus scrapes both servers and the gateway and evaluates the
+guardrail rules during the run (local_run/guardrails.py); the report lists what fired.
 The servers are stopped on every path out, including Ctrl-C and SIGTERM.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,10 +27,11 @@ from loadtest.render.tiered import tiered_lines
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
 from local_run.gateway import EnvoyGateway, local_gateway
+from local_run.guardrails import AlertLog, LocalPrometheus
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
 from local_run.progress import Log
-from local_run.servers import LocalServers, sigterm_raises
+from local_run.servers import LocalServers, ServerError, sigterm_raises
 from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
 
 SERVER_LOGS = "servers"
@@ -42,6 +46,7 @@ class LocalRunResult:
     headline: Headline | None = None
     problems: list[str] = field(default_factory=list)
     gateway_url: str | None = None  # the tiered gateway's, when local.tiered
+    alerts: list[str] | None = None  # what fired during the run, when local.guardrails
 
 
 def runs_root(config: ExperimentConfig) -> Path:
@@ -95,11 +100,13 @@ def _write_local_report(
     problems: list[str],
     gateway_url: str | None = None,
     tiered: list[str] | None = None,
+    alerts: list[str] | None = None,
 ) -> None:
     data = {
         "headline": numbers.model_dump(mode="json"),
         "gateway_url": gateway_url,
         **({"tiered": tiered} if tiered else {}),
+        **({"guardrail_alerts": alerts} if alerts is not None else {}),
         "problems": problems,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "server_ready_after_s": {s.name: s.ready_after_s for s in servers.servers},
@@ -140,9 +147,57 @@ def _write_local_report(
         f"draft/target greedy agreement {offline}",
         "- timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()),
     ]
+    if alerts is not None:
+        text += [
+            "",
+            "## Guardrail alerts",
+            "",
+            "A local Prometheus evaluated the guardrail rules (guardrails/rules.py) during the "
+            "load test; its rule file and configuration are in `guardrails/`.",
+            "",
+            *([f"- {alert}" for alert in alerts] or ["- none fired"]),
+        ]
     if problems:
         text += ["", "## Problems", "", *(f"- {p}" for p in problems)]
     (run_dir / LOCAL_RUN_MD).write_text("\n".join(text) + "\n")
+
+
+class _Watching:
+    """Polls the alerts on a thread while the load test runs, so an alert that fires and
+    resolves between two looks is still seen (every evaluation interval)."""
+
+    def __init__(self, watch: AlertLog, every_s: float) -> None:
+        self.watch = watch
+        self.every_s = every_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="guardrails", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            with contextlib.suppress(ServerError):
+                self.watch.poll()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def _start_watching(watch: AlertLog | None) -> _Watching | None:
+    if watch is None:
+        return None
+    live = watch.prometheus.config.guardrails.live
+    return _Watching(watch, live.evaluation_interval_s)
+
+
+def _watch_until_evaluated(
+    config: ExperimentConfig, watch: AlertLog, watching: _Watching | None
+) -> None:
+    """After the load test: one more evaluation, so the last window is judged too."""
+    if watching is not None:
+        watching.stop()
+    time.sleep(config.guardrails.live.evaluation_interval_s)
+    watch.poll()
 
 
 def run_local(
@@ -168,16 +223,22 @@ def run_local(
         if config.local.tiered
         else contextlib.nullcontext()
     )
-    with (
-        sigterm_raises(),
-        LocalServers(servers, config.local.startup_timeout_s, log) as running,
-        tiered as gateway,
-    ):
+    watch: AlertLog | None = None
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sigterm_raises())
+        running = stack.enter_context(LocalServers(servers, config.local.startup_timeout_s, log))
+        gateway = stack.enter_context(tiered)
         timings["server_startup"] = running.startup_seconds or 0.0
         urls = {Arm(s.name): s.url for s in running.servers}
         gateway_url = gateway.url if gateway is not None else None
         if gateway_url:
             log(f"local run: tiered gateway (Envoy) at {gateway_url}")
+        if config.local.guardrails and gateway is not None:  # the config requires tiered
+            prometheus = stack.enter_context(
+                LocalPrometheus(config, urls, gateway.admin_url, run_dir / "guardrails")
+            )
+            watch = AlertLog(prometheus)
+            log(f"local run: Prometheus evaluating the guardrail rules at {prometheus.url}")
         if smoke_only:
             checks = smoke_check(config, urls)
             result = {arm.value: check.to_dict() for arm, check in checks.items()}
@@ -193,6 +254,7 @@ def run_local(
             return LocalRunResult(run_dir, not problems, problems=problems, gateway_url=gateway_url)
         served = describe_pair(pair)  # the headers of report.md and local_run.md
         loadtest_started = time.monotonic()
+        watching = _start_watching(watch)
         summary = run_comparison(
             local_scale(config),
             urls[Arm.BASELINE],
@@ -203,6 +265,8 @@ def run_local(
             tiered_url=gateway_url,
         )
         timings["load_test"] = time.monotonic() - loadtest_started
+        if watch is not None:
+            _watch_until_evaluated(config, watch, watching)
         # Outside the measured window: the overall counters cannot tell classes apart.
         probe_started = time.monotonic()
         per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
@@ -213,9 +277,10 @@ def run_local(
     numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
     problems = _problems(summary)
     tiered_checks = tiered_lines(summary)
+    alerts = None if watch is None else [alert.text for alert in watch.fired.values()]
     _write_local_report(
         run_dir, pair, served, running, timings, host, numbers, table, problems, gateway_url,
-        tiered_checks,
+        tiered_checks, alerts,
     )  # fmt: skip
     log("")
     log(table)
@@ -225,10 +290,12 @@ def run_local(
         log(line)
     for warning in summary.warnings:
         log(f"warning: {warning}")
+    for alert in alerts or []:
+        log(f"guardrail alert: {alert}")
     for problem in problems:
         log(f"problem: {problem}")
     log(
         f"report: {run_dir / LOCAL_RUN_MD} and {run_dir / 'report.md'} "
         f"({timings['total']:.0f}s in total)"
     )
-    return LocalRunResult(run_dir, not problems, numbers, problems, gateway_url)
+    return LocalRunResult(run_dir, not problems, numbers, problems, gateway_url, alerts)

@@ -191,7 +191,7 @@ def local_policy(bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[st
         )
         retry_to = arms[1] if per_priority == 1 and len(arms) > 1 else arms[0]
     clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
-    detection = clusters[arms[0].value].get("outlier_detection")
+    detection = clusters[action["cluster"]].get("outlier_detection")
     ejection = None
     if detection is not None:
         defaults = ENVOY_EJECTION_DEFAULTS
@@ -211,7 +211,8 @@ def local_policy(bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[st
             ),
         )
     timeout = action.get("timeout")
-    # The tightest DEFAULT-priority max_retries of the clusters an attempt may count against.
+    # The DEFAULT-priority max_retries of the route's cluster (the rule's: both arms are its
+    # priorities), the one every retry counts against.
     limits = [
         next(
             (
@@ -221,7 +222,7 @@ def local_policy(bootstrap: Mapping[str, Any], headers: Mapping[str, Sequence[st
             ),
             ENVOY_DEFAULT_MAX_RETRIES,
         )
-        for name in {action["cluster"], *(arm.value for arm in arms)}
+        for name in {action["cluster"]}
     ]
     return Policy(
         first=arms[0],
@@ -427,8 +428,9 @@ def _set(path: Sequence[str | int], value: object) -> Callable[[dict[str, Any]],
 
 
 # One divergence each, on the default config: the local bootstrap's first route is the
-# structured class's, its second the catch-all; the HTTPRoute's rules are in the same order.
-LOCAL_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+# structured class's, its second the catch-all, and so are its clusters (one per rule); the
+# HTTPRoute's rules are in the same order.
+LOCAL_MUTATIONS: dict[str, Callable[[dict[str, Any]], object]] = {
     "another class": lambda b: _set(["match", "headers", 0, "string_match", "exact"], "open_ended")(
         _routes(b)[0]
     ),
@@ -445,11 +447,17 @@ LOCAL_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
         ["route", "retry_policy"], _routes(b)[0]["route"]["retry_policy"]
     )(_routes(b)[1]),
     "later ejection": lambda b: _set(["outlier_detection", "consecutive_5xx"], 4)(
-        b["static_resources"]["clusters"][1]
+        b["static_resources"]["clusters"][0]
     ),
     "Envoy's 3 parallel retries": lambda b: _set(["circuit_breakers"], None)(
-        b["static_resources"]["clusters"][2]
+        b["static_resources"]["clusters"][0]
     ),
+    "baseline first": lambda b: [
+        _set(["load_assignment", "endpoints", tier, "priority"], 1 - tier)(
+            b["static_resources"]["clusters"][0]
+        )
+        for tier in (0, 1)
+    ],
 }
 EKS_MUTATIONS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "another class": lambda m: _set(

