@@ -198,8 +198,8 @@ def _no_floor(acceptance: Acceptance) -> str | None:
     if acceptance.source is AcceptanceSource.ESTIMATED:
         return (
             "acceptance estimated, not measured: the SD server exports no speculation counters "
-            "(the fork profile's V0 engine), so no figure of the run can be checked against "
-            "the counters the live floor is compared with"
+            "(the fork profile's V0 engine), so the run has no measured acceptance to set a "
+            "floor by"
         )
     if acceptance.source is AcceptanceSource.NOT_AVAILABLE:
         return f"acceptance not available ({acceptance.reason or 'no reason recorded'})"
