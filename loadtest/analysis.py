@@ -22,9 +22,10 @@ from loadtest.results import (
     Interval,
     Lossless,
     PairedStatistics,
+    PilotFloors,
 )
 from loadtest.stats import paired_statistics
-from loadtest.verdict import MorePairs, verdicts
+from loadtest.verdict import MorePairs, pilot_floors, verdicts
 
 # The local CPU servers are bit-exact: the local bar is 100% exact match.
 LOCAL_LOSSLESS_AGREEMENT = 1.0
@@ -62,6 +63,7 @@ def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisI
         price=price_basis(config, local=local),
         pairs_setting=pairs_setting,
         requests_per_prompt=requests_per_prompt,
+        pilot_floor_factor=config.guardrails.live.pilot_floor_factor,
     )
 
 
@@ -70,6 +72,7 @@ class Analysis:
     statistics: PairedStatistics | None = None
     cost: CostSummary | None = None
     verdict: list[ClassVerdict] = field(default_factory=list)
+    floors: PilotFloors | None = None
 
 
 def lossless_failures_by_class(lossless: Lossless, min_agreement: float) -> dict[str, int]:
@@ -120,8 +123,12 @@ def analyse(
         else None
     )
     mismatches = lossless_failures_by_class(lossless, info.lossless_min_prefix_agreement)
+    verdict = verdicts(statistics, cost, mismatches, info.statistics, more_pairs)
     return Analysis(
         statistics=statistics,
         cost=cost,
-        verdict=verdicts(statistics, cost, mismatches, info.statistics, more_pairs),
+        verdict=verdict,
+        floors=pilot_floors(
+            verdict, arms[Arm.SPECULATIVE.value].acceptance, info.pilot_floor_factor
+        ),
     )

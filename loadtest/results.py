@@ -18,10 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiment.config import Arm, StatisticsConfig
+from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -34,6 +35,9 @@ SCHEMA_VERSION = 6
 #    and, when the run drove the gateway, a third entry "tiered" in arms and run.urls;
 #    ArmsTiming.block_order, block_requests and block_overhead_s (issue 25: alternating
 #    arms).
+# 7: the acceptance floors the pilot supports (RunSummary.floors, AnalysisInfo.
+#    pilot_floor_factor): per class the verdict routes to SD, factor x its acceptance's lower
+#    bound, or why there is none.
 
 
 class _Result(BaseModel):
@@ -518,6 +522,9 @@ class AnalysisInfo(_Result):
     """The -c key that multiplies the run's pairs (requests per prompt); None: older runs."""
     requests_per_prompt: int | None = None
     """Its value in this run."""
+    pilot_floor_factor: float = LiveGuardrailConfig.model_fields["pilot_floor_factor"].default
+    """guardrails.live.pilot_floor_factor of the run: the proposed acceptance floors are this
+    times the lower bound of each routed class's acceptance (older runs: the default)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -528,6 +535,40 @@ class AnalysisInfo(_Result):
             rest = {k: v for k, v in data.items() if k not in flat}
             return {**rest, "statistics": flat}
         return data
+
+
+class ClassFloor(_Result):
+    """The acceptance floor the pilot supports for one class the verdict routes to SD."""
+
+    prompt_class: str
+    acceptance: Interval | None
+    """The class's acceptance with its interval (statistics.by_class.*.acceptance_rate_
+    estimate: accepted / drafted tokens from its tokens per chunk, paired bootstrap)."""
+    floor: float | None
+    """factor x acceptance.low, rounded down to FLOOR_DECIMALS (never above the product);
+    None: no floor, see ``reason``."""
+    reason: str | None = None
+    """Why there is no floor (None when there is one)."""
+
+
+class PilotFloors(_Result):
+    """The guardrail floors the run supports for the classes its verdict routes to SD
+    (loadtest.verdict.pilot_floors): printed next to the routing line as
+    ``-c experiment.routing.acceptance_floors.<class>=<floor>``."""
+
+    factor: float
+    """guardrails.live.pilot_floor_factor of the run."""
+    source: AcceptanceSource
+    """The SD arm's acceptance source: floors only when its server's counters measured it."""
+    measured_acceptance_rate: float | None = None
+    """The SD arm's acceptance from its counters over the whole (mixed-class) window, for
+    comparison with the per-class figures; None unless measured."""
+    by_class: list[ClassFloor] = Field(default_factory=list)
+    """One entry per routed class, in verdict order (empty: the verdict routes none)."""
+
+    def floors(self) -> dict[str, float]:
+        """Class -> floor, for the classes that have one."""
+        return {c.prompt_class: c.floor for c in self.by_class if c.floor is not None}
 
 
 class ArmsTiming(_Result):
@@ -613,6 +654,9 @@ class RunSummary(_Result):
     """When the arms ran; None for runs from before loadtest.arms_mode."""
     tiered: TieredComparison | None = None
     """The tiered arm per class against both serving arms; None: the run did not drive it."""
+    floors: PilotFloors | None = None
+    """The acceptance floors the run supports for the classes its verdict routes to SD; None:
+    no per-class verdict (or a run from before schema 7 whose summary was not rebuilt)."""
 
     def arm(self, arm: Arm | str) -> ArmSummary:
         return self.arms[str(arm)]

@@ -242,6 +242,7 @@ def summarize(run_dir: Path) -> RunSummary:
         statistics=analysis.statistics,
         cost=analysis.cost,
         verdict=analysis.verdict,
+        floors=analysis.floors,
         arms_timing=timing,
         tiered=tiered,
     )

@@ -18,27 +18,41 @@ would shrink the interval off 1 if the estimate held (an interval's half-width s
 
 The end-to-end latency speedup is shown next to it: in a closed loop at fixed concurrency
 it moves with throughput, so it does not decide on its own.
+
+The decision carries its own guardrails (``pilot_floors``): for each class routed to SD, the
+acceptance floor the run supports is ``guardrails.live.pilot_floor_factor`` times the lower
+bound of the class's acceptance interval, rounded down; only when the SD server's counters
+measured its acceptance (an estimated or unavailable one proposes no floor, and says why).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
 
 from experiment.config import StatisticsConfig
 from loadtest.metrics import ALL_CLASSES
 from loadtest.results import (
+    Acceptance,
+    AcceptanceSource,
+    ClassFloor,
     ClassVerdict,
     CostSummary,
     Decision,
     Interval,
     PairedStatistics,
+    PilotFloors,
     ScopeCost,
     ScopeStatistics,
 )
 
 # An estimate this close to 1 is "the same cost": no run size is worth suggesting for it.
 SAME_COST = 0.01
+# Decimals of a proposed acceptance floor, rounded down: a floor reads as a setting, and a
+# bar 0.01 lower than factor x bound is well inside the factor's own margin.
+FLOOR_DECIMALS = 2
 
 
 @dataclass(frozen=True)
@@ -169,3 +183,66 @@ def verdicts(
         )
     )
     return rows
+
+
+def floor_down(value: float, decimals: int = FLOOR_DECIMALS) -> float:
+    """``value`` rounded down to ``decimals``, never above it: Decimal(value) is the float's
+    exact value, and the nearest float to a decimal at or below a float is at or below it
+    too (``math.floor(value * 100) / 100`` can round up through the product)."""
+    step = Decimal(1).scaleb(-decimals)
+    return float(Decimal(value).quantize(step, rounding=ROUND_FLOOR))
+
+
+def _no_floor(acceptance: Acceptance) -> str | None:
+    """Why no class of the run gets a floor (None: the SD arm's acceptance was measured)."""
+    if acceptance.source is AcceptanceSource.ESTIMATED:
+        return (
+            "acceptance estimated, not measured: the SD server exports no speculation counters "
+            "(the fork profile's V0 engine), so the run has no measured acceptance to set a "
+            "floor by"
+        )
+    if acceptance.source is AcceptanceSource.NOT_AVAILABLE:
+        return f"acceptance not available ({acceptance.reason or 'no reason recorded'})"
+    return None
+
+
+def pilot_floors(
+    rows: Sequence[ClassVerdict], acceptance: Acceptance, factor: float
+) -> PilotFloors | None:
+    """The acceptance floors the run supports for the classes ``rows`` route to SD ("use
+    SD"): ``factor`` x the lower bound of each class's acceptance interval, rounded down to
+    FLOOR_DECIMALS. ``acceptance`` is the SD arm's (its source decides whether any class gets
+    a floor). None without a per-class verdict (nothing is routed by class then)."""
+    classes = [v for v in rows if v.prompt_class != ALL_CLASSES]
+    if not classes:
+        return None
+    run_reason = _no_floor(acceptance)
+    entries = []
+    for row in classes:
+        if row.decision is not Decision.USE_SD:
+            continue
+        interval = row.acceptance_rate_estimate
+        low = None if interval is None else interval.low
+        reason = run_reason
+        floor = None
+        if reason is None and low is None:
+            reason = f"its acceptance has no interval ({row.pairs} pairs)"
+        elif reason is None and low is not None:
+            floor = floor_down(factor * low)
+            if floor <= 0:
+                reason = (
+                    f"{factor:g} x its lower bound {low:.3f} rounds down to 0: a floor must be "
+                    "above 0"
+                )
+                floor = None
+        entries.append(
+            ClassFloor(
+                prompt_class=row.prompt_class, acceptance=interval, floor=floor, reason=reason
+            )
+        )
+    return PilotFloors(
+        factor=factor,
+        source=acceptance.source,
+        measured_acceptance_rate=acceptance.acceptance_rate if acceptance.available else None,
+        by_class=entries,
+    )

@@ -65,12 +65,8 @@ from experiment.config.profiles import (
     ProfileDefaults,
     ServingProfile,
 )
-from experiment.config.routing import (
-    FallbackConfig,
-    HealthConfig,
-    RoutingConfig,
-    routing_override_line,
-)
+from experiment.config.routing import FallbackConfig, HealthConfig, RoutingConfig
+from experiment.config.routing_line import routing_override_line
 from experiment.config.serving import SecurityProfile, ServingConfig
 from experiment.config.stats import StatisticsConfig
 from experiment.config.tuning import TuningConfig

@@ -13,7 +13,7 @@ is ``guardrails.max_failed_request_share`` and the lossless tolerance is
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -386,20 +386,3 @@ class RoutingConfig(Section):
         values = {value.strip(" \t") for value in header_values}
         chosen = any(value in self.speculative_classes for value in values)
         return Arm.SPECULATIVE if chosen else Arm.BASELINE
-
-
-def routing_override_line(routing: RoutingConfig, speculative_classes: Iterable[str]) -> str:
-    """The ``-c`` overrides (experiment/loading.py syntax) that send exactly
-    ``speculative_classes`` to the speculative arm, such as
-    ``-c experiment.routing.speculative_classes=structured``; a class not yet allowed is
-    added to ``routing.allowed_classes`` too, so the line is valid on its own."""
-    chosen = list(dict.fromkeys(speculative_classes))
-    _class_names(chosen)
-    parts = []
-    missing = [name for name in chosen if name not in routing.allowed_classes]
-    if missing:
-        allowed = ",".join([*routing.allowed_classes, *missing])
-        parts.append(f"-c experiment.routing.allowed_classes={allowed}")
-    # An empty list is written as JSON: `key=` alone would parse as null.
-    parts.append(f"-c experiment.routing.speculative_classes={','.join(chosen) or '[]'}")
-    return " ".join(parts)

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from experiment.config import RoutingConfig, routing_override_line
 from loadtest.metrics import ALL_CLASSES
-from loadtest.results import Decision, Interval, RunSummary, ScopeCost, ScopeStatistics
+from loadtest.results import (
+    ClassFloor,
+    Decision,
+    Interval,
+    PilotFloors,
+    RunSummary,
+    ScopeCost,
+    ScopeStatistics,
+)
+from loadtest.verdict import FLOOR_DECIMALS
 
 Table = tuple[list[str], list[list[str]]]
 NOT_AVAILABLE = "n/a"
@@ -72,20 +81,63 @@ def verdict_rows(summary: RunSummary) -> Table:
     return header, rows
 
 
+def floor_text(entry: ClassFloor, factor: float) -> str:
+    """One routed class's proposed floor and how it was read off the run, or why none."""
+    if entry.floor is None:
+        return f"{entry.prompt_class}: no floor: {entry.reason}"
+    interval = entry.acceptance
+    assert interval is not None and interval.low is not None  # a floor needs its bound
+    return (
+        f"{entry.prompt_class}: floor {entry.floor!r} = {factor:g} x the lower "
+        f"{interval.confidence:.0%} bound of its acceptance "
+        f"{interval_text(interval, unit='')} (n={interval.n} pairs), rounded down to "
+        f"{FLOOR_DECIMALS} decimals"
+    )
+
+
+def floors_text(floors: PilotFloors) -> str:
+    """What the floors in the routing line are, class by class (docs/routing.md)."""
+    measured = floors.measured_acceptance_rate
+    counters = (
+        f"; the SD server's counters measured {measured:.3f} over the whole run"
+        if measured is not None
+        else ""
+    )
+    head = (
+        "Acceptance floors the run supports (routing.acceptance_floors; floor = "
+        f"guardrails.live.pilot_floor_factor {floors.factor:g} x the lower bound of the "
+        "class's acceptance interval, accepted / drafted tokens from its tokens per chunk"
+        f"{counters}). A class without one keeps its configured floor, else "
+        "guardrails.min_acceptance_rate:"
+    )
+    return "\n".join([head, *(f"- {floor_text(e, floors.factor)}" for e in floors.by_class)])
+
+
 def routing_text(summary: RunSummary) -> str | None:
     """The ``-c`` line that enacts the verdict in the tiered gateway (docs/routing.md): the
     classes whose verdict is "use SD" to the speculative arm, every other class (including
-    "can't tell") to the baseline. Written against the default allow-list, so it also allows
-    a class that list lacks. None without a per-class verdict."""
+    "can't tell") to the baseline, each routed class with the acceptance floor the run
+    supports (summary.floors), then what each floor is or why a class has none. Written
+    against the default allow-list, so it also allows a class that list lacks: the line is
+    valid on its own. None without a per-class verdict."""
     classes = [v for v in summary.verdict if v.prompt_class != ALL_CLASSES]
     if not classes:
         return None
     chosen = [v.prompt_class for v in classes if v.decision is Decision.USE_SD]
-    line = routing_override_line(RoutingConfig(), chosen)
-    return (
+    floors = summary.floors
+    # Floors of classes this line routes only: summary.floors follows the same verdict.
+    proposed = {
+        name: value for name, value in (floors.floors() if floors else {}).items() if name in chosen
+    }
+    line = routing_override_line(RoutingConfig(), chosen, proposed)
+    with_floors = ", with the acceptance floors the run supports" if proposed else ""
+    text = (
         "Route by class (the classes where SD pays to the speculative arm, the rest to the "
-        f"baseline; docs/routing.md): `{line}`"
+        f"baseline{with_floors}; docs/routing.md): `{line}`"
     )
+    if floors is not None and floors.by_class:
+        text += "\n\n" + floors_text(floors)
+    return text
 
 
 def verdict_text(summary: RunSummary) -> str:

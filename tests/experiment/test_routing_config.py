@@ -171,3 +171,30 @@ def test_the_override_line_enacts_the_decision(chosen: list[str], line: str) -> 
 def test_the_override_line_refuses_a_name_that_is_not_a_class() -> None:
     with pytest.raises(ValueError, match="'Open Ended' is not a class name"):
         routing_override_line(build_config({}).routing, ["Open Ended"])
+
+
+def test_the_override_line_sets_the_floors_of_routed_classes_and_keeps_the_others() -> None:
+    routing = build_config({}).routing
+    line = routing_override_line(routing, ["code"], {"code": 0.52})
+    assert line.endswith("-c experiment.routing.acceptance_floors.code=0.52")
+    # A dotted key merges into the mapping: a floor set before, for another class, stays.
+    pairs = [word for word in shlex.split(line) if word != "-c"]
+    pairs.append("experiment.routing.acceptance_floors.open_ended=0.2")
+    applied = build_config(context_from_pairs(pairs)).routing
+    assert applied.acceptance_floors == {"code": 0.52, "open_ended": 0.2}
+    assert applied.acceptance_floor("code", 0.3) == 0.52
+
+
+@pytest.mark.parametrize(
+    ("floors", "says"),
+    [
+        ({"open_ended": 0.5}, r"acceptance floors for \['open_ended'\], which the line does not"),
+        ({"structured": 0.0}, "not above 0 and at most 1"),
+        ({"structured": 1.5}, "not above 0 and at most 1"),
+    ],
+)
+def test_the_override_line_refuses_floors_it_cannot_set(
+    floors: dict[str, float], says: str
+) -> None:
+    with pytest.raises(ValueError, match=says):
+        routing_override_line(build_config({}).routing, ["structured"], floors)

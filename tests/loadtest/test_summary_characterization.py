@@ -27,7 +27,7 @@ GOLDEN = Path(__file__).with_name("summary_characterization.json")
 CLASSES = ("structured", "open_ended")
 MEASURED = 40
 EXACT = ("arms", "speedup", "lossless", "warnings")
-APPROXIMATE = ("statistics", "cost", "verdict")
+APPROXIMATE = ("statistics", "cost", "verdict", "floors")
 
 
 def _tokens_per_chunk(arm: str, index: int, total: int) -> list[int]:
