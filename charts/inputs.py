@@ -11,3 +11,6 @@ class ClusterInputs:
 
     bucket_name: str
     loadtest_image: str
+    # The Prometheus workspace's query URL (the AMP workspace's PrometheusEndpoint), which the
+    # rollback analysis queries; required when guardrails.live.enabled.
+    prometheus_url: str | None = None
