@@ -271,9 +271,7 @@ def analysis_template(
             "kind": "AnalysisTemplate",
             "metadata": metadata(config, name, labels(config, "rollout", name)),
             "spec": {
-                "metrics": [
-                    _live_metric(config, check, address) for check in live_checks(config)
-                ]
+                "metrics": [_live_metric(config, check, address) for check in live_checks(config)]
             },
         }
     eks = config.routing.eks

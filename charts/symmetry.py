@@ -30,6 +30,7 @@ artifacts path or (draft, k) -- one compile per candidate, none twice.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
@@ -325,7 +326,7 @@ def scrape_asymmetries(
         if target.get(arm_label) != arm:
             problems.append(f"arm {arm}: scraped with {arm_label}={target.get(arm_label)!r}")
         labelled[arm] = {k: v for k, v in target.items() if k not in (arm_label, pod_label)}
-    for (arm_a, a), (arm_b, b) in zip(labelled.items(), list(labelled.items())[1:]):
+    for (arm_a, a), (arm_b, b) in itertools.pairwise(labelled.items()):
         for path in diff(a, b):
             problems.append(f"arms {arm_a} and {arm_b} scraped with different label {path}")
     for name, pod in others.items():

@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from workspace import PROMETHEUS_URL
 
 from charts.gateway import gateway_manifests
 from charts.rollout import rollout_manifests
@@ -83,7 +84,10 @@ def _custom_resources(overrides: dict[str, str]) -> list[dict[str, Any]]:
     config = build_config(overrides)
     return [
         doc
-        for doc in [*gateway_manifests(config), *rollout_manifests(config)]
+        for doc in [
+            *gateway_manifests(config),
+            *rollout_manifests(config, prometheus_url=PROMETHEUS_URL),
+        ]
         if doc["apiVersion"].rsplit("/", 1)[0] not in CORE_GROUPS and "/" in doc["apiVersion"]
     ]
 

@@ -16,6 +16,7 @@ import cdk8s
 import kubernetes_validate
 import pytest
 import yaml
+from workspace import PROMETHEUS_URL
 
 from charts import ClusterInputs, build_charts
 from charts.app import check_arms
@@ -45,7 +46,11 @@ SINGLE = build_config({})
 # A named port is an IANA_SVC_NAME (kubernetes/kubernetes: staging/src/k8s.io/apimachinery/
 # pkg/util/validation/validation.go, IsValidPortName); the JSON schemas do not check it.
 PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])(?!-)(?!.*--)[-a-z0-9]*[a-z0-9]$")
-INPUTS = ClusterInputs(bucket_name="b", loadtest_image="123456789012.dkr.ecr.x/loadtest:abc")
+INPUTS = ClusterInputs(
+    bucket_name="b",
+    loadtest_image="123456789012.dkr.ecr.x/loadtest:abc",
+    prometheus_url=PROMETHEUS_URL,
+)
 
 
 def _kind(docs: list[dict], kind: str) -> list[dict]:
