@@ -183,8 +183,13 @@ def test_network_policies_allow_exactly_master_worker_and_loadtest_serving() -> 
     assert policies["qwen-sd-loadtest-no-ingress"]["ingress"] == []  # workers: no ingress
     serving = policies["qwen-sd-vllm-from-loadtest"]["ingress"][0]
     assert serving["ports"] == [{"protocol": "TCP", "port": CONFIG.serving.port}]
-    # One worker: no master, no Service, no extra policy (today's single Job).
-    assert len(network_policies(SINGLE)) == 2
+    # One worker: no master, no Service, no extra policy (today's single Job); the third is
+    # the guardrails' collector's (charts/network_policy.py).
+    assert [p["metadata"]["name"] for p in network_policies(SINGLE)] == [
+        "qwen-sd-vllm-from-loadtest",
+        "qwen-sd-loadtest-no-ingress",
+        "qwen-sd-vllm-metrics-from-collector",
+    ]
     assert [d["kind"] for d in loadtest_manifests(SINGLE, INPUTS)] == [
         "ServiceAccount",
         "Role",  # the wait for both arms routed reads the Rollout and the Services

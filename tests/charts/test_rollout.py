@@ -543,3 +543,33 @@ def test_plain_yaml_refuses_live_guardrails_without_a_workspace(tmp_path, capsys
     assert main(args) == 2
     assert "--prometheus-url" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.yaml"))
+
+
+def test_the_collector_reaches_the_serving_port_from_the_vpc_only() -> None:
+    """The managed collector is no pod: admitted by the VPC's address range, to the serving
+    port (where vLLM serves /metrics), with live guardrails only."""
+    from charts.network_policy import network_policies
+
+    def collector_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
+        return [p for p in network_policies(config) if "collector" in p["metadata"]["name"]]
+
+    config = build_config({})
+    (policy,) = collector_policies(config)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": config.network.vpc_cidr}}],
+         "ports": [{"protocol": "TCP", "port": config.serving.port}]}
+    ]  # fmt: skip
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/part-of": config.project, "app.kubernetes.io/name": "vllm"
+    }  # fmt: skip
+    assert collector_policies(build_config(CLOUDWATCH)) == []
+
+
+def test_the_gateway_names_its_cluster_statistics_after_the_rules() -> None:
+    from charts.gateway import envoy_proxy
+    from guardrails.scrape import CLUSTER_STAT_NAME
+
+    proxy = envoy_proxy(build_config({}))
+    assert proxy["spec"]["telemetry"]["metrics"]["clusterStatName"] == CLUSTER_STAT_NAME
+    assert CLUSTER_STAT_NAME == "%ROUTE_RULE_NAME%"
