@@ -163,6 +163,9 @@ typecheck: $(STAMP)
 clean:
 	rm -rf cdk.out dist .pytest_cache
 
-# Plain Kubernetes YAML for kubectl users: make dist BUCKET=<bucket> LOADTEST_IMAGE=<uri>
+# Plain Kubernetes YAML for kubectl users:
+#   make dist BUCKET=<bucket> LOADTEST_IMAGE=<uri> PROMETHEUS_URL=<workspace query URL>
+# (PROMETHEUS_URL is required while guardrails.live.enabled.)
 dist: $(STAMP)
-	$(PY) -m charts --out dist --bucket '$(BUCKET)' --loadtest-image '$(LOADTEST_IMAGE)'
+	$(PY) -m charts --out dist --bucket '$(BUCKET)' --loadtest-image '$(LOADTEST_IMAGE)' \
+		--prometheus-url '$(PROMETHEUS_URL)'

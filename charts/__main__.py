@@ -1,7 +1,8 @@
 """Synthesize the charts to plain YAML for kubectl users.
 
     python -m charts --out dist/ --bucket my-model-store \
-        --loadtest-image 123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:tag
+        --loadtest-image 123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:tag \
+        --prometheus-url https://aps-workspaces.us-east-2.amazonaws.com/workspaces/ws-1234/
 
 Configuration layers and ``-c`` overrides are the same as for ``cdk synth`` (cdk.json,
 ``--config`` file, ``-c serving.num_speculative_tokens=5``; see experiment/loading.py).
@@ -28,6 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="dist", help="directory for the *.k8s.yaml files")
     parser.add_argument("--bucket", help="model-store bucket (default: model_store.bucket_name)")
     parser.add_argument("--loadtest-image", help="load-test image URI (ECR)")
+    parser.add_argument(
+        "--prometheus-url",
+        help="the Prometheus workspace's query URL the rollback analysis reads (the stack's "
+        "workspace output); required when guardrails.live.enabled",
+    )
     add_config_arguments(parser)
     options = parser.parse_args(argv)
     try:
@@ -43,7 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "no load-test image: pass --loadtest-image <ECR URI> (the stack's load-test "
                 "image output)"
             )
-        inputs = ClusterInputs(bucket_name=bucket, loadtest_image=options.loadtest_image)
+        inputs = ClusterInputs(
+            bucket_name=bucket,
+            loadtest_image=options.loadtest_image,
+            prometheus_url=options.prometheus_url,
+        )
         out = Path(options.out)
         app = cdk8s.App(outdir=str(out))
         build_charts(app, config, inputs)

@@ -31,11 +31,20 @@ from charts.naming import labels
 from charts.network_policy import network_policies
 from charts.objects import api_object
 from charts.probe import probe_manifests
-from charts.rollout import revision_manifests, rollout_arm_manifests, rollout_manifests
-from charts.symmetry import arm_asymmetries, fleet_asymmetries
+from charts.rollout import (
+    check_prometheus_url,
+    managed_scrape_config,
+    revision_manifests,
+    revision_template,
+    rollout_arm_manifests,
+    rollout_manifests,
+    rollout_name,
+)
+from charts.symmetry import arm_asymmetries, fleet_asymmetries, scrape_asymmetries
 from charts.vllm_service import arm_manifests, runtime_configmap
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import ConfigError
+from guardrails.rules import jobs
 from runtime.artifacts import compile_fingerprint
 
 # The vLLM pods run as root (the DLC's user) but need nothing beyond that.
@@ -144,6 +153,39 @@ def check_arms(config: ExperimentConfig) -> None:
         raise ArmsDriftError("the arms differ beyond decoding: " + "; ".join(problems))
 
 
+WORKLOAD_KINDS = ("Deployment", "Job", "StatefulSet", "DaemonSet")
+
+
+def _pod(template: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"metadata": {**template["metadata"], "name": name}, "spec": template["spec"]}
+
+
+def check_scrape(config: ExperimentConfig, inputs: ClusterInputs) -> None:
+    """The collector's vLLM job scrapes both arms alike and no other pod of ours as an arm
+    (``charts.symmetry.scrape_asymmetries``); only with live guardrails."""
+    if not config.guardrails.live.enabled:
+        return
+    scrape = managed_scrape_config(config)
+    (job,) = (j for j in scrape["scrape_configs"] if j["job_name"] == jobs(config)["vllm"])
+    arms = {
+        arm.value: _pod(revision_template(config, arm), f"{rollout_name(config)}-{arm.value}")
+        for arm in Arm
+    }
+    workloads = [*shared_manifests(config, inputs), *loadtest_manifests(config, inputs)]
+    for candidate in candidate_configs(config).values():
+        workloads += arm_manifests(candidate, Arm.SPECULATIVE)
+    others = {
+        f"{body['kind']} {body['metadata']['name']}": _pod(
+            body["spec"]["template"], body["metadata"]["name"]
+        )
+        for body in workloads
+        if body["kind"] in WORKLOAD_KINDS
+    }
+    problems = scrape_asymmetries(job, arms, others, namespace=config.serving.namespace)
+    if problems:
+        raise ArmsDriftError("the guardrail scrape treats the arms unalike: " + "; ".join(problems))
+
+
 class VllmService(Construct):
     """One arm: its spec ConfigMap, Deployment, Service and PodDisruptionBudget."""
 
@@ -185,9 +227,12 @@ class LoadTestChart(cdk8s.Chart):
 
 
 class RoutingChart(cdk8s.Chart):
-    def __init__(self, scope: Construct, construct_id: str, config: ExperimentConfig):
+    def __init__(
+        self, scope: Construct, construct_id: str, config: ExperimentConfig, inputs: ClusterInputs
+    ):
         super().__init__(scope, construct_id)
-        for body in [*gateway_manifests(config), *rollout_manifests(config)]:
+        rollouts = rollout_manifests(config, prometheus_url=inputs.prometheus_url)
+        for body in [*gateway_manifests(config), *rollouts]:
             api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
 
 
@@ -195,9 +240,11 @@ def build_charts(
     app: cdk8s.App, config: ExperimentConfig, inputs: ClusterInputs
 ) -> list[cdk8s.Chart]:
     """Charts in apply order; attach each with ``cluster.add_cdk8s_chart``."""
+    check_prometheus_url(config, inputs.prometheus_url)  # before any chart exists
+    check_scrape(config, inputs)
     serving = ServingChart(app, f"{config.project}-serving", config, inputs)
     loadtest = LoadTestChart(app, f"{config.project}-loadtest", config, inputs)
-    routing = RoutingChart(app, f"{config.project}-routing", config)
+    routing = RoutingChart(app, f"{config.project}-routing", config, inputs)
     routing.add_dependency(serving)
     loadtest.add_dependency(serving)
     loadtest.add_dependency(routing)  # the arms' pods are the routing chart's Rollout

@@ -18,6 +18,8 @@ Everything here is a pure function of ``config.routing`` (and the serving names)
   passive health checks (``routing.health``). Every rule has its request timeout disabled.
 - a NetworkPolicy admitting the gateway's Envoy pods to the serving pods (the load-test pods
   are admitted by ``charts/network_policy.py``; policies add up, nothing else gets in).
+- the EnvoyProxy names each rule's cluster statistics after the rule, which the guardrail
+  scrape turns into the ``route`` label (guardrails/scrape.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from charts.naming import NAME, PART_OF, labels, metadata
 from experiment.config import Arm, ExperimentConfig
+from guardrails.scrape import CLUSTER_STAT_NAME
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
@@ -125,7 +128,16 @@ def envoy_proxy(config: ExperimentConfig) -> dict[str, Any]:
         "apiVersion": ENVOY_GATEWAY_API,
         "kind": "EnvoyProxy",
         "metadata": metadata(config, name, labels(config, "gateway", name)),
-        "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": service}}},
+        "spec": {
+            "provider": {"type": "Kubernetes", "kubernetes": {"envoyService": service}},
+            # Each rule's cluster statistics named after the rule (the guardrails' `route`
+            # label): Envoy Gateway puts the HTTPRoute rule's `name` in %ROUTE_RULE_NAME%,
+            # "-" for an unnamed rule (envoyproxy/gateway internal/gatewayapi route.go,
+            # buildStatName; EnvoyProxy CRD v1.9.0 telemetry.metrics.clusterStatName). Every
+            # rule here is named (rule_names). The proxy serves them in Prometheus form on
+            # 19001 (internal/xds/bootstrap/bootstrap.go, EnvoyStatsPort; on by default).
+            "telemetry": {"metrics": {"clusterStatName": CLUSTER_STAT_NAME}},
+        },
     }
 
 

@@ -12,7 +12,20 @@ themselves need no ingress.
 The tiered arm (``loadtest.drive_gateway``) needs nothing more: no policy here limits the load-test
 pods' egress, none selects the gateway's Envoy pods in Envoy Gateway's namespace (neither
 this project nor the Envoy Gateway chart installs one there), and the Envoy pods reach the
-vLLM pods through ``<project>-vllm-from-gateway`` (charts/gateway.py)."""
+vLLM pods through ``<project>-vllm-from-gateway`` (charts/gateway.py).
+
+The guardrails' managed collector (``guardrails.live.enabled``) is no pod: the AMP scraper
+reaches the pods from network interfaces it places in the cluster's subnets, so a
+NetworkPolicy can name it only by address (``ipBlock``; its security group cannot appear in
+a policy). ``<project>-vllm-metrics-from-collector`` admits the VPC (``network.vpc_cidr``,
+which holds the private subnets; the charts do not know their allocated CIDRs) to the
+serving port and nothing else. vLLM serves ``/metrics`` on its API port, so this admits the
+API as well, and to every address in the VPC (nodes and, under the VPC CNI, pods), not only
+the collector: a port-level policy cannot separate a path. It is still the least reach
+available: nothing outside the VPC gets in (the Services are ClusterIP, the gateway is
+internal, no endpoint is public). The Envoy metrics port 19001 needs no policy: no policy
+selects the Envoy pods (above), so it is reachable already, and a policy selecting them would
+cut every client of the gateway's listener that is not ours to enumerate."""
 
 from __future__ import annotations
 
@@ -59,6 +72,13 @@ def network_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
         _policy(config, f"{config.project}-vllm-from-loadtest", vllm_pods, [from_loadtest]),
         _policy(config, f"{config.project}-loadtest-no-ingress", loadtest_pods, []),
     ]
+    if config.guardrails.live.enabled:
+        from_collector = {
+            "from": [{"ipBlock": {"cidr": config.network.vpc_cidr}}],
+            "ports": [{"protocol": "TCP", "port": config.serving.port}],
+        }
+        name = f"{config.project}-vllm-metrics-from-collector"
+        policies.append(_policy(config, name, vllm_pods, [from_collector]))
     if distributed(config):
         # Policies add up: this opens only the masters' ports, each only to its own workers
         # (the workers' labels select them: project, component, role and arm).

@@ -1,13 +1,28 @@
-"""Guardrail rollback on Argo Rollouts: its analysis reads the guardrail alarms' metrics.
+"""Guardrail rollback on Argo Rollouts: its analysis watches the live traffic.
 
-- ``guardrail_checks``: one check per guardrail alarm of stacks/alarms.py that concerns the
-  speculative arm (measured acceptance, the client-side estimate of each speculative class
-  against its ``routing.acceptance_floors`` floor, the SD arm's failed-request share, the
-  lossless prefix agreement), with the alarm's namespace, metric, dimensions, statistic,
-  period and threshold. Both the AnalysisTemplate and the tests are built from it.
-- the AnalysisTemplate: each check as a CloudWatch GetMetricData query (argoproj/argo-rollouts
-  v1.9.1 ``docs/analysis/cloudwatch.md``). No data is a pass, as the alarms treat missing
-  data as not breaching: a run publishes once, and an acceptance that is not available is no 0.
+- ``live_checks`` (``guardrails.live.enabled``, the default): one check per alert of
+  ``guardrails.rules.rule_set`` marked ``analysis`` (those about the speculative arm), read
+  from the Prometheus workspace the managed collector fills (Argo's Prometheus provider with
+  SigV4, argoproj/argo-rollouts ``docs/analysis/prometheus.md``, "Utilizing Amazon Managed
+  Prometheus"). Each query is ``count(<alert expr>) or vector(0)``: one sample, the number of
+  series the alert's condition holds for. 0 is a success, more is a failure; anything else
+  (no sample) is inconclusive and a query error is an error, each counted by its own limit
+  (``guardrails.live``). The query itself can never come back empty, so "no data" is not
+  judged here: the rule set's missing-data alerts (an arm's or the gateway's target absent,
+  stale or down; the speculative arm finishing requests with frozen speculation counters;
+  the probe's results absent or too old) fire on it, and they are analysis checks like the
+  others, so missing telemetry fails the analysis instead of passing it. An idle arm fires
+  nothing. The alerts read recorded series the workspace's rule groups write
+  (stacks/guardrails.py renders the same rule set). The ``for`` of the rule groups does not
+  apply here: ``failureLimit`` is the analysis' persistence.
+- ``guardrail_checks`` (live guardrails disabled only): one check per guardrail alarm of
+  stacks/alarms.py that concerns the speculative arm (measured acceptance, the client-side
+  estimate of each speculative class against its ``routing.acceptance_floors`` floor, the SD
+  arm's failed-request share, the lossless prefix agreement), with the alarm's namespace,
+  metric, dimensions, statistic, period and threshold, as CloudWatch GetMetricData queries
+  (argoproj/argo-rollouts v1.9.1 ``docs/analysis/cloudwatch.md``). Only the load-test Job
+  publishes these, so no data is a pass there and nothing is watched once the Job ended: the
+  reason the live checks replace them whenever they are enabled.
 - RBAC: only ``routing.eks.operators_group`` may patch ``rollouts/status``, which is what
   ``kubectl argo rollouts abort`` and ``retry`` patch (``{"status":{"abort":true|false}}``,
   argo-rollouts v1.9.1 ``pkg/kubectl-argo-rollouts/cmd/{abort,retry}``), and a
@@ -31,11 +46,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from charts.gateway import GATEWAY_API
-from charts.naming import NAME, PART_OF, labels, metadata, short_hash
+from charts.gateway import (
+    GATEWAY_API,
+    OWNING_GATEWAY_NAME,
+    OWNING_GATEWAY_NAMESPACE,
+    gateway_name,
+)
+from charts.naming import ARM_LABEL, NAME, PART_OF, labels, metadata, short_hash
 from charts.vllm_service import (
     checkov_skips,
     disruption_budget,
@@ -44,6 +65,9 @@ from charts.vllm_service import (
     spec_configmap,
 )
 from experiment.config import Arm, ExperimentConfig
+from experiment.loading import ConfigError
+from guardrails.rules import CLASS, Alert, rule_set
+from guardrails.scrape import eks_scrape_config
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
 # The Gateway API traffic-router plugin's name, the key of trafficRouting.plugins
@@ -142,7 +166,114 @@ def analysis_template_name(config: ExperimentConfig) -> str:
     return f"{config.project}-guardrails"
 
 
-def analysis_template(config: ExperimentConfig) -> dict[str, Any]:
+# Argo's verdict on a Prometheus vector (``result`` is its values as floats; argo-rollouts
+# utils/evaluate/evaluate.go: neither condition true is Inconclusive).
+LIVE_SUCCESS = "len(result) == 1 && result[0] == 0"
+LIVE_FAILURE = "len(result) == 1 && result[0] > 0"
+# Argo signs its queries with SigV4 only when the address names an AMP workspace
+# (argo-rollouts metricproviders/prometheus/prometheus.go, NewPrometheusAPI: "aps-workspaces").
+AMP_HOST_MARK = "aps-workspaces"
+CDK_TOKEN_MARK = "${Token["  # an unresolved CDK token (the stack's output, resolved at deploy)
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """One alert of the rule set as an analysis metric: fails while the alert's condition
+    holds for any series."""
+
+    name: str
+    alert: Alert
+
+    @property
+    def query(self) -> str:
+        return f"count({self.alert.expr}) or vector(0)"
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).replace("_", "-").lower()
+
+
+def live_checks(config: ExperimentConfig) -> list[LiveCheck]:
+    """The rule set's ``analysis`` alerts for the cluster's servers (``serving.generation``),
+    named after the alert and, for per-class alerts, the class."""
+    checks = []
+    for alert in rule_set(config, config.serving.generation).alerts:
+        if not alert.analysis:
+            continue
+        name = _kebab(alert.name)
+        if CLASS in alert.labels:
+            name = f"{name}-{_kebab(alert.labels[CLASS])}"
+        checks.append(LiveCheck(name, alert))
+    names = [check.name for check in checks]
+    if len(set(names)) != len(names):  # Argo keys measurements by metric name
+        raise ValueError(f"two guardrail analysis metrics share a name: {sorted(names)}")
+    return checks
+
+
+def check_prometheus_url(config: ExperimentConfig, prometheus_url: str | None) -> str:
+    """The workspace URL the live analysis queries; refused when missing or not one Argo
+    would sign. Live guardrails disabled: no URL is needed (``""``)."""
+    if not config.guardrails.live.enabled:
+        return ""
+    if not prometheus_url:
+        raise ConfigError(
+            "guardrails.live.enabled is true but no Prometheus workspace URL was given: pass "
+            "--prometheus-url <the stack's workspace query URL, "
+            "https://aps-workspaces.<region>.amazonaws.com/workspaces/<id>/> or set "
+            "guardrails.live.enabled=false"
+        )
+    token = CDK_TOKEN_MARK in prometheus_url
+    if not token and (
+        not prometheus_url.startswith("https://") or AMP_HOST_MARK not in prometheus_url
+    ):
+        raise ConfigError(
+            f"--prometheus-url {prometheus_url!r} is not an Amazon Managed Prometheus "
+            "workspace URL (https://aps-workspaces.<region>.amazonaws.com/workspaces/<id>/): "
+            "Argo Rollouts signs its queries with SigV4 only for such an address"
+        )
+    return prometheus_url
+
+
+def _live_metric(config: ExperimentConfig, check: LiveCheck, address: str) -> dict[str, Any]:
+    live = config.guardrails.live
+    # Field names: the vendored AnalysisTemplate CRD (charts/crds/analysis-template-crd.yaml,
+    # argo-rollouts v1.9.0) and docs/features/analysis.md. No roleArn: the controller's own
+    # credentials (its service account's, from the SDK's default chain) sign the queries;
+    # a roleArn would only add an AssumeRole on top (prometheus/sigv4, NewSigV4RoundTripper).
+    return {
+        "name": check.name,
+        "interval": f"{live.evaluation_interval_s}s",
+        "successCondition": LIVE_SUCCESS,
+        "failureCondition": LIVE_FAILURE,
+        "failureLimit": live.failure_limit,
+        "inconclusiveLimit": live.inconclusive_limit,
+        "consecutiveErrorLimit": live.consecutive_error_limit,
+        "provider": {
+            "prometheus": {
+                "address": address,
+                "query": check.query,
+                "authentication": {"sigv4": {"region": config.region}},
+            }
+        },
+    }
+
+
+def analysis_template(
+    config: ExperimentConfig, prometheus_url: str | None = None
+) -> dict[str, Any]:
+    """The live checks against ``prometheus_url`` when live guardrails are enabled, else
+    the load-test alarms' CloudWatch metrics."""
+    name = analysis_template_name(config)
+    if config.guardrails.live.enabled:
+        address = check_prometheus_url(config, prometheus_url)
+        return {
+            "apiVersion": ROLLOUTS_API,
+            "kind": "AnalysisTemplate",
+            "metadata": metadata(config, name, labels(config, "rollout", name)),
+            "spec": {
+                "metrics": [_live_metric(config, check, address) for check in live_checks(config)]
+            },
+        }
     eks = config.routing.eks
     metrics = [
         {
@@ -159,7 +290,6 @@ def analysis_template(config: ExperimentConfig) -> dict[str, Any]:
         }
         for check in guardrail_checks(config)
     ]
-    name = analysis_template_name(config)
     return {
         "apiVersion": ROLLOUTS_API,
         "kind": "AnalysisTemplate",
@@ -427,6 +557,20 @@ def rollout(config: ExperimentConfig) -> dict[str, Any]:
     }
 
 
+def managed_scrape_config(config: ExperimentConfig) -> dict[str, Any]:
+    """The managed collector's scrape configuration (the stacks' ``AWS::APS::Scraper``) with
+    this rendering's labels: both arms are the Rollout's pods, told apart by the arm label;
+    the gateway's Envoy pods by the labels Envoy Gateway gives them. ``charts.symmetry``
+    proves it scrapes both arms alike and no other pod as an arm."""
+    envoy_pods = {
+        OWNING_GATEWAY_NAME: gateway_name(config),
+        OWNING_GATEWAY_NAMESPACE: config.serving.namespace,
+    }
+    return eks_scrape_config(
+        config, arm_label=ARM_LABEL, arm_pods=rollout_pods(config), gateway_selector=envoy_pods
+    )
+
+
 def canary_patches(config: ExperimentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """(apply, restore) JSON merge patches (RFC 7386) of the Rollout: the speculative
     template, and back to the baseline. Both templates have the same keys (the symmetry
@@ -437,10 +581,13 @@ def canary_patches(config: ExperimentConfig) -> tuple[dict[str, Any], dict[str, 
     )
 
 
-def rollout_manifests(config: ExperimentConfig) -> list[dict[str, Any]]:
-    """In apply order: what the Rollout references exists before it."""
+def rollout_manifests(
+    config: ExperimentConfig, *, prometheus_url: str | None
+) -> list[dict[str, Any]]:
+    """In apply order: what the Rollout references exists before it. ``prometheus_url``: the
+    workspace the live analysis queries (required when ``guardrails.live.enabled``)."""
     return [
-        analysis_template(config),
+        analysis_template(config, prometheus_url),
         *operator_role(config),
         *no_promote_policy(config),
         weights_route(config),

@@ -17,6 +17,10 @@ The same check holds the guardrail Rollout's two revisions (stable = baseline, c
 speculative) to this rule: ``charts.rollout.revision_manifests`` gives each revision with its
 Service, PDB and spec ConfigMap as one arm.
 
+``scrape_asymmetries`` extends it to the guardrails' scrape: the collector's vLLM job makes
+one target of each arm's pod, by the same rules, labelled alike but for the arm, and no other
+pod (the load test, the tuning candidates) becomes an arm's target.
+
 ``fleet_asymmetries`` extends the proof to N arms (the tuning candidates of
 ``tuning.deploy``): each arm against the baseline, and no two arms with the same name,
 artifacts path or (draft, k) -- one compile per candidate, none twice.
@@ -26,6 +30,7 @@ artifacts path or (draft, k) -- one compile per candidate, none twice.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
@@ -228,4 +233,103 @@ def fleet_asymmetries(
             other = seen[field].setdefault(value, name)
             if other != name:
                 problems.append(f"{name} and {other} share the same {field} {value!r}")
+    return problems
+
+
+# The scrape: both arms are scraped alike (guardrails/scrape.py, managed collector on EKS).
+
+POD_META = "__meta_kubernetes_pod_"
+
+
+def _meta_label(label: str) -> str:
+    # kubernetes_sd_config, role pod: characters not valid in a label name become '_'.
+    return POD_META + "label_" + "".join(c if c.isalnum() else "_" for c in label)
+
+
+def discovered_targets(pod: Mapping[str, Any], namespace: str) -> list[dict[str, str]]:
+    """The targets Prometheus' Kubernetes discovery (role pod) makes of a pod: one per
+    declared container port, with the pod's labels as meta labels (Prometheus docs,
+    kubernetes_sd_config ``pod``)."""
+    meta = pod["metadata"]
+    base = {
+        "__meta_kubernetes_namespace": namespace,
+        POD_META + "name": meta["name"],
+        **{_meta_label(key): value for key, value in meta.get("labels", {}).items()},
+    }
+    targets = []
+    for container in pod["spec"].get("containers", []):
+        for port in container.get("ports", []):
+            targets.append(
+                {
+                    **base,
+                    POD_META + "container_name": container["name"],
+                    POD_META + "container_port_number": str(port["containerPort"]),
+                }
+            )
+    return targets
+
+
+def relabel(rules: list[Mapping[str, Any]], labels: Mapping[str, str]) -> dict[str, str] | None:
+    """Prometheus' relabelling (``keep``, ``drop``, ``replace``; defaults regex ``(.*)``,
+    separator ``;``, replacement ``$1``; regexes fully anchored): the labels after it, or
+    ``None`` when the target is dropped."""
+    result = dict(labels)
+    for rule in rules:
+        value = rule.get("separator", ";").join(result.get(s, "") for s in rule["source_labels"])
+        match = re.fullmatch(rule.get("regex", "(.*)"), value)
+        action = rule.get("action", "replace")
+        if action == "keep" and not match:
+            return None
+        if action == "drop" and match:
+            return None
+        if action == "replace" and match:
+            template = re.sub(r"\$(\d+)", r"\\\1", rule.get("replacement", "$1"))
+            result[rule["target_label"]] = match.expand(template)
+    return result
+
+
+def _job_targets(
+    job: Mapping[str, Any], pod: Mapping[str, Any], namespace: str
+) -> list[dict[str, str]]:
+    (discovery,) = job["kubernetes_sd_configs"]
+    if namespace not in discovery.get("namespaces", {}).get("names", [namespace]):
+        return []
+    kept = (relabel(job["relabel_configs"], t) for t in discovered_targets(pod, namespace))
+    return [
+        {key: value for key, value in target.items() if not key.startswith("__")}
+        for target in kept
+        if target is not None
+    ]
+
+
+def scrape_asymmetries(
+    job: Mapping[str, Any],
+    arms: Mapping[str, Mapping[str, Any]],
+    others: Mapping[str, Mapping[str, Any]],
+    *,
+    namespace: str,
+    arm_label: str = "arm",
+    pod_label: str = "pod",
+) -> list[str]:
+    """Every way the scrape job treats the arms' pods (arm value -> pod template) unlike each
+    other: each arm's pod is one target, labelled with its own arm, and its labels differ
+    from the other arms' in the arm (and pod name) only. No other pod (``others``: the
+    load test, the tuning candidates...) may become a target of the job."""
+    problems = []
+    labelled: dict[str, dict[str, str]] = {}
+    for arm, pod in arms.items():
+        targets = _job_targets(job, pod, namespace)
+        if len(targets) != 1:
+            problems.append(f"arm {arm}: {len(targets)} targets of job {job['job_name']}, not 1")
+            continue
+        (target,) = targets
+        if target.get(arm_label) != arm:
+            problems.append(f"arm {arm}: scraped with {arm_label}={target.get(arm_label)!r}")
+        labelled[arm] = {k: v for k, v in target.items() if k not in (arm_label, pod_label)}
+    for (arm_a, a), (arm_b, b) in itertools.pairwise(labelled.items()):
+        for path in diff(a, b):
+            problems.append(f"arms {arm_a} and {arm_b} scraped with different label {path}")
+    for name, pod in others.items():
+        if _job_targets(job, pod, namespace):
+            problems.append(f"{name} is scraped by job {job['job_name']} as an arm")
     return problems

@@ -66,21 +66,33 @@ def _common(config: ExperimentConfig) -> dict[str, Any]:
 
 
 def eks_scrape_config(
-    config: ExperimentConfig, *, arm_label: str, gateway_selector: dict[str, str]
+    config: ExperimentConfig,
+    *,
+    arm_label: str,
+    arm_pods: dict[str, str],
+    gateway_selector: dict[str, str],
 ) -> dict[str, Any]:
     """The managed collector's Prometheus configuration (AMP user guide, "Scraper
     configuration": global, scrape_configs with kubernetes_sd_configs). ``arm_label``: the pod
-    label holding the arm (charts/naming.py ARM_LABEL); ``gateway_selector``: the labels of the
-    gateway's Envoy pods."""
+    label holding the arm (charts/naming.py ARM_LABEL); ``arm_pods``: the labels every pod of
+    both arms carries and no other pod does (the Rollout's, charts/rollout.py rollout_pods:
+    the arm label alone is also on the load-test pods and the tuning candidates, whose
+    counters would be summed into an arm); ``gateway_selector``: the labels of the gateway's
+    Envoy pods. charts/rollout.py ``managed_scrape_config`` passes all three."""
     job = jobs(config)
     serving = config.serving
     live = config.guardrails.live
+    arm_keep = [
+        {"source_labels": [_pod_label(key)], "regex": value, "action": "keep"}
+        for key, value in sorted(arm_pods.items())
+    ]
     vllm = {
         "job_name": job["vllm"],
         "metrics_path": VLLM_METRICS_PATH,
         "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [serving.namespace]}}],
         "relabel_configs": [
-            # Serving pods of either arm, on the serving port only.
+            # The arms' pods (both, by one rule), on the serving port only.
+            *arm_keep,
             {"source_labels": [_pod_label(arm_label)], "regex": "|".join(a.value for a in Arm),
              "action": "keep"},
             {"source_labels": ["__meta_kubernetes_pod_container_port_number"],

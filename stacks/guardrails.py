@@ -9,7 +9,7 @@ it, and the Argo Rollouts controller's right to query it.
   KMS-encrypted log group. ``query_url`` is what the rollback analysis queries with SigV4.
 - ``GuardrailCollector`` (Cluster stack): the agentless managed collector (``AWS::APS::Scraper``)
   in the cluster's private subnets with a security group of its own, scraping with
-  ``guardrails.scrape.eks_scrape_config``.
+  ``charts.rollout.managed_scrape_config``.
 
 Data at rest in the workspace uses AMP's AWS owned key, not a customer managed one: a workspace
 with a customer managed key takes no scraper using the service-linked role; the scraper must
@@ -40,11 +40,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from charts.gateway import OWNING_GATEWAY_NAME, OWNING_GATEWAY_NAMESPACE, gateway_name
-from charts.naming import ARM_LABEL
+from charts.rollout import managed_scrape_config
 from experiment import ExperimentConfig
 from guardrails.rules import rule_set
-from guardrails.scrape import ENVOY_GATEWAY_METRICS_PORT, eks_scrape_config
+from guardrails.scrape import ENVOY_GATEWAY_METRICS_PORT
 
 APS_PRINCIPAL = "aps.amazonaws.com"
 # AMP user guide, "Scraper configuration" (limitations of AWS managed collectors): the scraper
@@ -63,16 +62,11 @@ def yaml_text(document: dict[str, Any]) -> str:
 
 
 def scrape_configuration(config: ExperimentConfig) -> dict[str, Any]:
-    """The collector's Prometheus configuration: both arms by their pod label, the gateway's
-    Envoy pods by the labels Envoy Gateway gives them."""
-    return eks_scrape_config(
-        config,
-        arm_label=ARM_LABEL,
-        gateway_selector={
-            OWNING_GATEWAY_NAME: gateway_name(config),
-            OWNING_GATEWAY_NAMESPACE: config.serving.namespace,
-        },
-    )
+    """The collector's Prometheus configuration, as the charts render it: both arms as the
+    Rollout's pods told apart by the arm label, the gateway's Envoy pods by the labels Envoy
+    Gateway gives them (charts.rollout.managed_scrape_config; charts.symmetry proves it
+    scrapes both arms alike)."""
+    return managed_scrape_config(config)
 
 
 def scrape_ports(config: ExperimentConfig) -> list[int]:

@@ -20,7 +20,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
 # Each CLI with the arguments it needs besides the override (none of them reaches a server:
 # the configuration is built, and rejected, before anything starts).
 CLIS: dict[str, list[str]] = {
-    "charts": ["-m", "charts", "--out", "{tmp}/dist", "--bucket", "b", "--loadtest-image", "i"],
+    "charts": [
+        "-m",
+        "charts",
+        "--out",
+        "{tmp}/dist",
+        "--bucket",
+        "b",
+        "--loadtest-image",
+        "i",
+        "--prometheus-url",
+        "https://aps-workspaces.us-east-2.amazonaws.com/workspaces/w/",
+    ],
     "loadtest": ["-m", "loadtest", "run", "--local", "--no-cloudwatch", "--out", "{tmp}/run"],
     "local_run": ["-m", "local_run", "--smoke"],
     "tune": ["-m", "tune", "--target", "trn2"],

@@ -201,6 +201,25 @@ class GuardrailConfig(Section):
         description="E-mail address subscribed to the alarms; null: alarms without notification.",
     )
 
+    @model_validator(mode="after")
+    def _live_settings_take_effect(self) -> GuardrailConfig:
+        """Settings of the live guardrails and of the probe act only through the live rules:
+        with ``live.enabled`` false, one set explicitly could never take effect."""
+        if self.live.enabled:
+            return self
+        # pilot_floor_factor is the report's (its floor proposal), live or not.
+        live = self.live.model_fields_set - {"enabled", "pilot_floor_factor"}
+        dead = [f"guardrails.live.{key}" for key in sorted(live)]
+        probe = self.probe.model_fields_set - ({"enabled"} if not self.probe.enabled else set())
+        dead += [f"guardrails.probe.{key}" for key in sorted(probe)]
+        if dead:
+            raise ValueError(
+                f"{', '.join(dead)} can never take effect: guardrails.live.enabled is false, "
+                "and only the live rules (and the probe feeding them) read them; remove them, "
+                "or set guardrails.live.enabled=true"
+            )
+        return self
+
     @field_validator("alarm_email")
     @classmethod
     def _email(cls, value: str | None) -> str | None:

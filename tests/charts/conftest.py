@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workspace import PROMETHEUS_URL
 
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 
@@ -19,7 +20,8 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict
     out = tmp_path_factory.mktemp("dist")
     code = main(
         ["--out", str(out), "--bucket", "example-model-store",
-         "--loadtest-image", "123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:abc"]
+         "--loadtest-image", "123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:abc",
+         "--prometheus-url", PROMETHEUS_URL]
     )  # fmt: skip
     assert code == 0
     return {

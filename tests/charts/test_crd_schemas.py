@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from workspace import PROMETHEUS_URL
 
 from charts.gateway import gateway_manifests
 from charts.rollout import rollout_manifests
@@ -76,6 +77,8 @@ CONFIGS = {
     "everything-baseline": {"experiment.routing.speculative_classes": "[]"},
     "no-retries": {"experiment.routing.fallback.retries": "0"},
     "floors": {"experiment.routing.acceptance_floors": '{"structured": 0.55}'},
+    # The load-test alarms' CloudWatch analysis, kept for live guardrails off.
+    "live-guardrails-off": {"experiment.guardrails.live.enabled": "false"},
 }
 
 
@@ -83,7 +86,10 @@ def _custom_resources(overrides: dict[str, str]) -> list[dict[str, Any]]:
     config = build_config(overrides)
     return [
         doc
-        for doc in [*gateway_manifests(config), *rollout_manifests(config)]
+        for doc in [
+            *gateway_manifests(config),
+            *rollout_manifests(config, prometheus_url=PROMETHEUS_URL),
+        ]
         if doc["apiVersion"].rsplit("/", 1)[0] not in CORE_GROUPS and "/" in doc["apiVersion"]
     ]
 
@@ -114,7 +120,14 @@ def test_every_custom_resource_passes_its_crd_schema(name: str) -> None:
         ("Backend", ("spec", "fallbak"), True),
         ("EnvoyProxy", ("spec", "provider", "kubernetes", "envoyService", "nam"), "x"),
         ("EnvoyProxy", ("spec", "provider", "kubernetes", "envoyService", "name"), 1),
-        ("AnalysisTemplate", ("spec", "metrics", 0, "provider", "cloudWatch", "query"), "x"),
+        ("AnalysisTemplate", ("spec", "metrics", 0, "provider", "prometheus", "querry"), "x"),
+        (
+            "AnalysisTemplate",
+            ("spec", "metrics", 0, "provider", "prometheus", "authentication", "sigv4", "regio"),
+            "x",
+        ),
+        ("AnalysisTemplate", ("spec", "metrics", 0, "inconclusiveLimits"), 1),
+        ("EnvoyProxy", ("spec", "telemetry", "metrics", "clusterStatNames"), "x"),
         ("Rollout", ("spec", "strategy", "canary", "steps", 0, "setCanaryScale", "replica"), 1),
         ("Rollout", ("spec", "strategy", "canary", "stableSvc"), "x"),
         ("Rollout", ("spec", "template", "spec", "containers", 0, "imagePullPolicy"), 1),

@@ -16,6 +16,7 @@ import cdk8s
 import kubernetes_validate
 import pytest
 import yaml
+from workspace import PROMETHEUS_URL
 
 from charts import ClusterInputs, build_charts
 from charts.app import check_arms
@@ -45,7 +46,11 @@ SINGLE = build_config({})
 # A named port is an IANA_SVC_NAME (kubernetes/kubernetes: staging/src/k8s.io/apimachinery/
 # pkg/util/validation/validation.go, IsValidPortName); the JSON schemas do not check it.
 PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])(?!-)(?!.*--)[-a-z0-9]*[a-z0-9]$")
-INPUTS = ClusterInputs(bucket_name="b", loadtest_image="123456789012.dkr.ecr.x/loadtest:abc")
+INPUTS = ClusterInputs(
+    bucket_name="b",
+    loadtest_image="123456789012.dkr.ecr.x/loadtest:abc",
+    prometheus_url=PROMETHEUS_URL,
+)
 
 
 def _kind(docs: list[dict], kind: str) -> list[dict]:
@@ -178,8 +183,13 @@ def test_network_policies_allow_exactly_master_worker_and_loadtest_serving() -> 
     assert policies["qwen-sd-loadtest-no-ingress"]["ingress"] == []  # workers: no ingress
     serving = policies["qwen-sd-vllm-from-loadtest"]["ingress"][0]
     assert serving["ports"] == [{"protocol": "TCP", "port": CONFIG.serving.port}]
-    # One worker: no master, no Service, no extra policy (today's single Job).
-    assert len(network_policies(SINGLE)) == 2
+    # One worker: no master, no Service, no extra policy (today's single Job); the third is
+    # the guardrails' collector's (charts/network_policy.py).
+    assert [p["metadata"]["name"] for p in network_policies(SINGLE)] == [
+        "qwen-sd-vllm-from-loadtest",
+        "qwen-sd-loadtest-no-ingress",
+        "qwen-sd-vllm-metrics-from-collector",
+    ]
     assert [d["kind"] for d in loadtest_manifests(SINGLE, INPUTS)] == [
         "ServiceAccount",
         "Role",  # the wait for both arms routed reads the Rollout and the Services

@@ -250,11 +250,16 @@ def test_loadtest_pod_size_comes_from_the_config() -> None:
 
 def test_build_charts_accepts_cdk_tokens() -> None:
     app = cdk8s.App()
-    inputs = ClusterInputs(bucket_name="${Token[TOKEN.1]}", loadtest_image="${Token[TOKEN.2]}")
+    inputs = ClusterInputs(
+        bucket_name="${Token[TOKEN.1]}",
+        loadtest_image="${Token[TOKEN.2]}",
+        prometheus_url="${Token[TOKEN.3]}",
+    )
     charts = build_charts(app, CONFIG, inputs)
     assert [c.node.id for c in charts] == ["qwen-sd-serving", "qwen-sd-loadtest", "qwen-sd-routing"]
     text = json.dumps(charts[0].to_json())
     assert "${Token[TOKEN.1]}" in text
+    assert "${Token[TOKEN.3]}" in json.dumps(charts[2].to_json())  # the analysis' workspace
 
 
 def test_plain_yaml_needs_bucket_and_image(tmp_path, capsys) -> None:

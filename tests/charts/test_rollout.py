@@ -1,8 +1,10 @@
-"""The rollback's analysis queries the guardrail alarms' own metrics (moto), and its RBAC
-lets people abort and retry but never promote."""
+"""The rollback's analysis watches live traffic through the guardrail rules (Prometheus), or,
+with live guardrails off, queries the guardrail alarms' own metrics (moto); its RBAC lets
+people abort and retry but never promote."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,21 +13,38 @@ import boto3
 import pytest
 from merge_patch import merge_patch
 from moto import mock_aws
+from workspace import PROMETHEUS_URL
 
 from charts.rollout import (
+    LIVE_FAILURE,
+    LIVE_SUCCESS,
     OPERATOR_STATUS_FIELDS,
     GuardrailCheck,
     analysis_template,
     guardrail_checks,
+    live_checks,
     no_promote_policy,
     operator_role,
 )
-from experiment import Arm, ExperimentConfig, build_config
+from experiment import Arm, ConfigError, ExperimentConfig, build_config
+from guardrails.rules import (
+    GATEWAY_REQUESTS,
+    GATEWAY_RESPONSES,
+    GATEWAY_RETRIES,
+    PROBE_ACCEPTANCE,
+    PROBE_AGREEMENT,
+    PROBE_LAST_SUCCESS,
+    SERVED_METRICS,
+    rule_set,
+)
 from stacks.alarms import GuardrailAlarms
 
 pytestmark = pytest.mark.infra  # synthesizes the alarms with the CDK
 
+# The CloudWatch checks exist only with live guardrails off.
+CLOUDWATCH = {"experiment.guardrails.live.enabled": "false"}
 FLOORS = {
+    **CLOUDWATCH,
     "experiment.routing.speculative_classes": "structured,open_ended",
     "experiment.routing.acceptance_floors": '{"structured": 0.55}',
     "experiment.guardrails.min_acceptance_rate": "0.35",
@@ -301,8 +320,8 @@ def test_each_services_selector_is_in_both_revisions_labels(overrides) -> None:
 
 
 def test_every_policy_and_budget_still_selects_the_rollouts_pods() -> None:
-    """The NetworkPolicies admit the load test and the gateway to both revisions' pods;
-    each arm's PDB guards its own revision only."""
+    """The NetworkPolicies admit the load test, the gateway and the guardrails' collector to
+    both revisions' pods; each arm's PDB guards its own revision only."""
     from charts.gateway import serving_from_gateway
     from charts.network_policy import network_policies
     from charts.rollout import revision_template, rollout_arm_manifests
@@ -313,7 +332,7 @@ def test_every_policy_and_budget_still_selects_the_rollouts_pods() -> None:
         p for p in [*network_policies(config), serving_from_gateway(config)]
         if p["metadata"]["name"].startswith(f"{config.project}-vllm-")
     ]  # fmt: skip
-    assert len(vllm_policies) == 2
+    assert len(vllm_policies) == 3
     for policy in vllm_policies:
         for labels in pods.values():
             assert _labels_match(policy["spec"]["podSelector"]["matchLabels"], labels)
@@ -351,3 +370,206 @@ def test_the_rollout_name_follows_the_baseline_and_only_the_baseline() -> None:
     assert rollout_name(build_config({"experiment.serving.num_speculative_tokens": 5})) == base
     assert rollout_name(build_config({"experiment.serving.max_num_seqs": 8})) != base
     assert rollout_name(build_config({"experiment.serving.image": "repo/vllm:other"})) != base
+
+
+# The live analysis: the rule set's analysis alerts over the workspace.
+
+NEW_DEPLOYMENT = {"experiment.serving.profile": "new-deployment"}
+LIVE_PROFILES = [{}, NEW_DEPLOYMENT, {**NEW_DEPLOYMENT, **{k: v for k, v in FLOORS.items()
+                                                           if k not in CLOUDWATCH}}]  # fmt: skip
+_STRINGS = re.compile(r'"[^"]*"')
+_BRACES = re.compile(r"\{[^}]*\}|\[[^\]]*\]")
+_LABEL_LISTS = re.compile(r"\b(by|on|ignoring|without)\s*\([^)]*\)")
+_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_PROMQL_WORDS = {"and", "or", "unless"}
+
+
+def _series_read(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads (not its functions, labels or strings)."""
+    bare = _LABEL_LISTS.sub(" ", _BRACES.sub(" ", _STRINGS.sub(" ", expr)))
+    names = set()
+    for match in _NAME.finditer(bare):
+        start, rest = match.start(), bare[match.end() :].lstrip()
+        if start and (bare[start - 1].isalnum() or bare[start - 1] in "._"):
+            continue  # part of a number such as 1.1 or 0.35
+        if not rest.startswith("("):  # a function
+            names.add(match.group())
+    return names - _PROMQL_WORDS
+
+
+def _exported(config: ExperimentConfig) -> set[str]:
+    """What the servers of the cluster's generation, the gateway and the probe export, and
+    ``up``, which Prometheus writes for every target."""
+    served = SERVED_METRICS[config.serving.generation]
+    own = {value for value in vars(served).values() if value}
+    gateway = {GATEWAY_REQUESTS, GATEWAY_RESPONSES, GATEWAY_RETRIES}
+    return own | gateway | {PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS, "up"}
+
+
+def _raw_series(config: ExperimentConfig, expr: str) -> set[str]:
+    """The exported series behind ``expr``, through the rule set's recordings."""
+    recordings = {r.record: r.expr for r in rule_set(config, config.serving.generation).recordings}
+    names, seen = _series_read(expr), set()
+    while names - seen:
+        name = (names - seen).pop()
+        seen.add(name)
+        if name in recordings:
+            names |= _series_read(recordings[name])
+    return {name for name in seen if name not in recordings}
+
+
+def _metrics(config: ExperimentConfig) -> list[dict[str, Any]]:
+    return analysis_template(config, PROMETHEUS_URL)["spec"]["metrics"]
+
+
+def test_series_read_finds_names_only() -> None:
+    expr = 'sum by (arm) (rate(x_total{job="a"}[300s])) / y:z{arm="b"} > 1.1 and on() absent(up)'
+    assert _series_read(expr) == {"x_total", "y:z", "up"}
+
+
+@pytest.mark.parametrize("overrides", LIVE_PROFILES)
+def test_every_analysis_query_reads_what_the_servers_gateway_and_probe_export(overrides) -> None:
+    """On new-deployment (live counters) the old checks read AcceptanceRateEstimate, which
+    the load test publishes only for an estimated (fork) acceptance: they could never fire.
+    Every live query reads the servers', gateway's and probe's own series."""
+    config = build_config(overrides)
+    exported = _exported(config)
+    for metric in _metrics(config):
+        assert set(metric["provider"]) == {"prometheus"}, metric["name"]
+        query = metric["provider"]["prometheus"]["query"]
+        assert "AcceptanceRateEstimate" not in query
+        read = _raw_series(config, query)
+        assert read and read <= exported, (metric["name"], read - exported)
+
+
+@pytest.mark.parametrize("overrides", LIVE_PROFILES)
+def test_one_metric_per_analysis_alert_named_after_it(overrides) -> None:
+    config = build_config(overrides)
+    alerts = rule_set(config, config.serving.generation).alerts
+    metrics = _metrics(config)
+    names = [m["name"] for m in metrics]
+    assert len(set(names)) == len(names)
+    queries = sorted(m["provider"]["prometheus"]["query"] for m in metrics)
+    assert queries == sorted(f"count({a.expr}) or vector(0)" for a in alerts if a.analysis)
+    for check in live_checks(config):
+        assert check.name.startswith(re.sub(r"(?<=[a-z])(?=[A-Z])", "-", check.alert.name).lower())
+
+
+def test_per_class_probe_checks_are_named_by_class() -> None:
+    config = build_config({**NEW_DEPLOYMENT, "experiment.routing.speculative_classes":
+                           "structured,open_ended"})  # fmt: skip
+    names = {m["name"] for m in _metrics(config)}
+    assert {"spec-decode-probe-acceptance-below-floor-structured",
+            "spec-decode-probe-acceptance-below-floor-open-ended"} <= names  # fmt: skip
+
+
+def _argo_verdict(metric: dict[str, Any], result: list[float]) -> str:
+    """Argo's EvaluateResult (argo-rollouts utils/evaluate/evaluate.go) on a vector's values:
+    the two conditions are plain expr-lang, the same in Python once && is spelled `and`."""
+
+    def holds(condition: str) -> bool:
+        return bool(eval(condition.replace("&&", "and"), {"len": len, "result": result}))
+
+    if holds(metric["failureCondition"]):
+        return "Failed"
+    return "Successful" if holds(metric["successCondition"]) else "Inconclusive"
+
+
+def test_firing_fails_quiet_passes_and_no_sample_is_inconclusive() -> None:
+    config = build_config(NEW_DEPLOYMENT)
+    for metric in _metrics(config):
+        assert (metric["successCondition"], metric["failureCondition"]) == (
+            LIVE_SUCCESS, LIVE_FAILURE,
+        )  # fmt: skip
+        assert metric["provider"]["prometheus"]["query"].endswith(" or vector(0)")
+        assert _argo_verdict(metric, [0.0]) == "Successful"
+        assert _argo_verdict(metric, [1.0]) == "Failed"
+        assert _argo_verdict(metric, [3.0]) == "Failed"
+        assert _argo_verdict(metric, []) == "Inconclusive"
+
+
+def test_missing_data_fails_the_analysis_through_the_missing_data_alerts() -> None:
+    """The query cannot be empty, so no data is judged by the alerts that fire on it: they
+    are analysis metrics too."""
+    config = build_config(NEW_DEPLOYMENT)
+    queries = {m["name"]: m["provider"]["prometheus"]["query"] for m in _metrics(config)}
+    job = f"{config.project}-vllm"
+    assert f'absent(up{{job="{job}", arm="speculative"}} == 1)' in queries[
+        "spec-decode-arm-metrics-missing"]  # fmt: skip
+    assert "absent(up{" in queries["spec-decode-gateway-metrics-missing"]
+    assert "absent(specdecode_probe_last_success" in queries["spec-decode-probe-missing"]
+    assert "spec-decode-counters-frozen" in queries
+
+
+def test_limits_interval_address_and_sigv4_come_from_the_config() -> None:
+    config = build_config({
+        **NEW_DEPLOYMENT,
+        "experiment.guardrails.live.failure_limit": "3",
+        "experiment.guardrails.live.inconclusive_limit": "4",
+        "experiment.guardrails.live.consecutive_error_limit": "5",
+        "experiment.guardrails.live.evaluation_interval_s": "90",
+    })  # fmt: skip
+    for metric in _metrics(config):
+        limits = ("failureLimit", "inconclusiveLimit", "consecutiveErrorLimit", "interval")
+        assert tuple(metric[key] for key in limits) == (3, 4, 5, "90s")
+        prometheus = metric["provider"]["prometheus"]
+        assert prometheus["address"] == PROMETHEUS_URL
+        assert prometheus["authentication"] == {"sigv4": {"region": config.region}}
+
+
+def test_live_analysis_needs_a_workspace_url_argo_signs() -> None:
+    config = build_config({})
+    with pytest.raises(ConfigError, match=r"--prometheus-url .*guardrails\.live\.enabled=false"):
+        analysis_template(config)
+    with pytest.raises(ConfigError, match=r"SigV4 only"):
+        analysis_template(config, "http://prometheus.example.com:9090")
+    token = "${Token[TOKEN.9]}"  # the stack's output: checked by nobody before deploy
+    assert _metrics(config)[0]["provider"]["prometheus"]["address"] == PROMETHEUS_URL
+    template = analysis_template(config, token)
+    assert template["spec"]["metrics"][0]["provider"]["prometheus"]["address"] == token
+
+
+def test_with_live_guardrails_off_the_cloudwatch_checks_remain() -> None:
+    config = build_config(CLOUDWATCH)
+    metrics = analysis_template(config)["spec"]["metrics"]
+    assert [m["name"] for m in metrics] == [c.name for c in guardrail_checks(config)]
+    assert all(set(m["provider"]) == {"cloudWatch"} for m in metrics)
+
+
+def test_plain_yaml_refuses_live_guardrails_without_a_workspace(tmp_path, capsys) -> None:
+    from charts.__main__ import main
+
+    args = ["--out", str(tmp_path), "--bucket", "b", "--loadtest-image", "i"]
+    assert main(args) == 2
+    assert "--prometheus-url" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.yaml"))
+
+
+def test_the_collector_reaches_the_serving_port_from_the_vpc_only() -> None:
+    """The managed collector is no pod: admitted by the VPC's address range, to the serving
+    port (where vLLM serves /metrics), with live guardrails only."""
+    from charts.network_policy import network_policies
+
+    def collector_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
+        return [p for p in network_policies(config) if "collector" in p["metadata"]["name"]]
+
+    config = build_config({})
+    (policy,) = collector_policies(config)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": config.network.vpc_cidr}}],
+         "ports": [{"protocol": "TCP", "port": config.serving.port}]}
+    ]  # fmt: skip
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/part-of": config.project, "app.kubernetes.io/name": "vllm"
+    }  # fmt: skip
+    assert collector_policies(build_config(CLOUDWATCH)) == []
+
+
+def test_the_gateway_names_its_cluster_statistics_after_the_rules() -> None:
+    from charts.gateway import envoy_proxy
+    from guardrails.scrape import CLUSTER_STAT_NAME
+
+    proxy = envoy_proxy(build_config({}))
+    assert proxy["spec"]["telemetry"]["metrics"]["clusterStatName"] == CLUSTER_STAT_NAME
+    assert CLUSTER_STAT_NAME == "%ROUTE_RULE_NAME%"

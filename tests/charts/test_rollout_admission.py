@@ -32,6 +32,7 @@ import yaml
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
 from merge_patch import merge_patch
+from workspace import PROMETHEUS_URL
 
 import charts.rollout
 from charts.rollout import (
@@ -75,7 +76,7 @@ def _evaluate(expression: str, data: dict[str, Any]) -> bool | None:
 
 def _policy(config: ExperimentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """The policy and its binding as the routing chart deploys them."""
-    manifests = rollout_manifests(config)
+    manifests = rollout_manifests(config, prometheus_url=PROMETHEUS_URL)
     (policy,) = [m for m in manifests if m["kind"] == "ValidatingAdmissionPolicy"]
     (binding,) = [m for m in manifests if m["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -418,3 +419,124 @@ def test_synthesis_refuses_drifted_rollout_revisions(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(app_module, "revision_manifests", drifted)
     with pytest.raises(ArmsDriftError, match=r"Rollout's two revisions.*limits\.cpu"):
         check_arms(build_config({}))
+
+
+# The guardrails' scrape: both arms scraped alike, nothing else scraped as an arm.
+
+
+def _scrape(config):
+    from charts.app import check_scrape
+    from charts.inputs import ClusterInputs
+    from charts.rollout import managed_scrape_config
+
+    (job,) = (
+        j for j in managed_scrape_config(config)["scrape_configs"] if j["job_name"].endswith("vllm")
+    )
+    return job, lambda: check_scrape(config, ClusterInputs("bucket", "image:tag"))
+
+
+def _arm_pods(config) -> dict[str, Manifest]:
+    from charts.rollout import revision_template
+
+    return {
+        arm.value: {"metadata": {**(t := revision_template(config, arm))["metadata"],
+                                 "name": f"pod-{arm.value}"}, "spec": t["spec"]}
+        for arm in Arm
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"experiment.serving.profile": "new-deployment"}, {"experiment.serving.replicas": "2"},
+     {"experiment.loadtest.workers": "2"}, SWEEP],
+)  # fmt: skip
+def test_both_arms_are_scraped_alike_and_nothing_else_as_an_arm(overrides) -> None:
+    from charts.symmetry import scrape_asymmetries
+
+    config = build_config(overrides)
+    job, check = _scrape(config)
+    arms = _arm_pods(config)
+    assert scrape_asymmetries(job, arms, {}, namespace=config.serving.namespace) == []
+    check()  # every other pod of the rendering (load test, candidates) included
+
+
+def _one_arm_only(job):
+    for rule in job["relabel_configs"]:
+        if rule.get("regex") == "baseline|speculative":
+            rule["regex"] = "speculative"
+
+
+def _arm_from_instance(job):
+    for rule in job["relabel_configs"]:
+        if rule.get("target_label") == "arm":
+            rule["source_labels"] = ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"]
+
+
+def _label_for_one_arm(job):
+    job["relabel_configs"].append(
+        {"source_labels": ["__meta_kubernetes_pod_label_specdecode_aws_arm"],
+         "regex": "speculative", "target_label": "tier", "replacement": "fast"}
+    )  # fmt: skip
+
+
+def _arm_label_only(job):
+    # The scrape before arm_pods: the arm label alone, which load-test pods carry too.
+    job["relabel_configs"] = [
+        r for r in job["relabel_configs"] if "rollout" not in r["source_labels"][0]
+    ]
+
+
+SCRAPE_MUTATIONS = {
+    "one arm only": (_one_arm_only, r"arm baseline: 0 targets"),
+    "arm label from another pod label": (_arm_from_instance, r"scraped with arm="),
+    "a label on one arm only": (_label_for_one_arm, r"different label tier"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRAPE_MUTATIONS))
+def test_a_scrape_that_treats_the_arms_unalike_is_caught(name: str) -> None:
+    from charts.symmetry import scrape_asymmetries
+
+    config = build_config({})
+    job, _ = _scrape(config)
+    mutate, message = SCRAPE_MUTATIONS[name]
+    mutate(job)
+    problems = scrape_asymmetries(job, _arm_pods(config), {}, namespace=config.serving.namespace)
+    assert problems and re.search(message, "; ".join(problems)), problems
+
+
+def test_a_scrape_by_the_arm_label_alone_takes_candidates_for_the_speculative_arm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import charts.app as app_module
+
+    real = app_module.managed_scrape_config
+
+    def arm_label_only(config):
+        scrape = copy.deepcopy(real(config))
+        _arm_label_only(scrape["scrape_configs"][0])
+        return scrape
+
+    monkeypatch.setattr(app_module, "managed_scrape_config", arm_label_only)
+    _, check = _scrape(build_config(SWEEP))
+    with pytest.raises(ArmsDriftError, match=r"Deployment qwen-sd-vllm-.* is scraped .* as an arm"):
+        check()
+
+
+def test_synthesis_refuses_a_scrape_of_one_arm(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cdk8s
+
+    import charts.app as app_module
+    from charts.inputs import ClusterInputs
+
+    real = app_module.managed_scrape_config
+
+    def one_arm(config):
+        scrape = copy.deepcopy(real(config))
+        _one_arm_only(scrape["scrape_configs"][0])
+        return scrape
+
+    monkeypatch.setattr(app_module, "managed_scrape_config", one_arm)
+    inputs = ClusterInputs("b", "i", "https://aps-workspaces.us-east-2.amazonaws.com/workspaces/w/")
+    with pytest.raises(ArmsDriftError, match=r"scrape treats the arms unalike"):
+        app_module.build_charts(cdk8s.App(), build_config({}), inputs)

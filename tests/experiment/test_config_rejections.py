@@ -23,6 +23,20 @@ DFLASH = [
 ]
 
 BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
+    # Live-guardrail and probe settings act only through the live rules.
+    "live-setting-with-live-guardrails-off": (
+        ["guardrails.live.enabled=false", "guardrails.live.failure_limit=3"],
+        r"guardrails\.live\.failure_limit can never take effect: guardrails\.live\.enabled is "
+        r"false.*set guardrails\.live\.enabled=true",
+    ),
+    "probe-with-live-guardrails-off": (
+        [
+            "guardrails.live.enabled=false",
+            "guardrails.probe.enabled=true",
+            "guardrails.probe.schedule=*/5 * * * *",
+        ],
+        r"guardrails\.probe\.enabled, guardrails\.probe\.schedule can never take effect",
+    ),
     # Alternating blocks smaller than the users would leave some of them idle.
     "alternating-block-below-concurrency": (
         [
@@ -364,3 +378,13 @@ def test_one_node_group_field_can_be_overridden_alone() -> None:
     # `-c cluster.system_nodes.max_size=5` must keep the other defaults.
     nodes = build_config({"experiment.cluster.system_nodes.max_size": "5"}).cluster.system_nodes
     assert nodes.max_size == 5 and nodes.instance_type and nodes.desired_size >= nodes.min_size
+
+
+def test_live_guardrails_off_alone_or_with_the_probe_off_or_a_report_factor_is_valid() -> None:
+    """Only settings that could never act are refused: turning the live guardrails off, the
+    probe off with them, and the report's pilot_floor_factor stay valid."""
+    off = {"experiment.guardrails.live.enabled": "false"}
+    assert not build_config(off).guardrails.live.enabled
+    build_config({**off, "experiment.guardrails.probe.enabled": "false"})
+    build_config({**off, "experiment.guardrails.live.pilot_floor_factor": "0.8"})
+    build_config({"experiment.guardrails.live.failure_limit": "3"})  # live on: it acts
