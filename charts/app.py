@@ -129,7 +129,7 @@ def shared_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[di
         runtime_configmap(config),
         resource_claim_template(config),
         *model_store_volumes(config, inputs),
-        *network_policies(config),
+        *network_policies(config, inputs),
         *model_import_manifests(config, inputs.bucket_name),
     ]
 

@@ -17,15 +17,16 @@ vLLM pods through ``<project>-vllm-from-gateway`` (charts/gateway.py).
 The guardrails' managed collector (``guardrails.live.enabled``) is no pod: the AMP scraper
 reaches the pods from network interfaces it places in the cluster's subnets, so a
 NetworkPolicy can name it only by address (``ipBlock``; its security group cannot appear in
-a policy). ``<project>-vllm-metrics-from-collector`` admits the VPC (``network.vpc_cidr``,
-which holds the private subnets; the charts do not know their allocated CIDRs) to the
-serving port and nothing else. vLLM serves ``/metrics`` on its API port, so this admits the
-API as well, and to every address in the VPC (nodes and, under the VPC CNI, pods), not only
-the collector: a port-level policy cannot separate a path. It is still the least reach
-available: nothing outside the VPC gets in (the Services are ClusterIP, the gateway is
-internal, no endpoint is public). The Envoy metrics port 19001 needs no policy: no policy
-selects the Envoy pods (above), so it is reachable already, and a policy selecting them would
-cut every client of the gateway's listener that is not ours to enumerate."""
+a policy). ``<project>-vllm-metrics-from-collector`` admits the private subnets the collector
+scrapes from (``collector_cidrs``: the stacks pass their CIDRs; plain YAML falls back to
+``network.vpc_cidr``) to the serving port and nothing else. vLLM serves ``/metrics`` on its
+API port, so this admits the API as well, and to every address in those subnets (nodes and,
+under the VPC CNI, pods), not only the collector: a port-level policy cannot separate a path.
+It is still the least reach available: nothing outside the private subnets gets in (the
+Services are ClusterIP, the gateway is internal, no endpoint is public). The Envoy metrics
+port 19001 needs no policy: no policy selects the Envoy pods (above), so it is reachable
+already, and a policy selecting them would cut every client of the gateway's listener that is
+not ours to enumerate."""
 
 from __future__ import annotations
 
@@ -61,7 +62,9 @@ def _policy(config: ExperimentConfig, name: str, pods: dict[str, str], ingress: 
     }  # fmt: skip
 
 
-def network_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
+def network_policies(
+    config: ExperimentConfig, inputs: ClusterInputs | None = None
+) -> list[dict[str, Any]]:
     loadtest_pods = {PART_OF: config.project, COMPONENT: LOADTEST_COMPONENT}
     vllm_pods = {PART_OF: config.project, NAME: "vllm"}
     from_loadtest = {
@@ -74,7 +77,10 @@ def network_policies(config: ExperimentConfig) -> list[dict[str, Any]]:
     ]
     if config.guardrails.live.enabled:
         from_collector = {
-            "from": [{"ipBlock": {"cidr": config.network.vpc_cidr}}],
+            "from": [
+                {"ipBlock": {"cidr": cidr}}
+                for cidr in collector_cidrs(config, inputs or ClusterInputs("", ""))
+            ],
             "ports": [{"protocol": "TCP", "port": config.serving.port}],
         }
         name = f"{config.project}-vllm-metrics-from-collector"

@@ -53,7 +53,7 @@ def vllm_metric_relabels() -> list[dict[str, Any]]:
     return [{"source_labels": ["__name__"], "regex": "vllm:.+", "action": "keep"}]
 
 
-def _pod_label(label: str) -> str:
+def pod_meta_label(label: str) -> str:
     """Prometheus' meta label of a pod label (kubernetes_sd_config, role pod: every character
     not valid in a label name becomes '_')."""
     return "__meta_kubernetes_pod_label_" + "".join(
@@ -83,7 +83,7 @@ def eks_scrape_config(
     serving = config.serving
     live = config.guardrails.live
     arm_keep = [
-        {"source_labels": [_pod_label(key)], "regex": value, "action": "keep"}
+        {"source_labels": [pod_meta_label(key)], "regex": value, "action": "keep"}
         for key, value in sorted(arm_pods.items())
     ]
     vllm = {
@@ -93,17 +93,17 @@ def eks_scrape_config(
         "relabel_configs": [
             # The arms' pods (both, by one rule), on the serving port only.
             *arm_keep,
-            {"source_labels": [_pod_label(arm_label)], "regex": "|".join(a.value for a in Arm),
+            {"source_labels": [pod_meta_label(arm_label)], "regex": "|".join(a.value for a in Arm),
              "action": "keep"},
             {"source_labels": ["__meta_kubernetes_pod_container_port_number"],
              "regex": str(serving.port), "action": "keep"},
-            {"source_labels": [_pod_label(arm_label)], "target_label": ARM},
+            {"source_labels": [pod_meta_label(arm_label)], "target_label": ARM},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
         ],
         "metric_relabel_configs": vllm_metric_relabels(),
     }  # fmt: skip
     gateway_keep = [
-        {"source_labels": [_pod_label(key)], "regex": value, "action": "keep"}
+        {"source_labels": [pod_meta_label(key)], "regex": value, "action": "keep"}
         for key, value in sorted(gateway_selector.items())
     ]
     gateway = {
@@ -131,7 +131,7 @@ def eks_scrape_config(
                     {"role": "pod", "namespaces": {"names": [serving.namespace]}}
                 ],
                 "relabel_configs": [
-                    {"source_labels": [_pod_label("app.kubernetes.io/name")],
+                    {"source_labels": [pod_meta_label("app.kubernetes.io/name")],
                      "regex": PUSHGATEWAY_NAME, "action": "keep"},
                 ],
                 "metric_relabel_configs": [

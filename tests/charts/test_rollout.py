@@ -494,7 +494,7 @@ def test_missing_data_fails_the_analysis_through_the_missing_data_alerts() -> No
     config = build_config(NEW_DEPLOYMENT)
     queries = {m["name"]: m["provider"]["prometheus"]["query"] for m in _metrics(config)}
     job = f"{config.project}-vllm"
-    assert f'absent(up{{job="{job}", arm="speculative"}} == 1)' in queries[
+    assert f'absent(up{{job="{job}", arm="speculative"}} == 1 and on() group(' in queries[
         "spec-decode-arm-metrics-missing"]  # fmt: skip
     assert "absent(up{" in queries["spec-decode-gateway-metrics-missing"]
     assert "absent(specdecode_probe_last_success" in queries["spec-decode-probe-missing"]

@@ -16,9 +16,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from cdk_synth import Synthesized, synthesize
 
+from charts.naming import ARM_LABEL
 from experiment import Arm, build_config
 from guardrails.rules import ARM, jobs, rule_set
-from guardrails.scrape import ENVOY_GATEWAY_METRICS_PORT
+from guardrails.scrape import ENVOY_GATEWAY_METRICS_PORT, pod_meta_label
 from stacks.guardrails import (
     MIN_COLLECTOR_SCRAPE_INTERVAL_S,
     QUERY_ACTIONS,
@@ -77,8 +78,11 @@ def test_scraper_scrapes_both_arms_alike_and_the_gateway_into_the_workspace(synt
     names = jobs(config)
     # One job for both arms: the same path, interval and relabelling; only `arm` differs.
     vllm = by_job[names["vllm"]]
-    arm_keep = vllm["relabel_configs"][0]
-    assert arm_keep["action"] == "keep"
+    (arm_keep,) = (
+        r
+        for r in vllm["relabel_configs"]
+        if r.get("action") == "keep" and r["source_labels"] == [pod_meta_label(ARM_LABEL)]
+    )
     assert set(arm_keep["regex"].split("|")) == {arm.value for arm in Arm}
     assert any(r.get("target_label") == ARM for r in vllm["relabel_configs"])
     assert vllm["kubernetes_sd_configs"] == [
