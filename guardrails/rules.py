@@ -50,6 +50,7 @@ class ServedMetrics:
     NxD Inference), so acceptance is the probe's client-side estimate there."""
 
     finished: str  # counter of finished requests
+    generated: str  # counter of generated tokens
     running: str  # gauge of requests in the batch
     token_time_sum: str  # per-token latency: sum and count of a histogram, or a sum and the
     token_time_count: str  # generated-token counter (seconds / tokens)
@@ -66,6 +67,7 @@ class ServedMetrics:
 # request_time_per_output_token_seconds replaced time_per_output_token_seconds in 0.11.
 _V1 = ServedMetrics(
     finished="vllm:request_success_total",
+    generated="vllm:generation_tokens_total",
     running="vllm:num_requests_running",
     token_time_sum="vllm:request_time_per_output_token_seconds_sum",
     token_time_count="vllm:request_time_per_output_token_seconds_count",
@@ -77,6 +79,7 @@ _V1 = ServedMetrics(
 # is per engine step, not per token, so per-token latency is decode seconds / generated tokens.
 _V0_FORK = ServedMetrics(
     finished="vllm:request_success_total",
+    generated="vllm:generation_tokens_total",
     running="vllm:num_requests_running",
     token_time_sum="vllm:request_decode_time_seconds_sum",
     token_time_count="vllm:generation_tokens_total",
@@ -179,6 +182,7 @@ def recorded(name: str) -> str:
 
 FINISHED = recorded("requests_finished:rate")
 RUNNING = recorded("requests_running")
+DECODING = recorded("decode_tokens:rate")
 ACCEPTANCE = recorded("acceptance:ratio")
 DRAFTS = recorded("drafts:rate")
 TOKEN_TIME = recorded("time_per_output_token:mean")
@@ -203,6 +207,9 @@ def _recordings(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Rec
 
     yield Recording(FINISHED, arm_rate(served.finished))
     yield Recording(RUNNING, f"{by_arm} ({served.running}{vllm})")
+    # Tokens after each request's first: a speculative arm drafts for these only (a request
+    # that ends at its first token, as a 1-token classification does, has nothing to draft).
+    yield Recording(DECODING, f"{arm_rate(served.generated)} - {FINISHED}")
     if served.accepted and served.draft_tokens and served.drafts:
         yield Recording(
             ACCEPTANCE, f"{arm_rate(served.accepted)} / {arm_rate(served.draft_tokens)}"
@@ -270,8 +277,8 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
     if served.drafts:
         yield Alert(
             "SpecDecodeCountersFrozen",
-            f"{active(sd)} and on() ({DRAFTS}{sd} == 0 or on() absent({DRAFTS}{sd}))",
-            "The speculative arm serves requests but its speculation counters do not move: "
+            f"{DECODING}{sd} > 0 and on() ({DRAFTS}{sd} == 0 or on() absent({DRAFTS}{sd}))",
+            "The speculative arm decodes tokens but its speculation counters do not move: "
             "it is not speculating, or its counters are broken",
         )
         floor = min(floors.values(), default=guard.min_acceptance_rate)

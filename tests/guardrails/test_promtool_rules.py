@@ -146,6 +146,7 @@ def healthy(served: ServedMetrics) -> dict[str, str]:
     series = {UP_SD: steady(1), UP_BASE: steady(1), UP_GATEWAY: steady(1)}
     for arm, seconds_per_token in ((SD, 0.04), (BASE, 0.05)):
         series[vllm(served.finished, arm)] = rising(2)
+        series[vllm(served.generated, arm)] = rising(100)  # the fork's token_time_count too
         series[vllm(served.running, arm)] = steady(3)
         series[vllm(served.token_time_count, arm)] = rising(100)
         series[vllm(served.token_time_sum, arm)] = rising(100 * seconds_per_token)
@@ -179,7 +180,8 @@ def sd_counters(served: ServedMetrics) -> list[str]:
 
 
 def arm_series(served: ServedMetrics, arm: str) -> list[str]:
-    names = [served.finished, served.running, served.token_time_sum, served.token_time_count]
+    names = [served.finished, served.generated, served.running, served.token_time_sum]
+    names += [served.token_time_count] if served.token_time_count not in names else []
     return [vllm(m, arm) for m in names] + (sd_counters(served) if arm == SD else [])
 
 
@@ -257,6 +259,16 @@ CASES = [
         lambda s, series: series.update({vllm(s.token_time_sum, SD): rising(100 * 0.05 * 1.05)}),
     ),
     Case("idle: scraped, counters flat, nothing running", "idle", _none, start=idle),
+    Case(
+        # One token per request (a classification): nothing to draft, counters flat, no fault.
+        "healthy: the speculative arm finishes 1-token requests, its counters stand still",
+        "healthy",
+        _both(
+            lambda s, series: series.update({vllm(s.generated, SD): rising(2)}),
+            _each(sd_counters, lambda values: steady(500)),
+        ),
+        counters=True,
+    ),
     # degraded: one threshold crossed
     Case(
         "degraded: the speculative arm's scrapes fail from 1.5m (up 0, its series stale)",
@@ -621,7 +633,12 @@ MUTATIONS = [
     ),
     Mutation("a down gateway counts as scraped", GATEWAY_MISSING, " == 1)", ")"),
     Mutation("absent counters pass", FROZEN, f" or on() absent({SD_DRAFTS})", ""),
-    Mutation("frozen counters fire when idle", FROZEN, _active(SD), "vector(1)"),
+    Mutation(
+        "frozen counters fire without decoding",
+        FROZEN,
+        f'{rules.DECODING}{{arm="{SD}"}} > 0',
+        "vector(1) > 0",
+    ),
     Mutation("the acceptance floor halved", ACCEPTANCE, "< 0.5", "< 0.25"),
     Mutation("the failed-share comparison flipped", FAILING, "> 0.01", "< 0.01"),
     Mutation(

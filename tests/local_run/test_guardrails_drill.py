@@ -89,8 +89,9 @@ class Traffic:
             if self.stopped.is_set():
                 return
             body = json.dumps(
+                # As the load test sends them: every request generates MAX_TOKENS.
                 {"model": self.model, "prompt": prompt, "max_tokens": MAX_TOKENS,
-                 "temperature": 0}
+                 "temperature": 0, "ignore_eos": True}
             ).encode()  # fmt: skip
             headers = {"Content-Type": "application/json"}
             if value is not None:
@@ -154,7 +155,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillResult]:
     )
     prompts = load_prompts([str(ROOT / f) for f in local.extra_prompt_files])
     by_class = {
-        name: [p.prompt for p in prompts if p.prompt_class == name]
+        name: [p.text for p in prompts if p.prompt_class == name]
         for name in ("structured", "open_ended")
     }
     header = config.routing.class_header
