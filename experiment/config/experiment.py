@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from experiment.config import upstreams
+from experiment.config import upstreams as calendar_table
 from experiment.config.base import Arm, Section, apply_rule, error_at
 from experiment.config.cluster import ClusterConfig, addon_version_missing
 from experiment.config.gateway_plugin import DIGEST_MISSING
@@ -186,11 +186,11 @@ class ExperimentConfig(Section):
             raise error_at(("upstreams", "acknowledge"), "; ".join(findings.refusals))
         return self
 
-    def calendar(self) -> upstreams.Findings:
+    def calendar(self) -> calendar_table.Findings:
         """The support calendar's findings for this configuration, on the calendar's today."""
-        return upstreams.check(
-            upstreams.rows_for(self),
-            upstreams.today(),
+        return calendar_table.check(
+            calendar_table.rows_for(self),
+            calendar_table.today(),
             self.upstreams.warn_days,
             self.upstreams.acknowledge,
         )
