@@ -34,12 +34,13 @@ from charts.model_import_job import DNS_PORT, KUBE_DNS, KUBE_SYSTEM
 from charts.naming import labels, metadata
 from charts.network_policy import collector_cidrs
 from experiment.config import ExperimentConfig
+from experiment.config.upstreams import pin
 from guardrails.scrape import PUSHGATEWAY_NAME
 
 COMPONENT = "probe"
 # prometheus/pushgateway: VERSION and CHANGELOG.md, 1.11.3 / 2026-05-27, the newest release
 # (tag v1.11.3); the Docker Hub image is tagged v<version> (Makefile.common DOCKER_IMAGE_TAG).
-PUSHGATEWAY_IMAGE = "prom/pushgateway:v1.11.3"
+PUSHGATEWAY_IMAGE = f"prom/pushgateway:{pin('pushgateway')}"
 # prometheus/pushgateway Dockerfile: EXPOSE 9091, USER 65534 (nobody); README: the default
 # --web.listen-address is :9091, /-/healthy and /-/ready answer 200, no persistence unless
 # --persistence.file is set.
@@ -253,7 +254,7 @@ def pushgateway_network_policy(
 # checkov (kubernetes framework) findings accepted on the Pushgateway, with reasons.
 PUSHGATEWAY_SKIPS: dict[str, str] = {
     "checkov.io/skip1": "CKV_K8S_43=Pinned by its immutable release tag (prometheus/pushgateway "
-    "v1.11.3); the digest differs per registry mirror",
+    f"{pin('pushgateway')}); the digest differs per registry mirror",
 }
 
 

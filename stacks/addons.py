@@ -15,6 +15,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from experiment.config import ClusterConfig
 from stacks.nag import acknowledge, managed_policy_finding
 from stacks.node_groups import NEURON_TAINT_KEY
 from stacks.pod_identity import associate, pod_identity_role
@@ -46,6 +47,7 @@ class ClusterAddons(Construct):
         *,
         cluster: eks.ICluster,
         mountpoint_role: iam.IRole,
+        settings: ClusterConfig,
     ) -> None:
         super().__init__(scope, construct_id)
         self.vpc_cni = eks.Addon(
@@ -74,6 +76,8 @@ class ClusterAddons(Construct):
             "S3CsiDriver",
             cluster=cluster,
             addon_name=S3_CSI_DRIVER,
+            # Pinned (experiment/config/upstreams.py, row aws-mountpoint-s3-csi-driver).
+            addon_version=settings.s3_csi_addon_version,
             configuration_values={"node": {"tolerations": [NEURON_TOLERATION]}},
         )
 
@@ -98,7 +102,12 @@ class ClusterAddons(Construct):
             role=self.cloudwatch_role,
         )
         self.cloudwatch_observability = eks.Addon(
-            self, "CloudWatchObservability", cluster=cluster, addon_name=CLOUDWATCH_OBSERVABILITY
+            self,
+            "CloudWatchObservability",
+            cluster=cluster,
+            addon_name=CLOUDWATCH_OBSERVABILITY,
+            # Pinned (experiment/config/upstreams.py, row amazon-cloudwatch-observability).
+            addon_version=settings.cloudwatch_addon_version,
         )
 
         # Credentials come from the agent and the associations: both exist before the drivers.

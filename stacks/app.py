@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import aws_cdk as cdk
 
 from experiment import ExperimentConfig, build_config
@@ -20,6 +22,10 @@ def build_app(app: cdk.App) -> tuple[ExperimentConfig, list[cdk.Stack]]:
     does one without what only these stacks need (``build_config``'s ``for_eks``).
     """
     config = build_config(context=app.node.get_all_context(), for_eks=True)
+    # The support calendar: what ends soon is said here; what has ended already stopped
+    # build_config unless acknowledged (experiment/config/upstreams.py).
+    for warning in config.calendar().warnings:
+        print(f"support calendar: {warning}", file=sys.stderr)
     return config, create_stacks(app, config)
 
 

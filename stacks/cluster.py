@@ -137,7 +137,11 @@ class ClusterStack(cdk.Stack):
         )
 
         self.addons = ClusterAddons(
-            self, "Addons", cluster=cluster_ref, mountpoint_role=mountpoint_role
+            self,
+            "Addons",
+            cluster=cluster_ref,
+            mountpoint_role=mountpoint_role,
+            settings=settings,
         )
         for addon in self.addons.addons:
             # Add-on pods need somewhere to run before the add-on can become ACTIVE.

@@ -7,8 +7,9 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from experiment.config import upstreams
 from experiment.config.base import NamespaceName, Section
 
 # Neuron instance shapes the experiment knows: devices (chips) and physical
@@ -20,6 +21,34 @@ NEURON_INSTANCE_TYPES: dict[str, dict[str, int]] = {
 }
 CONNECTED_DEVICE_GROUP_SIZES = (1, 4, 8, 16)
 MIN_KUBERNETES_VERSION = (1, 34)  # Neuron DRA needs 1.34+
+
+
+# An EKS add-on version as `aws eks describe-addon-versions` lists it (addonVersion).
+_ADDON_VERSION = re.compile(r"v\d+\.\d+\.\d+-eksbuild\.\d+")
+
+
+def _addon_version(value: str | None) -> str | None:
+    if value is not None and not _ADDON_VERSION.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an EKS add-on version such as 'v2.1.0-eksbuild.1' "
+            "(aws eks describe-addon-versions, addonVersion)"
+        )
+    return value
+
+
+AddonVersion = Annotated[str | None, AfterValidator(_addon_version)]
+
+
+def addon_version_missing(addon: str, key: str, kubernetes_version: str) -> str:
+    return (
+        f"{key} is required: the {addon} EKS add-on is pinned so two deploys install the same "
+        f"build, and no listing of its versions for Kubernetes {kubernetes_version} was "
+        "reachable when the support calendar was checked. Read the default one with `aws eks "
+        f"describe-addon-versions --addon-name {addon} --kubernetes-version "
+        f'{kubernetes_version} --query "addons[].addonVersions[?compatibilities[?'
+        "defaultVersion]].addonVersion\"` (or the add-on's page in the EKS console) and set "
+        f"-c experiment.{key}=<version>"
+    )
 
 
 class NodeGroupConfig(Section):
@@ -210,15 +239,14 @@ class ClusterConfig(Section):
             "letter, at most 39 characters."
         ),
     )
-    # 1.35: EKS standard support to 2027-03-27, 1.34's ends 2026-12-02 (endoflife.date/amazon-eks);
-    # AL2023_x86_64_NEURON node AMIs are published for it (awslabs/amazon-eks-ami releases, e.g.
-    # v20260728: amazon-eks-node-al2023-x86_64-neuron-1.35-*); the Neuron DRA driver needs 1.34
-    # or newer (EKS user guide, device-management-neuron). The kubectl layer follows the minor.
+    # The versions, their end of standard support and why the default is the default:
+    # experiment/config/upstreams.py (docs/upstreams.md). The kubectl layer follows the minor.
     kubernetes_version: str = Field(
-        default="1.35",
+        default=upstreams.DEFAULT_KUBERNETES_VERSION,
         description=(
-            "Kubernetes version of the cluster, '1.<minor>'; 1.34 or newer (the "
-            "Neuron DRA driver needs it); the infra extra must carry "
+            "Kubernetes version of the cluster, one of the support calendar's "
+            f"{', '.join(upstreams.EKS_VERSIONS)} (docs/upstreams.md; the Neuron DRA driver "
+            "needs 1.34 or newer); the infra extra must carry "
             "aws-cdk.lambda-layer-kubectl-v<minor>."
         ),
     )
@@ -257,10 +285,25 @@ class ClusterConfig(Section):
         description="OCI address of the Neuron Helm chart (DRA driver and device plugin).",
     )
     neuron_helm_chart_version: str = Field(
-        default="1.10.0",
+        default=upstreams.pin("neuron-helm-chart"),
         description=(
             "Neuron Helm chart version; a DRA-capable release (aws-neuron/neuron-"
             "helm-charts 1.9.0 carries DRA driver 1.1.0, 1.10.0 carries 1.2.0)."
+        ),
+    )
+    s3_csi_addon_version: AddonVersion = Field(
+        default=None,
+        description=(
+            "Version of the aws-mountpoint-s3-csi-driver EKS add-on, e.g. 'v2.1.0-eksbuild.1', "
+            "one listed for the cluster's Kubernetes version; required by cdk synth."
+        ),
+    )
+    cloudwatch_addon_version: AddonVersion = Field(
+        default=None,
+        description=(
+            "Version of the amazon-cloudwatch-observability EKS add-on, e.g. "
+            "'v4.1.0-eksbuild.1', one listed for the cluster's Kubernetes version; required by "
+            "cdk synth."
         ),
     )
     neuron_namespace: NamespaceName = Field(
@@ -287,7 +330,13 @@ class ClusterConfig(Section):
         if not match or (1, int(match.group(1))) < MIN_KUBERNETES_VERSION:
             raise ValueError(
                 f"cluster.kubernetes_version {value!r}: the Neuron DRA driver needs Kubernetes "
-                "1.34 or newer; set e.g. '1.35'"
+                f"1.34 or newer; set e.g. '{upstreams.DEFAULT_KUBERNETES_VERSION}'"
+            )
+        if value not in upstreams.EKS_VERSIONS:
+            raise ValueError(
+                f"cluster.kubernetes_version {value!r} is not in the support calendar "
+                f"(experiment/config/upstreams.py): use one of {list(upstreams.EKS_VERSIONS)}, "
+                "or add its row with its source and end of standard support"
             )
         return value
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from experiment.config import upstreams as calendar_table
 from experiment.config.base import Arm, Section, apply_rule, error_at
-from experiment.config.cluster import ClusterConfig
+from experiment.config.cluster import ClusterConfig, addon_version_missing
 from experiment.config.gateway_plugin import DIGEST_MISSING
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import LoadTestConfig
@@ -21,6 +22,7 @@ from experiment.config.routing import RoutingConfig
 from experiment.config.serving import ServingConfig
 from experiment.config.stats import StatisticsConfig
 from experiment.config.tuning import TuningConfig
+from experiment.config.upstreams import UpstreamsConfig
 from experiment.instance_regions import regions_offering
 from runtime import validate as rules
 from runtime.spec import Generation, ServingSpec
@@ -75,6 +77,10 @@ class ExperimentConfig(Section):
     routing: RoutingConfig = Field(
         default_factory=RoutingConfig,
         description="Prompt classes sent to the speculative arm by header, and the fallback.",
+    )
+    upstreams: UpstreamsConfig = Field(
+        default_factory=UpstreamsConfig,
+        description="How cdk synth reads the support calendar of pinned upstreams.",
     )
 
     @model_validator(mode="before")
@@ -152,6 +158,42 @@ class ExperimentConfig(Section):
         if (info.context or {}).get(EKS_APP) and self.routing.eks.gateway_api_plugin_sha256 is None:
             raise error_at(("routing", "eks", "gateway_api_plugin_sha256"), DIGEST_MISSING)
         return self
+
+    @model_validator(mode="after")
+    def _eks_app_pins_the_addons(self, info: ValidationInfo) -> ExperimentConfig:
+        if not (info.context or {}).get(EKS_APP):
+            return self
+        cluster = self.cluster
+        for addon, field in (
+            ("aws-mountpoint-s3-csi-driver", "s3_csi_addon_version"),
+            ("amazon-cloudwatch-observability", "cloudwatch_addon_version"),
+        ):
+            if getattr(cluster, field) is None:
+                raise error_at(
+                    ("cluster", field),
+                    addon_version_missing(addon, f"cluster.{field}", cluster.kubernetes_version),
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _eks_app_is_in_support(self, info: ValidationInfo) -> ExperimentConfig:
+        # The support calendar (experiment/config/upstreams.py): a pin past its end stops synth
+        # unless acknowledged by name; warnings are printed by the CDK app (stacks/app.py).
+        if not (info.context or {}).get(EKS_APP):
+            return self
+        findings = self.calendar()
+        if findings.refusals:
+            raise error_at(("upstreams", "acknowledge"), "; ".join(findings.refusals))
+        return self
+
+    def calendar(self) -> calendar_table.Findings:
+        """The support calendar's findings for this configuration, on the calendar's today."""
+        return calendar_table.check(
+            calendar_table.rows_for(self),
+            calendar_table.today(),
+            self.upstreams.warn_days,
+            self.upstreams.acknowledge,
+        )
 
     @model_validator(mode="after")
     def _reservation_az_is_a_network_az(self) -> ExperimentConfig:

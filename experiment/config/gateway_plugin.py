@@ -9,13 +9,15 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+from experiment.config.upstreams import pin
+
 # argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi tag v0.15.0 (96c63fd7), the asset for
 # the x86_64 system nodes the controller runs on. The release workflow
 # (.github/workflows/release.yaml) uploads the binaries and no checksums file, and no primary
 # source for the asset's digest was found: the digest is the operator's to set, from the one
 # GitHub shows for the asset on the release page (GitHub computes one for every release asset
 # at upload: github/roadmap#1136, shipped 2025-06).
-GATEWAY_API_PLUGIN_VERSION = "v0.15.0"
+GATEWAY_API_PLUGIN_VERSION = pin("gateway-api-plugin")
 GATEWAY_API_PLUGIN_ASSET = "gatewayapi-plugin-linux-amd64"
 GATEWAY_API_PLUGIN_RELEASES = (
     "https://github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi/releases"

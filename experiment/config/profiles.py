@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from experiment.config.upstreams import neuron_dlc
 from runtime.spec import Generation
 
 
@@ -57,15 +58,10 @@ class ProfileDefaults:
 
 
 # The Neuron DLC the published experiment ran: vLLM 0.9 with the NxD Inference fork.
-FORK_IMAGE = (
-    "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04"
-)
+FORK_IMAGE = neuron_dlc("neuron-dlc-reproduce")
 # Neuron SDK 2.33.0 (2026-10-19): vLLM 0.29.0 + vllm-neuron 1.2.0, Ubuntu 26.04, Python 3.14
 # (awsdocs-neuron v2.33.0: release-notes/components/vllm-neuron, setup/pytorch/dlc.html).
-PLUGIN_IMAGE = (
-    "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:"
-    "0.29.0.1.2.0-neuronx-py314-sdk2.33.0-ubuntu26.04"
-)
+PLUGIN_IMAGE = neuron_dlc("neuron-dlc-new-deployment")
 # An EAGLE3 speculator trained for Qwen3-32B (huggingface.co/RedHatAI/Qwen3-32B-speculator.eagle3,
 # built with vllm-project/speculators, validated by its authors on GPU vLLM). vllm-neuron's
 # Qwen3 target implements SupportsEagle3, but its only registered EAGLE3 draft class is

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from experiment.config import upstreams
 from experiment.config.base import Arm, NamespaceName, Section
 from experiment.config.gateway_plugin import PLUGIN_SHA256_HELP, PluginSha256
 
@@ -161,7 +162,7 @@ class EksRoutingConfig(Section):
         description="OCI address of the Envoy Gateway Helm chart (with the Gateway API CRDs).",
     )
     envoy_gateway_version: str = Field(
-        default="v1.9.1",
+        default=upstreams.pin("envoy-gateway"),
         description="Envoy Gateway Helm chart version (its release tag, with the 'v').",
     )
     namespace: NamespaceName = Field(
@@ -181,7 +182,8 @@ class EksRoutingConfig(Section):
         description="Helm repository of the argo-rollouts chart.",
     )
     rollouts_chart_version: str = Field(
-        default="2.41.1", description="argo-rollouts Helm chart version (Argo Rollouts v1.9.1)."
+        default=upstreams.pin("argo-rollouts-chart"),
+        description="argo-rollouts Helm chart version (experiment/config/upstreams.py).",
     )
     gateway_api_plugin_sha256: PluginSha256 = Field(default=None, description=PLUGIN_SHA256_HELP)
     rollouts_namespace: NamespaceName = Field(

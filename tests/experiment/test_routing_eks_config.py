@@ -42,7 +42,12 @@ def test_the_plugin_digest_is_required_for_the_eks_app_only() -> None:
         build_config({}, for_eks=True)
     digest = "0123456789abcdef" * 4
     eks = build_config(
-        {"experiment.routing.eks.gateway_api_plugin_sha256": digest}, for_eks=True
+        {
+            "experiment.routing.eks.gateway_api_plugin_sha256": digest,
+            "experiment.cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
+            "experiment.cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
+        },
+        for_eks=True,
     ).routing.eks
     assert eks.gateway_api_plugin_sha256 == digest
 

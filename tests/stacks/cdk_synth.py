@@ -29,11 +29,23 @@ HELM_RESOURCE = "Custom::AWSCDK-EKS-HelmChart"
 # reads it on the plugin's release page). No test downloads the plugin: a placeholder digest.
 PLUGIN_SHA256 = "0" * 64
 PLUGIN_SHA256_KEY = "experiment.routing.eks.gateway_api_plugin_sha256"
+# The app also requires the two add-on versions (read with aws eks describe-addon-versions);
+# placeholders of the right form here.
+ADDON_VERSIONS = {
+    "experiment.cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
+    "experiment.cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
+}
 
 
 def app_context(overrides: dict[str, Any]) -> dict[str, Any]:
-    """cdk.json's context, the placeholder plugin digest, then ``overrides``."""
-    return {**cdk_json_context(), PLUGIN_SHA256_KEY: PLUGIN_SHA256, **overrides}
+    """cdk.json's context, the placeholder plugin digest and add-on versions, then
+    ``overrides``."""
+    return {
+        **cdk_json_context(),
+        PLUGIN_SHA256_KEY: PLUGIN_SHA256,
+        **ADDON_VERSIONS,
+        **overrides,
+    }
 
 
 @dataclass

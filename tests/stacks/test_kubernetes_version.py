@@ -37,3 +37,9 @@ def test_a_version_without_its_layer_names_the_package_to_add() -> None:
     stack = cdk.Stack(cdk.App(), "Probe")
     with pytest.raises(ValueError, match=r"aws-cdk\.lambda-layer-kubectl-v99"):
         kubectl_layer(stack, 99)
+
+
+def test_1_36_is_a_choice_with_its_kubectl_layer_installed() -> None:
+    assert build_config({"experiment.cluster.kubernetes_version": "1.36"}).cluster
+    stack = cdk.Stack(cdk.App(), "Probe36")
+    assert kubectl_layer(stack, 36) is not None  # aws-cdk.lambda-layer-kubectl-v36 (infra)
