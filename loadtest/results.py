@@ -317,9 +317,13 @@ class RequestInfo(_Result):
 class LoadShapeInfo(_Result):
     concurrency: int
     request_rate: float | None = None
-    """None: closed loop."""
+    """None: closed loop (or a trace)."""
     max_duration_s: float
     """Time bound of one arm."""
+    traffic_file: str | None = None
+    """The traffic file replayed (loadtest.traffic.file); None: the prompt suite."""
+    time_scale: float | None = None
+    """Its recorded offsets were multiplied by this (None: no trace)."""
 
 
 class SloInfo(_Result):

@@ -163,8 +163,13 @@ def tokenizer_counter(directory: str | Path) -> TokenCounter:
 
     def count(messages: list[dict[str, str]]) -> int:
         if getattr(tokenizer, "chat_template", None):
-            ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
-            return len(ids)
+            # Rendered to text, then tokenized without special tokens: as vLLM's chat endpoint
+            # does (vllm-project/vllm 0.32 vllm/entrypoints/openai/chat_completion/protocol.py:
+            # ChatCompletionRequest.add_special_tokens defaults to False).
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
         text = "\n".join(m["content"] for m in messages)
         return len(tokenizer.encode(text)) + TOKENS_PER_MESSAGE * len(messages) + TOKENS_PER_REPLY
 

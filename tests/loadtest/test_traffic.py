@@ -215,3 +215,25 @@ def test_the_command_writes_the_file_and_refuses_a_log_with_nothing_usable(tmp_p
     log.write_text(_line(id="l", usage={"completion_tokens": 600}) + "\n")
     assert main(["traffic", "import", str(log), "--out", str(out), "--local"]) == 2
     assert "max_model_len 512" in capsys.readouterr().out
+
+
+def test_the_trace_schedule_keeps_offsets_scaled_messages_and_lengths():
+    from loadtest.client import RequestParams, build_payload
+    from loadtest.prompts import traffic_schedule
+
+    requests = import_lines(GOOD, SETTINGS).requests
+    schedule = traffic_schedule(requests, time_scale=0.5, warmup_requests=1, max_requests=2)
+    warmup, measured = schedule[0], schedule[1:]
+    assert warmup.warmup and warmup.prompt.id == "g1"
+    slots = [(i.index, i.prompt.id, i.arrival_s) for i in measured]
+    assert slots == [(0, "g1", 0.0), (1, "7", 0.5)]
+    assert [i.prompt.max_tokens for i in measured] == [10, 12]
+    params = RequestParams(model="m", max_tokens=600, class_header="x-prompt-class")
+    g2 = traffic_schedule(requests)[2].prompt
+    payload = build_payload(g2.text, params, g2.messages, g2.max_tokens)
+    assert payload["messages"] == [m.model_dump() for m in requests[2].messages]
+    assert payload["max_tokens"] == 40 and payload["ignore_eos"] is True
+    with pytest.raises(ValueError, match="chat completions"):
+        build_payload("", RequestParams(model="m", max_tokens=1, api="completions"), g2.messages)
+    with pytest.raises(ValueError, match="time scale"):
+        traffic_schedule(requests, time_scale=0)
