@@ -404,16 +404,19 @@ def import_lines(lines: Iterable[str | bytes], settings: ImportSettings) -> Impo
         parsed.append(entry)
     start = min((p.time_s for p in parsed), default=0.0)
     parsed.sort(key=lambda p: (p.time_s, p.line))
+    # Validated from a mapping: the class is written under its alias "class".
     requests = [
-        TrafficRequest(
-            id=p.id,
-            prompt_class=p.prompt_class,
-            messages=[Message(**m) for m in p.messages],
-            output_tokens=p.output_tokens,
-            offset_s=round(p.time_s - start, 6),
-            input_tokens=p.input_tokens,
-            input_bucket=bucket_label(p.input_tokens, settings.length_buckets),
-            sha256=messages_sha256(p.messages),
+        TrafficRequest.model_validate(
+            {
+                "id": p.id,
+                "class": p.prompt_class,
+                "messages": p.messages,
+                "output_tokens": p.output_tokens,
+                "offset_s": round(p.time_s - start, 6),
+                "input_tokens": p.input_tokens,
+                "input_bucket": bucket_label(p.input_tokens, settings.length_buckets),
+                "sha256": messages_sha256(p.messages),
+            }
         )
         for p in parsed
     ]
