@@ -1,4 +1,5 @@
-"""Command line: ``python -m loadtest run|report|publish|schema|probe`` (see docs/loadtest.md)."""
+"""Command line: ``python -m loadtest run|report|publish|schema|probe|traffic`` (see
+docs/loadtest.md)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,42 @@ def _parser() -> argparse.ArgumentParser:
         "--pushgateway", required=True, help="the Pushgateway's base URL, e.g. http://host:9091"
     )
     add_config_arguments(probe)
+    traffic = sub.add_parser("traffic", help="your own request logs: import and profile them")
+    traffic_sub = traffic.add_subparsers(dest="traffic_command", required=True)
+    imports = traffic_sub.add_parser(
+        "import",
+        help="read OpenAI chat-completions request logs (JSONL) into a traffic file that "
+        "-c loadtest.traffic.file=FILE replays; prints its profile (no prompt text)",
+    )
+    imports.add_argument("log", type=Path, help="the request log, one JSON request per line")
+    imports.add_argument("--out", type=Path, required=True, help="the traffic file (mode 0600)")
+    imports.add_argument(
+        "--class-field",
+        help="dotted path of each request's class (default: headers.<routing.class_header>)",
+    )
+    imports.add_argument(
+        "--time-field", default="timestamp", help="dotted path of its arrival (default timestamp)"
+    )
+    imports.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="replace every match in the messages with [REDACTED] before anything is written "
+        "(repeatable)",
+    )
+    imports.add_argument(
+        "--tokenizer",
+        help="local directory of the served model's tokenizer, to count input tokens exactly "
+        "(default: an approximation, see loadtest/traffic.py)",
+    )
+    imports.add_argument(
+        "--local",
+        action="store_true",
+        help="check contexts against local.max_model_len and bucket by "
+        "local.traffic_length_buckets (the local run's servers)",
+    )
+    add_config_arguments(imports)
     return parser
 
 
@@ -132,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             return _schema(args.out)
         if args.command == "probe":
             return _probe(args)
+        if args.command == "traffic":
+            return _traffic_import(args)
         return _publish(args)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -228,6 +267,52 @@ def _probe(args: argparse.Namespace) -> int:
         print(f"exit 1: the push to {args.pushgateway} failed: {err}", file=sys.stderr)
         return 1
     print(f"pushed to {args.pushgateway}")
+    return 0
+
+
+def _traffic_import(args: argparse.Namespace) -> int:
+    """Exit 0: the traffic file holds every usable request (rejected lines are listed by
+    reason); 2: no usable request, nothing written."""
+    import re
+
+    from loadtest.traffic import (
+        ImportSettings,
+        import_log,
+        profile,
+        tokenizer_counter,
+        write_traffic,
+    )
+
+    config = _config(args)
+    for expression in args.redact:
+        try:
+            re.compile(expression)
+        except re.error as err:
+            raise ValueError(
+                f"--redact {expression!r} is not a regular expression: {err}"
+            ) from None
+    settings = ImportSettings(
+        allowed_classes=list(config.routing.allowed_classes),
+        max_model_len=config.local.max_model_len if args.local else config.serving.max_model_len,
+        length_buckets=(
+            config.local.traffic_length_buckets
+            if args.local
+            else config.loadtest.traffic.length_buckets
+        ),
+        class_field=args.class_field or f"headers.{config.routing.class_header}",
+        time_field=args.time_field,
+        redact=list(args.redact),
+        count_tokens=tokenizer_counter(args.tokenizer) if args.tokenizer else None,
+    )
+    if not args.log.is_file():
+        raise ValueError(f"request log {args.log} does not exist")
+    result = import_log(args.log, settings)
+    print(profile(result, approximate=args.tokenizer is None))
+    if not result.requests:
+        print("error: no usable request; nothing written", file=sys.stderr)
+        return 2
+    write_traffic(result.requests, args.out)
+    print(f"traffic file: {args.out} (replay: -c loadtest.traffic.file={args.out})")
     return 0
 
 

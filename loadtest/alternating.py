@@ -117,7 +117,7 @@ def run_alternating(
     arm's files."""
     slices = block_slices(len(plans[0].measured), block_requests)
     for plan in plans:  # the arm's whole plan, as in the other modes (each block has its own)
-        (out_dir / f"plan_{plan.arm}.json").write_text(plan.to_json())
+        plan.write(out_dir / f"plan_{plan.arm}.json")
     ran: list[list[_Block]] = [[] for _ in plans]
     cut_short: dict[int, str] = {}  # arm -> why its remaining blocks do not run
     try:

@@ -25,7 +25,7 @@ from loadtest.results import (
     PilotFloors,
 )
 from loadtest.stats import paired_statistics
-from loadtest.verdict import MorePairs, pilot_floors, verdicts
+from loadtest.verdict import MorePairs, bucket_verdicts, pilot_floors, verdict_flips, verdicts
 
 # The local CPU servers are bit-exact: the local bar is 100% exact match.
 LOCAL_LOSSLESS_AGREEMENT = 1.0
@@ -73,6 +73,8 @@ class Analysis:
     cost: CostSummary | None = None
     verdict: list[ClassVerdict] = field(default_factory=list)
     floors: PilotFloors | None = None
+    verdict_by_bucket: list[ClassVerdict] = field(default_factory=list)
+    bucket_flips: list[str] = field(default_factory=list)
 
 
 def lossless_failures_by_class(lossless: Lossless, min_agreement: float) -> dict[str, int]:
@@ -84,6 +86,22 @@ def lossless_failures_by_class(lossless: Lossless, min_agreement: float) -> dict
     return dict(
         Counter(
             m.prompt_class
+            for m in lossless.mismatches
+            if m.agreement is None or m.agreement < min_agreement
+        )
+    )
+
+
+def _mismatches_by_cell(
+    lossless: Lossless, min_agreement: float, measured: Mapping[str, list[RequestRecord]]
+) -> dict[tuple[str, str], int]:
+    """As lossless_failures_by_class, per (class, input bucket) of the prompt's requests."""
+    if not lossless.applicable:
+        return {}
+    bucket = {r.prompt_id: r.input_bucket for rs in measured.values() for r in rs}
+    return dict(
+        Counter(
+            (m.prompt_class, bucket.get(m.prompt_id, ""))
             for m in lossless.mismatches
             if m.agreement is None or m.agreement < min_agreement
         )
@@ -111,11 +129,17 @@ def analyse(
         return Analysis(statistics=statistics)
     ratios: dict[str | None, Interval] = {None: statistics.overall.busy_rate_ratio}
     ratios.update({name: scope.busy_rate_ratio for name, scope in statistics.by_class.items()})
+    cells = {
+        (name, bucket): scope.busy_rate_ratio
+        for name, buckets in statistics.by_bucket.items()
+        for bucket, scope in buckets.items()
+    }
     cost = cost_summary(
         info.price,
         measured,
         {name: arm.window_s for name, arm in arms.items()},
         ratios,
+        bucket_ratios=cells,
     )
     more_pairs = (
         MorePairs(info.pairs_setting, info.requests_per_prompt)
@@ -124,7 +148,16 @@ def analyse(
     )
     mismatches = lossless_failures_by_class(lossless, info.lossless_min_prefix_agreement)
     verdict = verdicts(statistics, cost, mismatches, info.statistics, more_pairs)
+    by_bucket = bucket_verdicts(
+        statistics,
+        cost,
+        _mismatches_by_cell(lossless, info.lossless_min_prefix_agreement, measured),
+        info.statistics,
+        more_pairs,
+    )
     return Analysis(
+        verdict_by_bucket=by_bucket,
+        bucket_flips=verdict_flips(by_bucket),
         statistics=statistics,
         cost=cost,
         verdict=verdict,

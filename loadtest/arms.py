@@ -148,7 +148,7 @@ def start_arm(
     locust_dir = run_dir / "locust"
     locust_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / f"plan_{name}.json"
-    plan_path.write_text(plan.to_json())
+    plan.write(plan_path)
     run_time = max(1, int(plan.shape.max_duration_s + 0.999))
     master = master_command(
         plan, plan_path, locust_dir, workers=workers, master_port=master_port,

@@ -52,10 +52,17 @@ def class_headers(params: RequestParams, prompt_class: str) -> dict[str, str]:
     return {params.class_header: prompt_class}
 
 
-def build_payload(prompt: str, params: RequestParams) -> dict[str, Any]:
+def build_payload(
+    prompt: str,
+    params: RequestParams,
+    messages: list[dict[str, str]] | None = None,
+    max_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The request body. ``messages``, ``max_tokens``: a replayed request's own conversation
+    and output length (loadtest.traffic), in place of ``prompt`` and ``params.max_tokens``."""
     payload: dict[str, Any] = {
         "model": params.model,
-        "max_tokens": params.max_tokens,
+        "max_tokens": max_tokens or params.max_tokens,
         # Explicit: vLLM otherwise applies the model's generation_config defaults.
         "temperature": params.temperature,
         "seed": params.seed,
@@ -64,7 +71,11 @@ def build_payload(prompt: str, params: RequestParams) -> dict[str, Any]:
     }
     if params.ignore_eos:
         payload["ignore_eos"] = True  # vLLM extension: fixed output length
-    if params.api == "chat":
+    if messages is not None:
+        if params.api != "chat":
+            raise ValueError("a conversation (messages) needs the chat completions API")
+        payload["messages"] = messages
+    elif params.api == "chat":
         payload["messages"] = [{"role": "user", "content": prompt}]
     else:
         payload["prompt"] = prompt
@@ -180,11 +191,15 @@ def stream_request(
     prompt: str,
     params: RequestParams,
     record: RequestRecord,
+    *,
+    messages: list[dict[str, str]] | None = None,
+    max_tokens: int | None = None,
 ) -> RequestRecord:
-    """Send one streaming request and fill ``record``; never raises for server faults."""
-    body = json.dumps(build_payload(prompt, params)).encode()
+    """Send one streaming request and fill ``record``; never raises for server faults.
+    ``messages``, ``max_tokens``: as ``build_payload``."""
+    body = json.dumps(build_payload(prompt, params, messages, max_tokens)).encode()
     url = endpoint_url(base_url, params.api)
-    record.max_tokens = params.max_tokens
+    record.max_tokens = max_tokens or params.max_tokens
     record.wall_start = time.time()
     start = time.perf_counter()
     record.start = start

@@ -148,11 +148,13 @@ def cost_summary(
     windows_s: Mapping[str, float],
     busy_rate_ratios: Mapping[str | None, Interval],
     sweep: Mapping[str, Mapping[int, float | None]] | None = None,
+    bucket_ratios: Mapping[tuple[str, str], Interval] | None = None,
 ) -> CostSummary:
     """Every cost figure of a run.
 
     ``measured``: each arm's measured records (warm-up excluded); ``busy_rate_ratios``: the
-    paired ratio per scope (None: all classes); ``sweep``: arm -> concurrency -> throughput."""
+    paired ratio per scope (None: all classes); ``sweep``: arm -> concurrency -> throughput;
+    ``bucket_ratios``: a replayed trace's paired ratio per (class, input bucket)."""
     classes = sorted({r.prompt_class for records in measured.values() for r in records})
 
     def of_class(name: str) -> dict[str, list[RequestRecord]]:
@@ -173,6 +175,25 @@ def cost_summary(
             for name in classes
             if name in busy_rate_ratios
         },
+        by_bucket=_by_bucket(basis, measured, windows_s, bucket_ratios or {}),
         at_optimal_load=optimal or None,
         optimal_load_note=None if optimal else NO_SWEEP,
     )
+
+
+def _by_bucket(
+    basis: PriceBasis,
+    measured: Mapping[str, list[RequestRecord]],
+    windows_s: Mapping[str, float],
+    ratios: Mapping[tuple[str, str], Interval],
+) -> dict[str, dict[str, ScopeCost]]:
+    """Class -> input bucket -> cost: a cell is charged its share of the arm's busy time, as a
+    class is."""
+    result: dict[str, dict[str, ScopeCost]] = {}
+    for (name, bucket), ratio in sorted(ratios.items()):
+        scope = {
+            arm: [r for r in rs if r.prompt_class == name and r.input_bucket == bucket]
+            for arm, rs in measured.items()
+        }
+        result.setdefault(name, {})[bucket] = scope_cost(basis, scope, measured, windows_s, ratio)
+    return result

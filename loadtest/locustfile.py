@@ -160,12 +160,17 @@ class _RunState:
             prompt_id=item.prompt.id,
             prompt_class=item.prompt.prompt_class,
             warmup=item.warmup,
+            input_bucket=item.prompt.input_bucket,
         )
         if item.arrival_s is not None:
             lag = time.perf_counter() - (self.window_start + item.arrival_s)
             record.scheduled_lag_s = max(lag, 0.0)
         counted = dataclass_replace(session.stamps) if isinstance(session, StreamSession) else None
-        stream_request(session, self.plan.base_url, item.prompt.text, self.plan.params, record)
+        prompt = item.prompt
+        stream_request(
+            session, self.plan.base_url, prompt.text, self.plan.params, record,
+            messages=prompt.messages, max_tokens=prompt.max_tokens,
+        )  # fmt: skip
         if counted is not None and isinstance(session, StreamSession) and not item.warmup:
             self.stamps = self.stamps or ArrivalStamps()
             self.stamps.add(session.stamps.since(counted))

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from experiment.config import TIERED_ARM, Arm, ArmsMode, ExperimentConfig
 from loadtest.client import RequestParams
-from loadtest.prompts import ScheduleItem, build_schedule, load_prompts
+from loadtest.prompts import (
+    ScheduleItem,
+    build_schedule,
+    load_prompts,
+    resolve_path,
+    traffic_schedule,
+)
 
 # Of the whole comparison's time bound, kept back for Locust start-up, /metrics scrapes, the
 # report and CloudWatch (at most this, or 10% of short runs).
@@ -33,11 +40,15 @@ def arm_time_budget(total_s: float, arms_in_turn: int = 2) -> float:
 @dataclass(frozen=True)
 class LoadShape:
     """Closed loop at ``concurrency``; open loop (Poisson at ``request_rate``) when set, with at
-    most ``concurrency`` requests in flight. ``max_duration_s``: this arm's time bound."""
+    most ``concurrency`` requests in flight; a trace (``traffic_file``): each request at its
+    recorded offset times ``time_scale``, the same open loop. ``max_duration_s``: this arm's
+    time bound."""
 
     concurrency: int
     request_rate: float | None = None
     max_duration_s: float = 3600.0
+    traffic_file: str | None = None
+    time_scale: float | None = None
 
 
 @dataclass
@@ -60,6 +71,14 @@ class RunPlan:
     @property
     def measured(self) -> list[ScheduleItem]:
         return [item for item in self.schedule if not item.warmup]
+
+    def write(self, path: Path) -> Path:
+        """The plan file, readable by its owner only: a trace's plan holds its prompts."""
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(self.to_json())
+        return path
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -120,11 +139,14 @@ def build_plan(
     max_requests: int | None = None,
     api: str = "chat",
     tiered: bool = False,
+    max_model_len: int | None = None,
 ) -> RunPlan:
     """The arm's plan from ``config.loadtest``. ``arm``: a serving arm or ``TIERED_ARM``.
     ``max_requests``: cap on measured requests (after the shuffle; a smoke test of a big
     suite); ``api``: chat or completions; ``tiered``: the run drives the tiered arm too
-    (each arm's share of ``loadtest.max_duration_s`` shrinks)."""
+    (each arm's share of ``loadtest.max_duration_s`` shrinks). With ``loadtest.traffic.file``
+    the schedule is the trace's (chat only); a request whose input + output tokens exceed
+    ``max_model_len`` (default ``serving.max_model_len``) is refused, named."""
     lt = config.loadtest
     arm = str(arm)
     if arm not in (*Arm, TIERED_ARM):
@@ -145,18 +167,24 @@ def build_plan(
         timeout_s=lt.request_timeout_s,
         class_header=config.routing.class_header,
     )
-    schedule = build_schedule(
-        load_prompts(list(lt.prompts.files)),
-        requests_per_prompt=lt.requests_per_prompt,
-        seed=lt.seed,
-        warmup_requests=lt.warmup_requests,
-        request_rate=lt.request_rate,
-        max_requests=max_requests,
-    )
+    traffic = lt.traffic.file
+    if traffic is not None:
+        schedule = _trace(config, traffic, api, max_requests, max_model_len)
+    else:
+        schedule = build_schedule(
+            load_prompts(list(lt.prompts.files)),
+            requests_per_prompt=lt.requests_per_prompt,
+            seed=lt.seed,
+            warmup_requests=lt.warmup_requests,
+            request_rate=lt.request_rate,
+            max_requests=max_requests,
+        )
     shape = LoadShape(
         concurrency=lt.concurrency,
-        request_rate=lt.request_rate,
+        request_rate=None if traffic is not None else lt.request_rate,
         max_duration_s=arm_time_budget(lt.max_duration_s, arms_in_turn(lt.arms_mode, tiered)),
+        traffic_file=traffic,
+        time_scale=lt.traffic.time_scale if traffic is not None else None,
     )
     return RunPlan(
         arm=arm,
@@ -167,4 +195,37 @@ def build_plan(
         records_path=str(run_dir / f"records_{arm}.jsonl"),
         meta_path=str(run_dir / f"window_{arm}.json"),
         variant_label=lt.tiered_label if arm == TIERED_ARM else lt.variant_labels[Arm(arm)],
+    )
+
+
+def _trace(
+    config: ExperimentConfig,
+    file: str,
+    api: str,
+    max_requests: int | None,
+    max_model_len: int | None,
+) -> list[ScheduleItem]:
+    from loadtest.traffic import over_long, read_traffic
+
+    lt = config.loadtest
+    if api != "chat":
+        raise ValueError(
+            "loadtest.traffic.file replays conversations: use --api chat (the chat completions "
+            "endpoint)"
+        )
+    requests = read_traffic(resolve_path(file))
+    limit = max_model_len or config.serving.max_model_len
+    refused = over_long(requests, limit)
+    if refused:
+        more = f" and {len(refused) - 10} more" if len(refused) > 10 else ""
+        shown = ", ".join(refused[:10]) + more
+        raise ValueError(
+            f"{len(refused)} requests of {file} do not fit max_model_len {limit} (input + "
+            f"output tokens): {shown}; drop them (re-import) or raise the max_model_len"
+        )
+    return traffic_schedule(
+        requests,
+        time_scale=lt.traffic.time_scale,
+        warmup_requests=lt.warmup_requests,
+        max_requests=max_requests,
     )

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiment.loading import PROJECT_ROOT
+
+if TYPE_CHECKING:
+    from loadtest.traffic import TrafficRequest
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,11 @@ class Prompt:
     prompt_class: str
     text: str
     kind: str = ""
+    # A replayed request (loadtest.traffic): its own conversation, output length and input
+    # bucket; None/"" for the suite's single-turn prompts (text, loadtest.max_tokens).
+    messages: list[dict[str, str]] | None = None
+    max_tokens: int | None = None
+    input_bucket: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,4 +137,43 @@ def build_schedule(
             arrivals[i] = clock
             clock += rng.expovariate(request_rate)  # Poisson arrivals
     items = [ScheduleItem(index=i, prompt=p, arrival_s=arrivals[i]) for i, p in enumerate(measured)]
+    return warmup + items
+
+
+def traffic_schedule(
+    requests: Sequence[TrafficRequest],
+    *,
+    time_scale: float = 1.0,
+    warmup_requests: int = 0,
+    max_requests: int | None = None,
+) -> list[ScheduleItem]:
+    """A trace's schedule: every request once, in arrival order, at its recorded offset times
+    ``time_scale`` (the open loop's arrival times), with its own messages and output length.
+    Warm-up: the trace's first requests again, unmeasured."""
+    if not requests:
+        raise ValueError("no traffic to schedule")
+    if time_scale <= 0:
+        raise ValueError(f"time scale {time_scale} must be > 0")
+    prompts = [
+        Prompt(
+            id=r.id,
+            prompt_class=r.prompt_class,
+            text="",
+            messages=[m.model_dump() for m in r.messages],
+            max_tokens=r.output_tokens,
+            input_bucket=r.input_bucket,
+        )
+        for r in sorted(requests, key=lambda r: r.offset_s)
+    ]
+    offsets = sorted(r.offset_s for r in requests)
+    if max_requests is not None:
+        prompts, offsets = prompts[:max_requests], offsets[:max_requests]
+    warmup = [
+        ScheduleItem(index=-(i + 1), prompt=prompts[i % len(prompts)], warmup=True)
+        for i in range(warmup_requests)
+    ]
+    items = [
+        ScheduleItem(index=i, prompt=p, arrival_s=offsets[i] * time_scale)
+        for i, p in enumerate(prompts)
+    ]
     return warmup + items

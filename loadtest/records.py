@@ -40,6 +40,7 @@ class RequestRecord:
     prompt_id: str
     prompt_class: str
     warmup: bool = False
+    input_bucket: str = ""  # a replayed request's input-length bucket (loadtest.traffic)
     max_tokens: int = 0
     wall_start: float = 0.0  # time.time() at start, for humans and CloudWatch timestamps
     start: float = 0.0  # perf_counter at request start

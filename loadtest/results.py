@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -38,6 +38,9 @@ SCHEMA_VERSION = 7
 # 7: the acceptance floors the pilot supports (RunSummary.floors, AnalysisInfo.
 #    pilot_floor_factor): per class the verdict routes to SD, factor x its acceptance's lower
 #    bound, or why there is none.
+# 8: a replayed trace (issue 31): RunInfo.load_shape.traffic_file and time_scale, per class
+#    and input-length bucket PairedStatistics.by_bucket, CostSummary.by_bucket,
+#    RunSummary.verdict_by_bucket (ClassVerdict.input_bucket) and bucket_flips.
 
 
 class _Result(BaseModel):
@@ -317,9 +320,13 @@ class RequestInfo(_Result):
 class LoadShapeInfo(_Result):
     concurrency: int
     request_rate: float | None = None
-    """None: closed loop."""
+    """None: closed loop (or a trace)."""
     max_duration_s: float
     """Time bound of one arm."""
+    traffic_file: str | None = None
+    """The traffic file replayed (loadtest.traffic.file); None: the prompt suite."""
+    time_scale: float | None = None
+    """Its recorded offsets were multiplied by this (None: no trace)."""
 
 
 class SloInfo(_Result):
@@ -427,6 +434,8 @@ class PairedStatistics(_Result):
     """Measured schedule indices that failed or are missing on either arm."""
     overall: ScopeStatistics
     by_class: dict[str, ScopeStatistics] = Field(default_factory=dict)
+    by_bucket: dict[str, dict[str, ScopeStatistics]] = Field(default_factory=dict)
+    """A replayed trace: class -> input-length bucket -> its statistics (empty: no trace)."""
 
 
 class PriceBasis(_Result):
@@ -480,6 +489,8 @@ class CostSummary(_Result):
     basis: PriceBasis
     overall: ScopeCost
     by_class: dict[str, ScopeCost] = Field(default_factory=dict)
+    by_bucket: dict[str, dict[str, ScopeCost]] = Field(default_factory=dict)
+    """A replayed trace: class -> input-length bucket -> its cost (empty: no trace)."""
     at_optimal_load: dict[str, OptimalLoadCost] | None = None
     """Arm -> cost at its throughput-optimal concurrency; None without a sweep."""
     optimal_load_note: str | None = None
@@ -505,6 +516,8 @@ class ClassVerdict(_Result):
     """Baseline / SD mean E2E: > 1 is faster."""
     acceptance_rate_estimate: Interval | None = None
     lossless_mismatches: int = 0
+    input_bucket: str | None = None
+    """A replayed trace's input-length bucket of this row (None: the whole class)."""
 
 
 class AnalysisInfo(_Result):
@@ -650,6 +663,10 @@ class RunSummary(_Result):
     """Cost per 1M output tokens; None for runs without run.json "analysis"."""
     verdict: list[ClassVerdict] = Field(default_factory=list)
     """Per prompt class then "all": use SD / don't / can't tell."""
+    verdict_by_bucket: list[ClassVerdict] = Field(default_factory=list)
+    """A replayed trace: per prompt class and input-length bucket (empty: no trace)."""
+    bucket_flips: list[str] = Field(default_factory=list)
+    """Classes whose verdict differs across input-length buckets, each with how."""
     arms_timing: ArmsTiming | None = None
     """When the arms ran; None for runs from before loadtest.arms_mode."""
     tiered: TieredComparison | None = None

@@ -159,7 +159,14 @@ def run_comparison(
     tiered = tiered_url is not None
     plans = {
         arm: build_plan(
-            config, arm, url, out_dir, max_requests=max_requests, api=api, tiered=tiered
+            config,
+            arm,
+            url,
+            out_dir,
+            max_requests=max_requests,
+            api=api,
+            tiered=tiered,
+            max_model_len=config.local.max_model_len if local else None,
         )
         for arm, url in urls.items()
     }
@@ -203,7 +210,11 @@ def run_comparison(
         measured_requests=len(reference.measured),
         warmup_requests=len(reference.schedule) - len(reference.measured),
         seed=config.loadtest.seed,
-        prompt_files=list(config.loadtest.prompts.files),
+        prompt_files=(
+            [config.loadtest.traffic.file]
+            if config.loadtest.traffic.file is not None
+            else list(config.loadtest.prompts.files)
+        ),
         slo=SloInfo.model_validate(config.loadtest.slo.model_dump()),
         # What the run set besides the configuration (loadtest_config holds that).
         overrides={"api": api, **({"max_requests": max_requests} if max_requests else {})},

@@ -317,6 +317,8 @@ class PairedSamples:
     prompt_class: np.ndarray
     values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     unpaired: int = 0  # measured indices that failed (or are missing) on either arm
+    # A replayed trace's input-length bucket per pair ("" without a trace).
+    bucket: np.ndarray = field(default_factory=lambda: np.array([], dtype=object))
 
     def __len__(self) -> int:
         return int(self.index.size)
@@ -327,6 +329,7 @@ class PairedSamples:
             prompt_class=self.prompt_class[mask],
             values={k: (b[mask], s[mask]) for k, (b, s) in self.values.items()},
             unpaired=0,
+            bucket=self.bucket[mask] if self.bucket.size else self.bucket,
         )
 
 
@@ -394,6 +397,7 @@ def pair_records(
     return PairedSamples(
         index=np.array(indices, dtype=int),
         prompt_class=np.array([base[i].prompt_class for i in indices], dtype=object),
+        bucket=np.array([base[i].input_bucket for i in indices], dtype=object),
         values={
             name: (base_table[:, column], sd_table[:, column])
             for column, name in enumerate(VALUE_NAMES)
@@ -454,7 +458,15 @@ def paired_statistics(
 ) -> PairedStatistics:
     samples = pair_records(baseline, speculative)
     classes = sorted(set(samples.prompt_class.tolist()))
+    cells = sorted({(c, b) for c, b in zip(samples.prompt_class, samples.bucket, strict=True) if b})
+    by_bucket: dict[str, dict[str, ScopeStatistics]] = {}
+    for name, bucket in cells:  # the same statistics, grouped by (class, input bucket)
+        mask = (samples.prompt_class == name) & (samples.bucket == bucket)
+        by_bucket.setdefault(name, {})[bucket] = scope_statistics(
+            samples.subset(mask), num_speculative_tokens=num_speculative_tokens, settings=settings
+        )
     return PairedStatistics(
+        by_bucket=by_bucket,
         confidence=settings.confidence,
         resamples=settings.resamples,
         seed=settings.seed,

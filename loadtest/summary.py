@@ -233,6 +233,7 @@ def summarize(run_dir: Path) -> RunSummary:
         run.arms_mode, metas, run.loadtest_config.get("alternating_block_requests")
     )
     warnings += timing_warnings(timing)
+    warnings += analysis.bucket_flips
     summary = RunSummary(
         run=run,
         arms=arms,
@@ -242,6 +243,8 @@ def summarize(run_dir: Path) -> RunSummary:
         statistics=analysis.statistics,
         cost=analysis.cost,
         verdict=analysis.verdict,
+        verdict_by_bucket=analysis.verdict_by_bucket,
+        bucket_flips=analysis.bucket_flips,
         floors=analysis.floors,
         arms_timing=timing,
         tiered=tiered,

@@ -246,3 +246,51 @@ def pilot_floors(
         measured_acceptance_rate=acceptance.acceptance_rate if acceptance.available else None,
         by_class=entries,
     )
+
+
+def bucket_verdicts(
+    statistics: PairedStatistics,
+    cost: CostSummary,
+    lossless_mismatches_by_cell: dict[tuple[str, str], int],
+    settings: StatisticsConfig,
+    more_pairs: MorePairs | None = None,
+) -> list[ClassVerdict]:
+    """A replayed trace's verdict per prompt class and input-length bucket: the same rules
+    on the cell's own pairs and cost."""
+    rows = []
+    for name, buckets in sorted(statistics.by_bucket.items()):
+        for bucket, stats in sorted(buckets.items(), key=lambda kv: _bucket_start(kv[0])):
+            cell_cost = cost.by_bucket.get(name, {}).get(bucket)
+            if cell_cost is None:
+                continue
+            row = _verdict(
+                name,
+                stats,
+                cell_cost,
+                lossless_mismatches_by_cell.get((name, bucket), 0),
+                settings,
+                more_pairs,
+            )
+            rows.append(row.model_copy(update={"input_bucket": bucket}))
+    return rows
+
+
+def _bucket_start(label: str) -> int:
+    """A bucket label's first token count ("512-2047", "8192+"): buckets in length order."""
+    digits = label.split("-")[0].rstrip("+")
+    return int(digits) if digits.isdigit() else 0
+
+
+def verdict_flips(rows: Sequence[ClassVerdict]) -> list[str]:
+    """Each class whose decided verdicts ("use SD", "don't") differ across its buckets, with
+    the bucket of each: a per-class routing rule would be wrong for part of its traffic."""
+    by_class: dict[str, list[ClassVerdict]] = {}
+    for row in rows:
+        by_class.setdefault(row.prompt_class, []).append(row)
+    flips = []
+    for name, cells in sorted(by_class.items()):
+        decided = {c.decision for c in cells if c.decision is not Decision.CANT_TELL}
+        if len(decided) > 1:
+            shown = ", ".join(f"{c.input_bucket}: {c.decision.value}" for c in cells)
+            flips.append(f"{name}: the verdict flips with input length ({shown})")
+    return flips

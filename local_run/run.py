@@ -204,6 +204,7 @@ def run_local(
     config: ExperimentConfig, *, smoke_only: bool = False, log: Log = print
 ) -> LocalRunResult:
     from loadtest import local_scale, render_summary_table, run_comparison
+    from local_run.traffic import import_trace, replay_config
 
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -255,8 +256,13 @@ def run_local(
         served = describe_pair(pair)  # the headers of report.md and local_run.md
         loadtest_started = time.monotonic()
         watching = _start_watching(watch)
+        load = local_scale(config)
+        if config.local.traffic:  # the generated mixed trace instead of the prompt suite
+            traffic = import_trace(config, run_dir, pair.target_dir)
+            log(f"local run: replaying the generated trace {traffic}")
+            load = replay_config(load, traffic)
         summary = run_comparison(
-            local_scale(config),
+            load,
             urls[Arm.BASELINE],
             urls[Arm.SPECULATIVE],
             run_dir,

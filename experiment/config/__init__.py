@@ -45,6 +45,7 @@ from experiment.config.loadtest import (
     LoadTestPodConfig,
     PromptSuiteConfig,
     SloConfig,
+    TrafficConfig,
 )
 from experiment.config.local import LocalConfig
 from experiment.config.metric_names import MetricNames
@@ -124,6 +125,7 @@ __all__ = [
     "TargetPadding",
     "TargetShape",
     "TinyModelShape",
+    "TrafficConfig",
     "TuningConfig",
     "plugin_sha256",
     "routing_override_line",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from itertools import pairwise
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
@@ -35,6 +36,45 @@ class PromptSuiteConfig(Section):
             "JSONL prompt files, one prompt class per file, relative to the repository root."
         ),
     )
+
+
+class TrafficConfig(Section):
+    """Replay of a traffic file (``python -m loadtest traffic import``, loadtest/traffic.py)
+    instead of the prompt suite: each request with its own messages and output length, at its
+    recorded arrival offset, the same schedule to both arms."""
+
+    file: str | None = Field(
+        default=None,
+        description=(
+            "Traffic file written by `python -m loadtest traffic import` to replay instead of "
+            "loadtest.prompts (relative to the repository root or absolute); null: the "
+            "prompt suite."
+        ),
+    )
+    time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        default=1.0,
+        description=(
+            "Recorded arrival offsets are multiplied by this: 0.5 replays the trace twice "
+            "as fast, 2 half as fast; above 0."
+        ),
+    )
+    length_buckets: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [512, 2048, 8192],
+        description=(
+            "Input-length bucket edges in tokens, strictly increasing: [512, 2048] makes the "
+            "buckets 0-511, 512-2047 and 2048+; the report decides per class and bucket."
+        ),
+    )
+
+    @field_validator("length_buckets")
+    @classmethod
+    def _increasing(cls, value: list[int]) -> list[int]:
+        if any(b <= a for a, b in pairwise(value)):
+            raise ValueError(
+                f"loadtest.traffic.length_buckets {value} must be strictly increasing, such as "
+                "[512, 2048, 8192]"
+            )
+        return value
 
 
 class SloConfig(Section):
@@ -129,6 +169,10 @@ class LoadTestConfig(Section):
     )
     prompts: PromptSuiteConfig = Field(
         default_factory=PromptSuiteConfig, description="The prompt suite."
+    )
+    traffic: TrafficConfig = Field(
+        default_factory=TrafficConfig,
+        description="Replay of imported request logs (file null: the prompt suite).",
     )
     concurrency: Annotated[int, Field(ge=1)] = Field(
         default=4, description="Concurrent users (streams) per arm; at least workers."

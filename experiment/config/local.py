@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -88,6 +89,21 @@ class LocalConfig(Section):
         description=(
             "loadtest.arms_mode of the local run (its servers share the CPU cores): "
             "alternating or sequential."
+        ),
+    )
+    traffic: bool = Field(
+        default=False,
+        description=(
+            "Replay a generated mixed trace (local_run/traffic.py: multi-turn, short and "
+            "long contexts, both classes, bursts) instead of the prompt suite, and decide "
+            "per class and input-length bucket (local.traffic_length_buckets)."
+        ),
+    )
+    traffic_length_buckets: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [128],
+        description=(
+            "loadtest.traffic.length_buckets of the local run (its contexts fit "
+            "local.max_model_len): [128] makes 0-127 and 128+."
         ),
     )
     # 16 more prompts, so the lossless check covers 32 (the trn2 suite stays the published 16).
@@ -227,6 +243,15 @@ class LocalConfig(Section):
             raise ValueError(
                 "local.generator.drafts has an entry named 'eagle3', the name the EAGLE3 head "
                 "goes by in python -m tune; rename that draft"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _traffic_buckets_increase(self) -> LocalConfig:
+        edges = self.traffic_length_buckets
+        if any(b <= a for a, b in pairwise(edges)):
+            raise ValueError(
+                f"local.traffic_length_buckets {edges} must be strictly increasing, such as [128]"
             )
         return self
 

@@ -81,6 +81,44 @@ def verdict_rows(summary: RunSummary) -> Table:
     return header, rows
 
 
+def bucket_verdict_rows(summary: RunSummary) -> Table:
+    """A replayed trace: one row per prompt class and input-length bucket (the routing line
+    stays per class: the gateway routes on the class header, not on length)."""
+    level = f"{summary.statistics.confidence:.0%} CI" if summary.statistics else "CI"
+    header = [
+        "prompt class",
+        "input tokens",
+        "verdict",
+        f"cost SD / base [{level}]",
+        f"E2E speedup [{level}]",
+        "pairs",
+        "why",
+    ]
+    rows = [
+        [
+            v.prompt_class,
+            v.input_bucket or "",
+            v.decision.value,
+            interval_text(v.cost_ratio),
+            interval_text(v.e2e_speedup),
+            str(v.pairs),
+            v.reason,
+        ]
+        for v in summary.verdict_by_bucket
+    ]
+    return header, rows
+
+
+def bucket_flips_text(summary: RunSummary) -> str:
+    """Whether a class's verdict flips across input lengths."""
+    if not summary.bucket_flips:
+        return (
+            "No class's verdict flips across input-length buckets (buckets that can't tell "
+            "do not count)."
+        )
+    return "\n".join(f"Flips: {flip}" for flip in summary.bucket_flips)
+
+
 def floor_text(entry: ClassFloor, factor: float) -> str:
     """One routed class's proposed floor and how it was read off the run, or why none."""
     if entry.floor is None:

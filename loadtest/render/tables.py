@@ -14,6 +14,8 @@ from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
 from loadtest.render.decision import (
     NOT_AVAILABLE,
     Table,
+    bucket_flips_text,
+    bucket_verdict_rows,
     cost_rows,
     interval_rows,
     interval_text,
@@ -426,6 +428,14 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
             note=routing_text(summary),
         )
     ]
+    if summary.verdict_by_bucket:
+        result.append(
+            Section(
+                "Verdict by prompt class and input length (replayed trace)",
+                bucket_verdict_rows(summary),
+                note=bucket_flips_text(summary),
+            )
+        )
     if key_plots:
         result.append(Section("Latency by prompt class, over the run", key_plots))
     result.append(Section("Per prompt class", class_rows(summary)))

@@ -1,0 +1,114 @@
+"""A trace replayed by real Locust processes against two scripted servers: every request at
+its recorded offset (scaled), with its own messages and output length, the same on both arms,
+checked against what each server received and when."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.scripted_server import Script, ScriptedServer
+from experiment import build_config
+from experiment.config import Arm
+from loadtest.records import read_records
+from loadtest.runner import run_comparison
+from loadtest.traffic import ImportSettings, import_lines, write_traffic
+from loadtest.window import WindowMeta
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(180)]
+
+# (offset s, class, turns, output tokens): a burst of three at 0.4 s, a multi-turn long one.
+TRACE = [
+    (0.0, "structured", 1, 6),
+    (0.4, "open_ended", 1, 9),
+    (0.4, "structured", 3, 4),
+    (0.4, "open_ended", 1, 7),
+    (1.0, "structured", 1, 12),
+    (1.6, "open_ended", 5, 5),
+]
+TIME_SCALE = 0.5
+
+
+def _log() -> list[str]:
+    lines = []
+    for number, (offset, name, turns, tokens) in enumerate(TRACE):
+        messages = []
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"request {number} turn {turn}"})
+            if turn < turns - 1:
+                messages.append({"role": "assistant", "content": f"answer {turn}"})
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"r{number}",
+                    "timestamp": 1_700_000_000 + offset,
+                    "headers": {"x-prompt-class": name},
+                    "messages": messages,
+                    "usage": {"completion_tokens": tokens},
+                }
+            )
+        )
+    return lines
+
+
+def _script(_: int, body: dict) -> Script:
+    return Script.fixed(int(body["max_tokens"]), 1, ttft_s=0.01, gaps_s=0.005)
+
+
+def test_the_trace_reaches_both_arms_at_its_offsets_with_its_messages_and_lengths(
+    serve, tmp_path: Path
+) -> None:
+    settings = ImportSettings(
+        allowed_classes=["structured", "open_ended"], max_model_len=4096, length_buckets=[14]
+    )
+    requests = import_lines(_log(), settings).requests
+    traffic = write_traffic(requests, tmp_path / "traffic.jsonl")
+    config = build_config(
+        {
+            "loadtest.traffic.file": str(traffic),
+            "loadtest.traffic.time_scale": str(TIME_SCALE),
+            "loadtest.concurrency": "4",
+            "loadtest.warmup_requests": "1",
+            "loadtest.max_duration_s": "120",
+            "loadtest.request_timeout_s": "10",
+        }
+    )
+    servers: dict[Arm, ScriptedServer] = {
+        Arm.BASELINE: serve(_script),
+        Arm.SPECULATIVE: serve(_script),
+    }
+    out = tmp_path / "run"
+    summary = run_comparison(config, servers[Arm.BASELINE].url, servers[Arm.SPECULATIVE].url, out)
+    by_id = {r.id: r for r in requests}
+    for arm, server in servers.items():
+        meta = WindowMeta.read(out / f"window_{arm.value}.json", arm.value)
+        assert meta.stopped_by == "schedule_done"
+        received = server.log[1:]  # the first is the warm-up
+        assert len(received) == len(TRACE)
+        for entry in sorted(received, key=lambda e: e.received):
+            body = entry.body
+            match = [
+                r for r in requests if [m.model_dump() for m in r.messages] == body["messages"]
+            ]
+            assert len(match) == 1, body["messages"]
+            request = match[0]
+            assert body["max_tokens"] == request.output_tokens and body["ignore_eos"] is True
+            assert entry.headers["x-prompt-class"] == request.prompt_class
+            # Sent at its offset x the time scale after the window opened (one clock:
+            # perf_counter is the system's monotonic clock in every process).
+            error = entry.received - (meta.window_start + request.offset_s * TIME_SCALE)
+            assert -0.005 <= error < 0.1, (arm, request.id, error)
+        records = [r for r in read_records(out / f"records_{arm.value}.jsonl") if not r.warmup]
+        assert sorted(r.prompt_id for r in records) == sorted(by_id)
+        for record in records:
+            assert record.ok and record.output_tokens == by_id[record.prompt_id].output_tokens
+            assert record.max_tokens == record.output_tokens
+            assert record.input_bucket == by_id[record.prompt_id].input_bucket
+    assert {r.input_bucket for r in requests} == {"0-13", "14+"}
+    assert summary.run.load_shape.traffic_file == str(traffic)
+    assert summary.run.load_shape.time_scale == TIME_SCALE
+    assert not [w for w in summary.warnings if "differ from" in w], summary.warnings
+    plan = out / "plan_baseline.json"
+    assert plan.stat().st_mode & 0o777 == 0o600
