@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
+from typing import Any
 
 LOG = logging.getLogger("loadtest")
 HTTP_TIMEOUT_S = 5.0
@@ -62,9 +63,9 @@ def poll_until(
 
 
 def stop_groups(
-    processes: Sequence[subprocess.Popen[bytes]],
+    processes: Sequence[subprocess.Popen[Any]],
     grace_s: float,
-    on_kill: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    on_kill: Callable[[subprocess.Popen[Any]], None] | None = None,
 ) -> None:
     """SIGTERM each process's group, give them ``grace_s`` together to exit (children
     included: a leader may exit before its engine and workers), then SIGKILL what is left;
@@ -86,7 +87,7 @@ def stop_groups(
             process.wait(timeout=grace_s)
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def _signal_group(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
 
