@@ -175,3 +175,41 @@ def test_a_parser_that_owns_config_takes_the_file_through_c(tmp_path) -> None:
     config_file.write_text("serving:\n  num_speculative_tokens: 4\n")
     args = parser.parse_args(["--config", "locust.conf", "-c", f"experiment_file={config_file}"])
     assert config_from_arguments(args, file_option=False).serving.num_speculative_tokens == 4
+
+
+def _shares_config_options(source: str) -> bool:
+    """A command line module calls add_config_arguments or config_parser."""
+    import ast
+
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"add_config_arguments", "config_parser"}
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def test_every_command_takes_config_c_and_help_config() -> None:
+    """The README promises --config, -c and --help-config on every ``python -m`` command."""
+    from experiment.loading import PROJECT_ROOT
+
+    commands = sorted(PROJECT_ROOT.glob("*/__main__.py"))
+    assert len(commands) >= 6, commands  # bench, charts, guardrails, loadtest, local_run, tune
+    lacking = [
+        str(p.relative_to(PROJECT_ROOT))
+        for p in commands
+        if not _shares_config_options(p.read_text())
+    ]
+    assert lacking == []
+    assert not _shares_config_options("import argparse\nargparse.ArgumentParser()\n")
+
+
+def test_bench_rejects_a_bad_key_and_lists_the_keys(capsys) -> None:
+    from bench.__main__ import build_parser, main
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help-config"])
+    assert "loadtest.workers_connect_timeout_s" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["-c", "loadtest.no_such_key=1", "--render-only", "--no-readme"])
+    assert "no_such_key" in capsys.readouterr().err
