@@ -33,11 +33,12 @@ def arm_time_budget(total_s: float, arms_in_turn: int = 2) -> float:
 @dataclass(frozen=True)
 class LoadShape:
     """Closed loop at ``concurrency``; open loop (Poisson at ``request_rate``) when set, with at
-    most ``concurrency`` requests in flight. ``max_duration_s``: this arm's time bound."""
+    most ``concurrency`` requests in flight. ``max_duration_s``: this arm's time bound, its
+    share of ``loadtest.max_duration_s`` (arm_time_budget): no default of its own."""
 
     concurrency: int
+    max_duration_s: float
     request_rate: float | None = None
-    max_duration_s: float = 3600.0
 
 
 @dataclass

