@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +26,18 @@ LOG = logging.getLogger("loadtest")
 HTTP_TIMEOUT_S = 5.0
 # While a group's leader is gone but its children linger, how often to look again.
 GROUP_POLL_S = 0.1
+
+
+# Audit events (sys.audit) naming what a long step is doing, so a hang is reported with its
+# phase (tests/conftest.py adds the last one to a timed-out test's failure), and marking
+# training (the test tiers: only a `train` or `integration` test may train a model).
+PHASE_EVENT = "specdecode.phase"
+TRAIN_EVENT = "specdecode.train"
+
+
+def enter_phase(text: str) -> None:
+    """Say which phase a long wait or loop is in (an audit event: free when nobody listens)."""
+    sys.audit(PHASE_EVENT, text)
 
 
 def http_get(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[bool, bytes]:

@@ -38,7 +38,7 @@ from local_run.guardrails import AlertLog, LocalPrometheus
 from local_run.models import ensure_models
 from local_run.servers import LocalServers, free_port, sigterm_raises
 
-pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = 0.4  # between the miniature's open-ended (~0.14) and structured (~0.69) acceptance

@@ -26,7 +26,7 @@ from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
 from local_run.run import _problems
 from local_run.servers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(600)]
 SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"
 
 
