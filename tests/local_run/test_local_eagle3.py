@@ -21,7 +21,7 @@ from local_run.models import MANIFEST, ModelPair, cache_key, describe_pair, ensu
 from runtime.render import render
 
 # Trains the tiny target and its EAGLE3 head with torch (twice for the threads test).
-pytestmark = [pytest.mark.train, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.train, pytest.mark.timeout(1500)]
 
 TINY: dict[str, object] = {
     "generator.documents": 120,
