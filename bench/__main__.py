@@ -7,6 +7,10 @@ results table into ``bench/README.md`` (between the RESULTS markers).
 
     python -m bench                       # everything (~15 min on 2 cores)
     python -m bench --levels 1,16 --quick # a smoke run
+
+``--config FILE`` / ``-c KEY=VALUE`` / ``--help-config`` as on every command: the Locust
+instrument runs with the configured ``loadtest.workers_connect_timeout_s``; the workload
+(stream shape, levels, request counts) is this bench's own (bench/workload.py).
 """
 
 from __future__ import annotations
@@ -33,7 +37,13 @@ from bench.report import render_table, update_readme
 from bench.tokenizer import build_tokenizer
 from bench.truth_server import TruthServer
 from bench.workload import Workload
-from experiment.loading import PROJECT_ROOT
+from experiment.config import LoadTestConfig
+from experiment.loading import (
+    PROJECT_ROOT,
+    ConfigError,
+    add_config_arguments,
+    config_from_arguments,
+)
 from local_run.machine import cpu_model
 
 LOG = logging.getLogger("bench")
@@ -92,6 +102,7 @@ def measure(
     tokenizer_dir: Path,
     pin: bool = False,
     aiperf_venv: Path = DEFAULT_VENV,
+    loadtest: LoadTestConfig | None = None,
 ) -> dict[str, Any]:
     run_dir = out_dir / f"c{level}" / instrument.key
     server_cpus, client_cpus = split_cpus(pin)
@@ -111,6 +122,7 @@ def measure(
                 server.url,
                 exclude,
                 aiperf_venv,
+                loadtest or LoadTestConfig(),
             )
         finally:
             os.sched_setaffinity(0, own_cpus)
@@ -166,7 +178,8 @@ def _run_instrument(
     tokenizer_dir: Path,
     url: str,
     exclude: set[int],
-    aiperf_venv: Path = DEFAULT_VENV,
+    aiperf_venv: Path,
+    loadtest: LoadTestConfig,
 ) -> tuple[list[Any], dict[str, Any], CpuSampler]:
     with CpuSampler(exclude) as sampler:
         if instrument.name == "vllm":
@@ -177,7 +190,13 @@ def _run_instrument(
             )
         else:
             observations, meta = run_locust(
-                workload, level, url, run_dir, instrument.processes, instrument.transport
+                workload,
+                level,
+                url,
+                run_dir,
+                instrument.processes,
+                instrument.transport,
+                workers_connect_timeout_s=loadtest.workers_connect_timeout_s,
             )
     return observations, meta, sampler
 
@@ -186,8 +205,13 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser)  # --config, -c, --help-config: as every command
     parser.add_argument(
         "--levels",
         default=",".join(map(str, Workload().levels)),
@@ -253,7 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         help="measure nothing: print the table of the existing --results file and write it "
         "into bench/README.md (unless --no-readme)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        config = config_from_arguments(args)
+    except ConfigError as err:
+        parser.error(str(err))
     if args.render_only:
         return _render(json.loads(args.results.read_text()), not args.no_readme)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -301,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                         tokenizer_dir,
                         pin=args.pin,
                         aiperf_venv=args.aiperf_venv,
+                        loadtest=config.loadtest,
                     )
                 except (RuntimeError, ValueError) as err:
                     LOG.error("c=%d %s failed: %s", level, instrument.label, err)

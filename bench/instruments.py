@@ -23,6 +23,7 @@ from typing import Any
 from bench.accuracy import Observation
 from bench.scripted_server import DEFAULT_MODEL_NAME
 from bench.workload import Workload, tag_of
+from experiment.config import LoadTestConfig
 from experiment.loading import PROJECT_ROOT
 
 MODEL_NAME = DEFAULT_MODEL_NAME  # what the truth server answers to
@@ -182,6 +183,8 @@ def run_locust(
     run_dir: Path,
     processes: int = 1,
     transport: str = "httptools",
+    *,
+    workers_connect_timeout_s: int = LoadTestConfig().workers_connect_timeout_s,
 ) -> tuple[list[Observation], dict[str, Any]]:
     """``processes`` > 1: the load test's own distributed mode (a Locust master and that
     many workers over one schedule, ``loadtest.workers``), exactly what users run."""
@@ -199,6 +202,7 @@ def run_locust(
         locustfile,
         workers=processes,
         master_port=MASTER_PORT,
+        workers_connect_timeout_s=workers_connect_timeout_s,
     )
     path = Path(plan.records_path)
     observations = observations_from_records(read_records(path)) if path.is_file() else []

@@ -32,7 +32,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,9 @@ from bench.scripted_server import DEFAULT_MODEL_NAME, StreamFormat, chunk_frame
 from bench.send_stamps import SendStamps
 from bench.workload import Workload
 from experiment.loading import PROJECT_ROOT
+from loadtest.processes import http_get, stop_groups
 
+STOP_GRACE_S = 10.0
 START_TIMEOUT_S = 30.0
 MAX_HEADER_BYTES = 65536
 CHAT_PATH = "/v1/chat/completions"
@@ -220,6 +221,7 @@ class TruthServer:
             stderr=self.log_path.open("w"),
             text=True,
             cwd=PROJECT_ROOT,
+            start_new_session=True,  # its own process group, stopped as one (stop_groups)
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if (cpus := self.cpus) else None,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -232,20 +234,18 @@ class TruthServer:
         return self
 
     def log(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(self.url + "/_scripted/log", timeout=60) as response:
-            return json.loads(response.read())
+        ok, body = http_get(self.url + "/_scripted/log", timeout_s=60)
+        if not ok:
+            raise RuntimeError(f"truth server at {self.url} gave no send log; see {self.log_path}")
+        entries: list[dict[str, Any]] = json.loads(body)
+        return entries
 
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_groups([self.process], STOP_GRACE_S)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -40,7 +40,7 @@ from typing import Any
 
 from charts.gateway import gateway_url
 from charts.inputs import ClusterInputs
-from charts.naming import ARM_LABEL, labels, metadata, short_hash
+from charts.naming import ARM_LABEL, labels, metadata, role_with_binding, short_hash
 from charts.rollout import ROLLOUTS_API, rollout_name
 from experiment.config import Arm, ArmsMode, ExperimentConfig
 
@@ -313,31 +313,18 @@ def arms_routed_access(config: ExperimentConfig) -> list[dict[str, Any]]:
     """What the wait reads, and nothing else: the Rollout and the two arms' Services."""
     name = f"{config.project}-loadtest-reads-arms"
     serving = config.serving
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(config, name, labels(config, COMPONENT, name)),
-        "rules": [
-            {"apiGroups": [ROLLOUTS_API.split("/")[0]], "resources": ["rollouts"],
-             "resourceNames": [rollout_name(config)], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["services"],
-             "resourceNames": [serving.service_name(arm) for arm in Arm], "verbs": ["get"]},
-        ],
-    }  # fmt: skip
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(config, name, labels(config, COMPONENT, name)),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": config.loadtest.service_account,
-                "namespace": serving.namespace,
-            }
-        ],
+    rules = [
+        {"apiGroups": [ROLLOUTS_API.split("/")[0]], "resources": ["rollouts"],
+         "resourceNames": [rollout_name(config)], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"],
+         "resourceNames": [serving.service_name(arm) for arm in Arm], "verbs": ["get"]},
+    ]  # fmt: skip
+    account = {
+        "kind": "ServiceAccount",
+        "name": config.loadtest.service_account,
+        "namespace": serving.namespace,
     }
-    return [role, binding]
+    return role_with_binding(config, name, COMPONENT, rules, account)
 
 
 def _pod_labels(config: ExperimentConfig, role: str, arm: Arm | None = None) -> dict[str, str]:

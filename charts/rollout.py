@@ -56,7 +56,16 @@ from charts.gateway import (
     OWNING_GATEWAY_NAMESPACE,
     gateway_name,
 )
-from charts.naming import ARM_LABEL, NAME, PART_OF, labels, metadata, short_hash
+from charts.naming import (
+    ARM_LABEL,
+    NAME,
+    PART_OF,
+    RBAC_API,
+    labels,
+    metadata,
+    role_with_binding,
+    short_hash,
+)
 from charts.vllm_service import (
     checkov_skips,
     disruption_budget,
@@ -301,30 +310,13 @@ def analysis_template(
 def operator_role(config: ExperimentConfig) -> list[dict[str, Any]]:
     """A Role and its binding: read rollouts, patch their status (abort, retry), nothing else."""
     name = f"{config.project}-rollout-operators"
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(config, name, labels(config, "rollout", name)),
-        "rules": [
-            {"apiGroups": ["argoproj.io"], "resources": ["rollouts", "analysisruns"],
-             "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["argoproj.io"], "resources": ["rollouts/status"], "verbs": ["patch"]},
-        ],
-    }  # fmt: skip
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(config, name, labels(config, "rollout", name)),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [
-            {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Group",
-                "name": config.routing.eks.operators_group,
-            }
-        ],
-    }
-    return [role, binding]
+    rules = [
+        {"apiGroups": ["argoproj.io"], "resources": ["rollouts", "analysisruns"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["argoproj.io"], "resources": ["rollouts/status"], "verbs": ["patch"]},
+    ]  # fmt: skip
+    group = {"apiGroup": RBAC_API, "kind": "Group", "name": config.routing.eks.operators_group}
+    return role_with_binding(config, name, "rollout", rules, group)
 
 
 def controller_username(config: ExperimentConfig) -> str:
@@ -483,29 +475,16 @@ def controller_route_access(config: ExperimentConfig) -> list[dict[str, Any]]:
     updates the route (setHTTPRouteWeight)."""
     name = f"{config.project}-rollouts-controller-route"
     eks = config.routing.eks
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(config, name, labels(config, "rollout", name)),
-        "rules": [
-            {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
-             "resourceNames": [weights_route_name(config)], "verbs": ["get", "update"]},
-        ],
-    }  # fmt: skip
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(config, name, labels(config, "rollout", name)),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": eks.rollouts_service_account,
-                "namespace": eks.rollouts_namespace,
-            }
-        ],
+    rules = [
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
+         "resourceNames": [weights_route_name(config)], "verbs": ["get", "update"]},
+    ]  # fmt: skip
+    controller = {
+        "kind": "ServiceAccount",
+        "name": eks.rollouts_service_account,
+        "namespace": eks.rollouts_namespace,
     }
-    return [role, binding]
+    return role_with_binding(config, name, "rollout", rules, controller)
 
 
 def rollout(config: ExperimentConfig) -> dict[str, Any]:

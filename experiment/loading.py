@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import tomllib
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -214,6 +215,19 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if set(data) == {CONTEXT_KEY} and isinstance(data[CONTEXT_KEY], dict):
         return data[CONTEXT_KEY]
     return data
+
+
+def pinned_version(package: str, root: Path = PROJECT_ROOT) -> str:
+    """The version ``package`` is pinned to (``package==X``) in pyproject.toml's dependencies
+    or optional dependencies: the one place a pin is written, read by the code that checks
+    what is installed."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    groups = [project.get("dependencies", []), *project.get("optional-dependencies", {}).values()]
+    for requirement in (r for group in groups for r in group):
+        name, _, rest = requirement.partition("==")
+        if rest and name.strip() == package:
+            return rest.split(";")[0].strip()
+    raise ConfigError(f"pyproject.toml pins no {package}==VERSION; pin it there")
 
 
 def cdk_json_context(root: Path = PROJECT_ROOT) -> dict[str, Any]:

@@ -42,11 +42,12 @@ class LoadShape:
     """Closed loop at ``concurrency``; open loop (Poisson at ``request_rate``) when set, with at
     most ``concurrency`` requests in flight; a trace (``traffic_file``): each request at its
     recorded offset times ``time_scale``, the same open loop. ``max_duration_s``: this arm's
-    time bound."""
+    time bound, its share of ``loadtest.max_duration_s`` (arm_time_budget): no default of its
+    own."""
 
     concurrency: int
+    max_duration_s: float
     request_rate: float | None = None
-    max_duration_s: float = 3600.0
     traffic_file: str | None = None
     time_scale: float | None = None
 

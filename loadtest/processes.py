@@ -14,16 +14,30 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
+from typing import Any
 
 LOG = logging.getLogger("loadtest")
 HTTP_TIMEOUT_S = 5.0
 # While a group's leader is gone but its children linger, how often to look again.
 GROUP_POLL_S = 0.1
+
+
+# Audit events (sys.audit) naming what a long step is doing, so a hang is reported with its
+# phase (tests/conftest.py adds the last one to a timed-out test's failure), and marking
+# training (the test tiers: only a `train` or `integration` test may train a model).
+PHASE_EVENT = "specdecode.phase"
+TRAIN_EVENT = "specdecode.train"
+
+
+def enter_phase(text: str) -> None:
+    """Say which phase a long wait or loop is in (an audit event: free when nobody listens)."""
+    sys.audit(PHASE_EVENT, text)
 
 
 def http_get(url: str, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[bool, bytes]:
@@ -62,9 +76,9 @@ def poll_until(
 
 
 def stop_groups(
-    processes: Sequence[subprocess.Popen[bytes]],
+    processes: Sequence[subprocess.Popen[Any]],
     grace_s: float,
-    on_kill: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    on_kill: Callable[[subprocess.Popen[Any]], None] | None = None,
 ) -> None:
     """SIGTERM each process's group, give them ``grace_s`` together to exit (children
     included: a leader may exit before its engine and workers), then SIGKILL what is left;
@@ -86,7 +100,7 @@ def stop_groups(
             process.wait(timeout=grace_s)
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def _signal_group(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
 

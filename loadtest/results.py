@@ -612,7 +612,7 @@ class ArmsTiming(_Result):
 
 
 class TieredClass(_Result):
-    """The tiered arm in one prompt class against both serving arms (loadtest.tiered)."""
+    """The tiered arm in one prompt class against both serving arms (loadtest/tiered.py)."""
 
     prompt_class: str
     routed_to: str

@@ -110,10 +110,12 @@ def _arm_warnings(
     reads = stamps.kernel + stamps.user if stamps is not None else 0
     if stamps is not None and reads and stamps.user / reads > USER_STAMP_WARNING_FRACTION:
         warnings.append(
-            f"{arm}: {stamps.user / reads:.0%} of {reads} reads had no kernel receive timestamp "
-            "(TLS or not Linux): their arrival is when the client got to read them, so TTFT "
-            "and ITL include the client's scheduling delay (keep streams per worker within "
-            "the budget of bench/README.md)"
+            f"{arm}: {stamps.user / reads:.0%} of {reads} reads had no usable kernel receive "
+            "timestamp (the kernel attached none or an impossible one, which happens to part "
+            "of the reads even over plain http on Linux; over TLS or off Linux every read): "
+            "their arrival is when the client got to read them, so TTFT and ITL include the "
+            "client's scheduling delay (keep streams per worker within the budget of "
+            "bench/README.md)"
         )
     if block.clock_skew_ms is not None and block.clock_skew_ms > skew_warning_ms:
         warnings.append(

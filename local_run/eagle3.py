@@ -33,8 +33,6 @@ from typing import Any
 
 from experiment.config import LocalConfig
 
-Log = Callable[[str], None]
-
 # Bump when this module's code changes what it produces: a new version is a new cache key.
 HEAD_VERSION = 3
 EAGLE3_KIND = "eagle3"  # local.drafter's value, and the head's manifest kind

@@ -28,13 +28,9 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import platform
-import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +39,15 @@ from typing import IO, Any
 
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
 from experiment.config.upstreams import pin
+from loadtest.processes import http_get, poll_until, stop_groups
 from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
 
 # Loopback connects are refused at once when nothing listens; a second is ample.
 CONNECT_TIMEOUT = "1s"
 READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
+# The admin interface is on loopback and answers at once when up.
+ADMIN_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +58,12 @@ class Address:
     def socket_address(self) -> dict[str, Any]:
         # data-plane-api:envoy/config/core/v3/address.proto (SocketAddress: address, port_value)
         return {"socket_address": {"address": self.host, "port_value": self.port}}
+
+    @classmethod
+    def of_url(cls, url: str) -> Address:
+        """``http://host:port`` (a local server's URL) as an address."""
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return cls(host, int(port))
 
 
 def _duration(seconds: float) -> str:
@@ -350,16 +355,6 @@ def envoy_binary() -> Path:
     return path
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, b""
-    except (urllib.error.URLError, OSError):
-        return 0, b""
-
-
 @dataclass
 class EnvoyGateway:
     """One Envoy process serving ``bootstrap``; a context manager that always stops it."""
@@ -414,27 +409,29 @@ class EnvoyGateway:
             start_new_session=True,  # its own process group, stopped as one
             preexec_fn=_die_with_parent,  # dies with us even if we are SIGKILLed
         )
-        deadline = time.monotonic() + self.ready_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+        process = self.process
+
+        def ready() -> bool:
+            if process.poll() is not None:
                 raise ServerError(
-                    f"gateway: Envoy exited with {self.process.returncode}; see {self.log_path}:\n"
+                    f"gateway: Envoy exited with {process.returncode}; see {self.log_path}:\n"
                     + self.log_path.read_text(errors="replace")[-3000:]
                 )
-            if admin_path.is_file() and admin_path.read_text().strip():
-                self.admin_url = f"http://{admin_path.read_text().strip()}"
-                if _get(f"{self.admin_url}/ready")[0] == 200:
-                    return
-            time.sleep(POLL_INTERVAL_S)
-        self.stop()
-        raise ServerError(
-            f"gateway: Envoy not ready after {self.ready_timeout_s:.0f}s; see {self.log_path}"
-        )
+            if not (admin_path.is_file() and admin_path.read_text().strip()):
+                return False
+            self.admin_url = f"http://{admin_path.read_text().strip()}"
+            return http_get(f"{self.admin_url}/ready", ADMIN_TIMEOUT_S)[0]
+
+        if not poll_until(ready, time.monotonic() + self.ready_timeout_s, POLL_INTERVAL_S):
+            self.stop()
+            raise ServerError(
+                f"gateway: Envoy not ready after {self.ready_timeout_s:.0f}s; see {self.log_path}"
+            )
 
     def stats(self) -> dict[str, int]:
         """Envoy's counters and gauges by name (admin ``/stats``), such as
         ``cluster.baseline.upstream_rq_total``."""
-        _, body = _get(f"{self.admin_url}/stats?format=json")
+        _, body = http_get(f"{self.admin_url}/stats?format=json", ADMIN_TIMEOUT_S)
         found: dict[str, int] = {}
         for entry in json.loads(body or b"{}").get("stats", []):
             if "name" in entry and isinstance(entry.get("value"), int):
@@ -445,7 +442,7 @@ class EnvoyGateway:
         """Requests each arm's endpoint received, per cluster: ``{(cluster, arm): count}``
         from the admin ``/clusters?format=json`` (envoy admin/v3/clusters.proto: each
         host's ``stats`` hold ``rq_total``; ``hostname`` is the arm, ``_endpoints``)."""
-        _, body = _get(f"{self.admin_url}/clusters?format=json")
+        _, body = http_get(f"{self.admin_url}/clusters?format=json", ADMIN_TIMEOUT_S)
         found: dict[tuple[str, str], int] = {}
         for cluster in json.loads(body or b"{}").get("cluster_statuses", []):
             for host in cluster.get("host_statuses", []):
@@ -455,13 +452,8 @@ class EnvoyGateway:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        if process is not None:
+            stop_groups([process], STOP_GRACE_S)
         if self._log is not None:
             self._log.close()
             self._log = None

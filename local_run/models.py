@@ -31,6 +31,7 @@ import os
 import platform
 import random
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ from typing import Any
 
 from experiment.config import DraftShape, LocalConfig, ModelGeneratorConfig, TinyModelShape
 from experiment.loading import PROJECT_ROOT
+from loadtest.processes import TRAIN_EVENT, enter_phase
 from local_run import corpus, eagle3
 from local_run.machine import usable_cores
 from local_run.progress import Log
@@ -393,6 +395,7 @@ def optimize(
 
     if steps == 0:
         return []
+    sys.audit(TRAIN_EVENT, name, steps)
     sampler = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
     warmup = max(1, steps // 10)
@@ -407,6 +410,7 @@ def optimize(
     losses: list[float] = []
     started = time.monotonic()
     for step in range(steps):
+        enter_phase(f"training {name}: step {step + 1}/{steps}")
         loss = batch_loss(sampler)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

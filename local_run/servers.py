@@ -28,7 +28,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from loadtest.processes import healthy, http_get, poll_until, signals_raise, stop_groups
+from loadtest.processes import (
+    enter_phase,
+    healthy,
+    http_get,
+    poll_until,
+    signals_raise,
+    stop_groups,
+)
 from local_run.progress import Log
 from runtime.render import VllmCommand
 
@@ -206,6 +213,7 @@ class Server:
         due = math.floor((time.monotonic() - started) / PROGRESS_EVERY_S) + 1
         next_progress = started + due * PROGRESS_EVERY_S
         process = self.process
+        enter_phase(f"waiting for the {self.name} server to become ready ({self.log_path})")
 
         def ready() -> bool:
             code = process.poll()

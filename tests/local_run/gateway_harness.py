@@ -149,11 +149,6 @@ def stat(gateway: EnvoyGateway, name: str) -> int:
     return gateway.stats().get(name, 0)
 
 
-def address_of(url: str) -> Address:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    return Address(host, int(port))
-
-
 def gateway_between(
     routing: RoutingConfig, baseline: Address, speculative: Address, work_dir: Path
 ) -> EnvoyGateway:

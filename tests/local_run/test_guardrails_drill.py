@@ -33,12 +33,12 @@ from experiment.config import Arm, ExperimentConfig
 from experiment.loading import context_from_pairs
 from loadtest.prompts import load_prompts
 from local_run.arms import arm_servers
-from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
+from local_run.gateway import local_gateway
 from local_run.guardrails import AlertLog, LocalPrometheus
 from local_run.models import ensure_models
 from local_run.servers import LocalServers, free_port, sigterm_raises
 
-pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = 0.4  # between the miniature's open-ended (~0.14) and structured (~0.69) acceptance
@@ -146,13 +146,6 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillResult]:
     pair = ensure_models(config.local)
     servers = arm_servers(config, pair.target_dir, pair.draft_dir, tmp / "servers")
     local = config.local
-    bootstrap = envoy_bootstrap(
-        config.routing,
-        listen=Address(local.host, local.gateway_port),
-        baseline=Address(local.host, local.baseline_port),
-        speculative=Address(local.host, local.speculative_port),
-        admin=Address("127.0.0.1", 0),
-    )
     prompts = load_prompts([str(ROOT / f) for f in local.extra_prompt_files])
     by_class = {
         name: [p.text for p in prompts if p.prompt_class == name]
@@ -169,7 +162,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillResult]:
     with (
         sigterm_raises(),
         LocalServers(servers, local.startup_timeout_s, print) as running,
-        EnvoyGateway(bootstrap, tmp / "gateway") as gateway,
+        local_gateway(config, tmp / "gateway") as gateway,
     ):
         urls = {Arm(s.name): s.url for s in running.servers}
         model = running.servers[0].served_model_name

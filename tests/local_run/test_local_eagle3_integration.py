@@ -24,7 +24,7 @@ from local_run.servers import LocalServers, free_port, sigterm_raises
 from local_run.smoke import ArmCheck, check_arm, request_params
 
 # Generates the default pair and trains the head on a fresh machine, then serves both arms.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROMPTS_PER_CLASS = 3
 MAX_TOKENS = 32
 

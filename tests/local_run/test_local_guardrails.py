@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gateway_harness import ScriptedArm, address_of, gateway_between, send
+from gateway_harness import ScriptedArm, gateway_between, send
 
 from bench.scripted_server import Script
 from experiment import build_config
 from experiment.config import Arm
 from experiment.loading import context_from_pairs
 from guardrails.rules import rule_set
+from local_run.gateway import Address
 from local_run.guardrails import (
     CONFIG_FILE,
     RULE_FILE,
@@ -60,7 +61,7 @@ def test_prometheus_watches_both_arms_and_the_gateway(tmp_path: Path) -> None:
         for arm in arms.values():
             arm.start()
         servers = {arm: scripted.url for arm, scripted in arms.items()}
-        addresses = address_of(servers[Arm.BASELINE]), address_of(servers[Arm.SPECULATIVE])
+        addresses = Address.of_url(servers[Arm.BASELINE]), Address.of_url(servers[Arm.SPECULATIVE])
         with (
             gateway_between(routing, *addresses, tmp_path / "gateway") as gateway,
             LocalPrometheus(config, servers, gateway.admin_url, tmp_path / "prom") as prom,

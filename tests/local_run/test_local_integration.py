@@ -33,7 +33,7 @@ from local_run.smoke import (
     smoke_problems,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"
 
 STRUCTURED_PROMPT = SMOKE_PROMPT  # a counting task: the pair drafts it well

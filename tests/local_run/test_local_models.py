@@ -25,7 +25,7 @@ from local_run.models import (
 )
 
 # The module's pair trains inside its first test: 13 s on an idle machine, over 180 s at load 10.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(600)
 
 TINY_WIDTH, TINY_EXTRA_LAYERS = 768, 1
 TINY_DRAFT_SHARE = 0.3  # large enough that the tiny draft is padded too

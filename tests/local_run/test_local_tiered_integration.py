@@ -26,13 +26,8 @@ from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
 from local_run.run import _problems
 from local_run.servers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(600)]
 SUMMARY_SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "summary.schema.json"
-
-
-def _address(url: str) -> Address:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    return Address(host, int(port))
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +37,8 @@ def gateway(
     bootstrap = envoy_bootstrap(
         local_config.routing,
         listen=Address(local_config.local.host, free_port()),
-        baseline=_address(running_servers[Arm.BASELINE]),
-        speculative=_address(running_servers[Arm.SPECULATIVE]),
+        baseline=Address.of_url(running_servers[Arm.BASELINE]),
+        speculative=Address.of_url(running_servers[Arm.SPECULATIVE]),
         admin=Address("127.0.0.1", 0),
     )
     with EnvoyGateway(bootstrap, tmp_path_factory.mktemp("gateway")) as running:

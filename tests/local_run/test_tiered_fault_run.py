@@ -43,7 +43,6 @@ from gateway_harness import (
     FAST_HEALTH,
     ROOT,
     ScriptedArm,
-    address_of,
     gateway_between,
     loadtest_env,
     stat,
@@ -56,7 +55,7 @@ from experiment.config import RoutingConfig
 from loadtest.records import FailureReason, read_records
 from loadtest.results import RunSummary
 from loadtest.runner import exit_code
-from local_run.gateway import EnvoyGateway
+from local_run.gateway import Address, EnvoyGateway
 from local_run.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(300)]
@@ -136,7 +135,7 @@ def test_the_speculative_server_dies_during_the_tiered_arm(tmp_path: Path) -> No
     with ScriptedServer(BASE, precise_pacing=False) as base:
         try:
             sd.start()
-            servers = address_of(base.url), address_of(sd.url)
+            servers = Address.of_url(base.url), Address.of_url(sd.url)
             with gateway_between(ROUTING, *servers, tmp_path / "gateway") as gateway:
                 command = tiered_run_command(base.url, sd.url, gateway.url, out, settings)
                 stdout, stderr = tmp_path / "loadtest.out", tmp_path / "loadtest.err"

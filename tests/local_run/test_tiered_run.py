@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from gateway_harness import (
     ROOT,
-    address_of,
     gateway_between,
     loadtest_env,
     tiered_run_command,
@@ -25,6 +24,7 @@ from gateway_harness import (
 
 from bench.scripted_server import Script, ScriptedServer
 from experiment import build_config
+from local_run.gateway import Address
 
 pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(300)]
 TOKENS = 24
@@ -38,7 +38,7 @@ def test_the_gateway_is_driven_as_a_third_arm_with_class_headers(tmp_path: Path,
     routing = build_config({}).routing
     out = tmp_path / "run"
     with ScriptedServer(BASE) as base, ScriptedServer(SD, spec_decode_k=7) as sd:
-        servers = address_of(base.url), address_of(sd.url)
+        servers = Address.of_url(base.url), Address.of_url(sd.url)
         with gateway_between(routing, *servers, tmp_path / "gateway") as gateway:
             settings = {
                 "prompts.files": [str(write_prompts(tmp_path))],

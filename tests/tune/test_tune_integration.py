@@ -19,7 +19,7 @@ from tune.local import run_local_sweep
 from tune.report import read_result, write_outputs
 from tune.results import Setting
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PORT = 8621  # inside the tune range (8601-8640), away from a CLI sweep on 8601
 
@@ -29,7 +29,7 @@ def test_quick_sweep_on_real_vllm(tmp_path: Path) -> None:
         {
             "experiment.tuning.port": PORT,
             "experiment.tuning.concurrency": "[1, 2]",
-            "experiment.tuning.budget_s": 900,
+            "experiment.tuning.budget_s": 540,  # under the 600 s test timeout
         }
     )
     lines: list[str] = []
