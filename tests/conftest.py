@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from _pytest.mark.expression import Expression  # how `-m` evaluates; pytest has no public API
 
-from loadtest.processes import PHASE_EVENT, TRAIN_EVENT
 
 TESTS = Path(__file__).resolve().parent
 # pytest's default (prepend) import mode put this folder on sys.path to import this file;
@@ -34,6 +33,8 @@ TESTS = Path(__file__).resolve().parent
 # package) instead of the experiment package.
 if str(TESTS) in sys.path:
     sys.path.remove(str(TESTS))
+
+from loadtest.processes import PHASE_EVENT, TRAIN_EVENT  # noqa: E402  (after the removal)
 
 pytest_plugins = ["pytester"]  # tests/test_tiers.py runs this conftest in a scratch folder
 
