@@ -34,6 +34,7 @@ from bench.figures.records import (
     DrafterFit,
     FigureRecord,
     Figures,
+    GuardrailsDrillFigures,
     HeldOutPoint,
     Interval,
     LoadCostPoint,
@@ -428,6 +429,15 @@ def stats_speed_figures(outcome: Outcome) -> StatsSpeedFigures:
 
 
 MINIATURE_OUT = "runs/figures/miniature.json"
+DRILL_OUT = "runs/figures/guardrails-drill.json"
+
+
+def drill_figures(outcome: Outcome) -> GuardrailsDrillFigures:
+    data: dict[str, Any] = json.loads((outcome.workdir / DRILL_OUT).read_text())
+    data.pop("machine", None)  # the record's own machine block holds it
+    return GuardrailsDrillFigures(**data)
+
+
 ARMS_SPREAD_OUT = "runs/figures/arms-spread.json"
 
 
@@ -501,6 +511,13 @@ MEASUREMENTS: dict[str, Measurement] = {
             "arms-spread",
             f".venv/bin/python -m bench.arms_spread --out {ARMS_SPREAD_OUT}",
             arms_spread_figures,
+        ),
+        # The guardrail rules on real parts: 3 healthy runs, the sweep, two faults (issue 30).
+        Measurement(
+            "guardrails-drill",
+            "mkdir -p runs/figures && "
+            f".venv/bin/python -m bench.guardrails_drill --out {DRILL_OUT}",
+            drill_figures,
         ),
         Measurement(
             "stats-speed",

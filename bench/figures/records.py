@@ -333,6 +333,32 @@ class BenchFigures(_Model):
         raise KeyError(f"bench results have no {instrument} at {level} streams")
 
 
+class DrillSweepPoint(_Model):
+    streams: int
+    requests: int
+    sd_over_baseline_time_per_token: float | None
+    slower_than_baseline_fired: bool
+
+
+class GuardrailsDrillFigures(_Model):
+    """``python -m bench.guardrails_drill``: the guardrail rules on real vLLM, Envoy and
+    Prometheus: alerts on healthy runs, time to fire per fault, the concurrency sweep."""
+
+    kind: Literal["guardrails-drill"] = "guardrails-drill"
+    window_s: int
+    evaluation_interval_s: int
+    floor: float
+    healthy_alerts: list[list[str]]  # per healthy run
+    healthy_requests: list[int]
+    failed_requests: int
+    acceptance_healthy: float | None
+    acceptance_drifted: float | None
+    sd_over_baseline_healthy: float | None
+    sweep: list[DrillSweepPoint]
+    time_to_fire_s: dict[str, float | None]
+    series_scraped: dict[str, int]
+
+
 Figures = Annotated[
     LocalRunFigures
     | TestSuiteFigures
@@ -340,7 +366,8 @@ Figures = Annotated[
     | StatsSpeedFigures
     | MiniatureFigures
     | BenchFigures
-    | ArmsSpreadFigures,
+    | ArmsSpreadFigures
+    | GuardrailsDrillFigures,
     Field(discriminator="kind"),
 ]
 

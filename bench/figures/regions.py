@@ -23,6 +23,7 @@ from bench.figures.records import (
     BenchFigures,
     BenchPoint,
     FigureRecord,
+    GuardrailsDrillFigures,
     Interval,
     LocalRunFigures,
     MiniatureFigures,
@@ -892,6 +893,40 @@ def bench_workers(records: Records) -> str:
     return "\n".join(rows)
 
 
+def guardrails_drill(records: Records) -> str:
+    r, d = need(records, "guardrails-drill", GuardrailsDrillFigures)
+    load = r.machine.load_average_start
+    when = f"{r.date[:10]}, {r.machine.cpu}" + (
+        f", load average {load:.1f}" if load is not None else ""
+    )
+
+    def fire(name: str) -> str:
+        seconds = d.time_to_fire_s.get(name)
+        return "did not fire" if seconds is None else f"fired after {seconds:.1f} s"
+
+    fired = sum(len(run) for run in d.healthy_alerts)
+    sweep = "; ".join(
+        f"{p.streams} in flight: {p.sd_over_baseline_time_per_token:.2f}"
+        + (" (fired)" if p.slower_than_baseline_fired else "")
+        for p in d.sweep
+        if p.sd_over_baseline_time_per_token is not None
+    )
+    series = ", ".join(f"{job} {n}" for job, n in sorted(d.series_scraped.items()))
+    healthy = "-" if d.acceptance_healthy is None else f"{d.acceptance_healthy:.2f}"
+    drifted = "-" if d.acceptance_drifted is None else f"{d.acceptance_drifted:.2f}"
+    return (
+        f"Measured {when} (window {d.window_s} s, evaluation every "
+        f"{d.evaluation_interval_s} s, structured floor {d.floor}): **{fired} alerts** on "
+        f"{len(d.healthy_alerts)} healthy runs of {span([float(n) for n in d.healthy_requests], 0)}"
+        f" requests each ({d.failed_requests} failed), speculative acceptance {healthy}; drifted"
+        f" mix: acceptance {drifted}, SpecDecodeAcceptanceBelowFloor "
+        f"**{fire('acceptance_below_floor')}**; speculative server killed: "
+        f"SpecDecodeArmMetricsMissing **{fire('arm_metrics_missing')}**. Speculative / baseline"
+        f" time per output token by requests in flight: {sweep or 'not measured'}. Series "
+        f"held at the end, by job: {series}."
+    )
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-light-tiers": readme_light_tiers,
@@ -906,6 +941,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-eagle3": readme_eagle3,
     "stats-speed": stats_speed,
     "miniature": miniature,
+    "guardrails-drill": guardrails_drill,
     "loadtest-workers": loadtest_workers,
     "arms-spread": arms_spread,
     "bench-duration": bench_duration,

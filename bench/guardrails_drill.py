@@ -1,0 +1,285 @@
+"""``python -m bench.guardrails_drill``: the guardrail rules on real parts, faults included.
+
+Two real vLLM servers (CPU, the generated pair), the real Envoy gateway of the tiered local
+run and a real Prometheus evaluating the rendered rule file (local_run/guardrails.py), with a
+fast scrape (1 s), evaluation (2 s) and window (16 s) and no pending time. In order:
+
+- healthy tiered traffic (structured prompts with the structured class header, open-ended
+  ones without), ``--healthy-runs`` times one after the other: which alerts fire (none
+  expected);
+- the speculation-stops-paying sweep: the same healthy mix at each ``--concurrency`` (that
+  many requests in flight), the speculative / baseline time per output token over the window
+  and whether SpecDecodeSlowerThanBaseline fired;
+- drift: open-ended prompts sent with the structured header, so the speculative arm's
+  acceptance falls below the structured floor (``FLOOR``, between the miniature's open-ended
+  and structured acceptance): seconds until SpecDecodeAcceptanceBelowFloor fires;
+- the speculative server killed (its process group, no grace): seconds until
+  SpecDecodeArmMetricsMissing fires.
+
+Every request is sent as the load test sends it (temperature 0, ``ignore_eos``, MAX_TOKENS).
+Writes JSON (``--out``): tests/local_run/test_guardrails_drill.py runs the same drill once
+and ``python -m bench.figures measure guardrails-drill`` records it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from experiment import build_config
+from experiment.config import Arm, ExperimentConfig
+from experiment.loading import PROJECT_ROOT, context_from_pairs
+from loadtest.processes import stop_groups
+from loadtest.prompts import load_prompts
+from local_run.arms import arm_servers
+from local_run.gateway import local_gateway
+from local_run.guardrails import AlertLog, LocalPrometheus
+from local_run.machine import Machine
+from local_run.models import ensure_models
+from local_run.servers import LocalServers, free_port, sigterm_raises
+
+FLOOR = 0.4  # between the miniature's open-ended (~0.14) and structured (~0.69) acceptance
+WINDOW_S = 16
+DRILL = [
+    "guardrails.live.scrape_interval_s=1",
+    "guardrails.live.evaluation_interval_s=2",
+    f"guardrails.live.window_s={WINDOW_S}",
+    "guardrails.live.pending_s=0",
+    f"routing.acceptance_floors.structured={FLOOR}",
+    "local.tiered=true",
+    "local.guardrails=true",
+]
+MAX_TOKENS = 32
+HEALTHY_S = 3 * WINDOW_S
+SWEEP_S = 1.5 * WINDOW_S
+REQUEST_TIMEOUT_S = 120
+SD = '{arm="speculative"}'
+RATIO = "specdecode:time_per_output_token:speculative_over_baseline"
+
+
+def drill_config(runs_dir: Path) -> ExperimentConfig:
+    ports = [free_port() for _ in range(3)]
+    while len(set(ports)) < 3:
+        ports = [free_port() for _ in range(3)]
+    pairs = [
+        *DRILL,
+        f"local.baseline_port={ports[0]}",
+        f"local.speculative_port={ports[1]}",
+        f"local.gateway_port={ports[2]}",
+        f"local.runs_dir={runs_dir}",
+    ]
+    return build_config(context_from_pairs(pairs))
+
+
+@dataclass
+class Traffic:
+    """``streams`` threads sending (prompt, class header) pairs through the gateway in turn,
+    one request at a time each, until stopped."""
+
+    url: str
+    model: str
+    header: str
+    sends: list[tuple[str, str | None]]
+    streams: int = 1
+    stopped: threading.Event = field(default_factory=threading.Event)
+    failed: list[str] = field(default_factory=list)
+    sent: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _send(self, prompt: str, value: str | None) -> None:
+        body = json.dumps(
+            {"model": self.model, "prompt": prompt, "max_tokens": MAX_TOKENS,
+             "temperature": 0, "ignore_eos": True}
+        ).encode()  # fmt: skip
+        headers = {"Content-Type": "application/json"}
+        if value is not None:
+            headers[self.header] = value
+        request = urllib.request.Request(f"{self.url}/v1/completions", body, headers)
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as reply:
+                reply.read()
+            with self._lock:
+                self.sent += 1
+        except OSError as error:
+            with self._lock:
+                self.failed.append(str(error))
+
+    def _run(self, offset: int) -> None:
+        sends = itertools.islice(itertools.cycle(self.sends), offset, None)
+        for prompt, value in sends:
+            if self.stopped.is_set():
+                return
+            self._send(prompt, value)
+
+    def __enter__(self) -> Traffic:
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(self.streams)
+        ]
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=REQUEST_TIMEOUT_S + 10)
+
+
+def _fire_time(watch: AlertLog, name: str, since: float, limit_s: float) -> float | None:
+    """Seconds from ``since`` until ``name`` is seen firing, or None within ``limit_s``."""
+    while time.monotonic() - since < limit_s:
+        if any(alert.name == name for alert in watch.poll()):
+            return time.monotonic() - since
+        time.sleep(0.5)
+    return None
+
+
+def _value(prom: LocalPrometheus, expr: str) -> float | None:
+    result = prom.query(expr)
+    return float(result[0]["value"][1]) if result else None
+
+
+@dataclass
+class SweepPoint:
+    streams: int
+    requests: int
+    sd_over_baseline_time_per_token: float | None
+    slower_than_baseline_fired: bool
+
+
+@dataclass
+class DrillResult:
+    window_s: int
+    evaluation_interval_s: int
+    floor: float
+    healthy_alerts: list[list[str]]  # per healthy run, the alerts that fired
+    healthy_requests: list[int]
+    failed_requests: int
+    acceptance_healthy: float | None
+    acceptance_drifted: float | None
+    sd_over_baseline_healthy: float | None
+    sweep: list[SweepPoint]
+    time_to_fire_s: dict[str, float | None]  # fault -> seconds from its start
+    series_scraped: dict[str, int]  # job -> series the local Prometheus holds at the end
+    machine: dict[str, object]
+
+
+def run_drill(
+    work_dir: Path, healthy_runs: int = 1, concurrencies: Sequence[int] = ()
+) -> DrillResult:
+    config = drill_config(work_dir / "runs")
+    host = Machine.at_start()
+    pair = ensure_models(config.local)
+    servers = arm_servers(config, pair.target_dir, pair.draft_dir, work_dir / "servers")
+    local = config.local
+    prompts = load_prompts([str(PROJECT_ROOT / f) for f in local.extra_prompt_files])
+    by_class = {
+        name: [p.text for p in prompts if p.prompt_class == name]
+        for name in ("structured", "open_ended")
+    }
+    header = config.routing.class_header
+    healthy = [(text, "structured") for text in by_class["structured"]]
+    healthy += [(text, None) for text in by_class["open_ended"]]
+    healthy = [item for pair_ in itertools.zip_longest(healthy[: len(healthy) // 2],
+               healthy[len(healthy) // 2 :]) for item in pair_ if item]  # fmt: skip
+    drifted = [(text, "structured") for text in by_class["open_ended"]]
+    fired: dict[str, float | None] = {}
+    healthy_alerts: list[list[str]] = []
+    healthy_requests: list[int] = []
+    failed = 0
+    sweep: list[SweepPoint] = []
+    with (
+        sigterm_raises(),
+        LocalServers(servers, local.startup_timeout_s, print) as running,
+        local_gateway(config, work_dir / "gateway") as gateway,
+    ):
+        urls = {Arm(s.name): s.url for s in running.servers}
+        model = running.servers[0].served_model_name
+        with LocalPrometheus(config, urls, gateway.admin_url, work_dir / "guardrails") as prom:
+            watch = AlertLog(prom)
+            for _ in range(healthy_runs):
+                watch.fired.clear()
+                with Traffic(gateway.url, model, header, healthy) as traffic:
+                    time.sleep(HEALTHY_S)
+                    watch.poll()
+                    acceptance_healthy = _value(prom, f"specdecode:acceptance:ratio{SD}")
+                    ratio_healthy = _value(prom, RATIO)
+                healthy_alerts.append([alert.text for alert in watch.fired.values()])
+                healthy_requests.append(traffic.sent)
+                failed += len(traffic.failed)
+            for streams in concurrencies:
+                watch.fired.clear()
+                with Traffic(gateway.url, model, header, healthy, streams) as traffic:
+                    time.sleep(SWEEP_S)
+                    watch.poll()
+                    ratio = _value(prom, RATIO)
+                slower = any(a.name == "SpecDecodeSlowerThanBaseline" for a in watch.fired.values())
+                sweep.append(SweepPoint(streams, traffic.sent, ratio, slower))
+                failed += len(traffic.failed)
+            watch.fired.clear()
+            with Traffic(gateway.url, model, header, drifted) as traffic:
+                start = time.monotonic()
+                fired["acceptance_below_floor"] = _fire_time(
+                    watch, "SpecDecodeAcceptanceBelowFloor", start, 3 * WINDOW_S
+                )
+                acceptance_drifted = _value(prom, f"specdecode:acceptance:ratio{SD}")
+            failed += len(traffic.failed)
+            speculative = running["speculative"]
+            assert speculative.process is not None
+            start = time.monotonic()
+            stop_groups([speculative.process], grace_s=0)  # its group, killed at once
+            fired["arm_metrics_missing"] = _fire_time(
+                watch, "SpecDecodeArmMetricsMissing", start, 3 * WINDOW_S
+            )
+            series = {
+                row["metric"]["job"]: int(float(row["value"][1]))
+                for row in prom.query('count by (job) ({job=~".+"})')
+            }
+    host.finish()
+    return DrillResult(
+        window_s=WINDOW_S,
+        evaluation_interval_s=config.guardrails.live.evaluation_interval_s,
+        floor=FLOOR,
+        healthy_alerts=healthy_alerts,
+        healthy_requests=healthy_requests,
+        failed_requests=failed,
+        acceptance_healthy=acceptance_healthy,
+        acceptance_drifted=acceptance_drifted,
+        sd_over_baseline_healthy=ratio_healthy,
+        sweep=sweep,
+        time_to_fire_s=fired,
+        series_scraped=series,
+        machine=asdict(host),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.guardrails_drill", description=__doc__)
+    parser.add_argument("--out", help="JSON file (default: stdout)")
+    parser.add_argument("--healthy-runs", type=int, default=3)
+    parser.add_argument(
+        "--concurrency", default="1,2,4,8", help="streams of the sweep, comma-separated"
+    )
+    options = parser.parse_args(argv)
+    concurrencies = [int(c) for c in options.concurrency.split(",") if c.strip()]
+    with tempfile.TemporaryDirectory(prefix="drill-") as tmp:
+        result = run_drill(Path(tmp), options.healthy_runs, concurrencies)
+    text = json.dumps(asdict(result), indent=1)
+    if options.out:
+        Path(options.out).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
