@@ -80,6 +80,9 @@ def drill_config(runs_dir: Path) -> ExperimentConfig:
     return build_config(context_from_pairs(pairs))
 
 
+Send = tuple[str, str | None]  # a prompt and its class header (None: no header)
+
+
 @dataclass
 class Traffic:
     """``streams`` threads sending (prompt, class header) pairs through the gateway in turn,
@@ -88,7 +91,7 @@ class Traffic:
     url: str
     model: str
     header: str
-    sends: list[tuple[str, str | None]]
+    sends: list[Send]
     streams: int = 1
     stopped: threading.Event = field(default_factory=threading.Event)
     failed: list[str] = field(default_factory=list)
@@ -187,11 +190,13 @@ def run_drill(
         for name in ("structured", "open_ended")
     }
     header = config.routing.class_header
-    healthy = [(text, "structured") for text in by_class["structured"]]
-    healthy += [(text, None) for text in by_class["open_ended"]]
-    healthy = [item for pair_ in itertools.zip_longest(healthy[: len(healthy) // 2],
-               healthy[len(healthy) // 2 :]) for item in pair_ if item]  # fmt: skip
-    drifted = [(text, "structured") for text in by_class["open_ended"]]
+    # Healthy: each class routed as configured, the classes alternating; drifted: open-ended
+    # prompts labelled structured.
+    routed: list[Send] = [(text, "structured") for text in by_class["structured"]]
+    plain: list[Send] = [(text, None) for text in by_class["open_ended"]]
+    healthy = [item for both in itertools.zip_longest(routed, plain) for item in both if item]
+    drifted: list[Send] = [(text, "structured") for text in by_class["open_ended"]]
+    acceptance_healthy = ratio_healthy = None
     fired: dict[str, float | None] = {}
     healthy_alerts: list[list[str]] = []
     healthy_requests: list[int] = []

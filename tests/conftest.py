@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from _pytest.mark.expression import Expression  # how `-m` evaluates; pytest has no public API
 
-
 TESTS = Path(__file__).resolve().parent
 # pytest's default (prepend) import mode put this folder on sys.path to import this file;
 # leaving it there would make `import experiment` find tests/experiment (a namespace
