@@ -564,6 +564,9 @@ def canary_patches(config: ExperimentConfig) -> tuple[dict[str, Any], dict[str, 
 
 # What `python -m charts` writes next to the manifests for kubectl users: the canary step
 # that stacks/workloads.py (add_canary_revision) runs on `cdk deploy` (docs/serving.md).
+# Set by Argo once a revision is stable (argo-rollouts v1.9.1 types.go RolloutStatus.StableRS;
+# a string in charts/crds/rollout-crd.yaml): both paths wait for it before the canary patch.
+STABLE_REVISION_FIELD = ".status.stableRS"
 CANARY_PATCH_FILE = "canary-patch.json"
 RESTORE_PATCH_FILE = "restore-patch.json"
 ROLLOUT_ENV_FILE = "rollout.env"
