@@ -163,9 +163,11 @@ typecheck: $(STAMP)
 clean:
 	rm -rf cdk.out dist .pytest_cache
 
-# Plain Kubernetes YAML for kubectl users:
+# Plain Kubernetes YAML and the canary step for kubectl users (docs/serving.md):
 #   make dist BUCKET=<bucket> LOADTEST_IMAGE=<uri> PROMETHEUS_URL=<workspace query URL>
-# (PROMETHEUS_URL is required while guardrails.live.enabled.)
+# PROMETHEUS_URL is required while guardrails.live.enabled; without an AMP workspace:
+#   make dist ... DIST_ARGS='-c guardrails.live.enabled=false'
+DIST_ARGS ?=
 dist: $(STAMP)
 	$(PY) -m charts --out dist --bucket '$(BUCKET)' --loadtest-image '$(LOADTEST_IMAGE)' \
-		--prometheus-url '$(PROMETHEUS_URL)'
+		--prometheus-url '$(PROMETHEUS_URL)' $(DIST_ARGS)

@@ -6,6 +6,13 @@
 
 Configuration layers and ``-c`` overrides are the same as for ``cdk synth`` (cdk.json,
 ``--config`` file, ``-c serving.num_speculative_tokens=5``; see experiment/loading.py).
+``--prometheus-url`` is the live guardrails' AMP workspace query URL; without one, pass
+``-c guardrails.live.enabled=false`` (the analysis then reads the load test's CloudWatch
+metrics).
+
+Besides one ``NNNN-<chart>.k8s.yaml`` per chart (apply them in that order), it writes the
+canary step ``cdk deploy`` runs after the baseline is stable: ``canary-patch.json``,
+``restore-patch.json`` and ``rollout.env`` (the Rollout's name; docs/serving.md).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import cdk8s
 
 from charts.app import ArmsDriftError, build_charts
 from charts.inputs import ClusterInputs
+from charts.rollout import canary_step_files
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 
 EXIT_BAD_INPUT = 2
@@ -57,11 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(options.out)
         app = cdk8s.App(outdir=str(out))
         build_charts(app, config, inputs)
+        steps = canary_step_files(config)
+        # cdk8s leaves files it did not write: a chart file of an earlier layout (another
+        # order, a renamed project) would be applied with the new ones.
+        for stale in [*out.glob("*.k8s.yaml"), *(out / name for name in steps)]:
+            stale.unlink(missing_ok=True)
         app.synth()
+        for name, text in steps.items():
+            (out / name).write_text(text)
     except (ConfigError, ArmsDriftError) as err:
         print(f"charts: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    for file in sorted(out.glob("*.k8s.yaml")):
+    for file in [*sorted(out.glob("*.k8s.yaml")), *(out / name for name in steps)]:
         print(file)
     return 0
 

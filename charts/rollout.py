@@ -41,11 +41,13 @@
   rules and their fallback. ``kubectl argo rollouts retry`` re-runs the steps.
 - ``canary_patches``: the merge patch that turns the Rollout's template from the baseline into
   the speculative revision after Argo made the baseline stable (stacks/workloads.py applies it;
-  docs/routing.md, "How the two revisions come to exist").
+  docs/routing.md, "How the two revisions come to exist"); ``canary_step_files`` writes it for
+  kubectl users (``python -m charts``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -558,6 +560,35 @@ def canary_patches(config: ExperimentConfig) -> tuple[dict[str, Any], dict[str, 
         {"spec": {"template": revision_template(config, arm)}}
         for arm in (Arm.SPECULATIVE, Arm.BASELINE)
     )
+
+
+# What `python -m charts` writes next to the manifests for kubectl users: the canary step
+# that stacks/workloads.py (add_canary_revision) runs on `cdk deploy` (docs/serving.md).
+# Set by Argo once a revision is stable (argo-rollouts v1.9.1 types.go RolloutStatus.StableRS;
+# a string in charts/crds/rollout-crd.yaml): both paths wait for it before the canary patch.
+STABLE_REVISION_FIELD = ".status.stableRS"
+CANARY_PATCH_FILE = "canary-patch.json"
+RESTORE_PATCH_FILE = "restore-patch.json"
+ROLLOUT_ENV_FILE = "rollout.env"
+
+
+def canary_step_files(config: ExperimentConfig) -> dict[str, str]:
+    """File name -> text: the two merge patches of ``canary_patches`` and a shell-sourceable
+    file naming the Rollout they target, its namespace and how long to wait for its stable
+    revision (``routing.eks.initial_revision_timeout_minutes``, as ``cdk deploy`` waits)."""
+    apply, restore = canary_patches(config)
+    timeout = config.routing.eks.initial_revision_timeout_minutes
+    env = (
+        "# The Rollout the canary patch targets (docs/serving.md, kubectl steps).\n"
+        f"ROLLOUT={rollout_name(config)}\n"
+        f"NAMESPACE={config.serving.namespace}\n"
+        f"STABLE_TIMEOUT={timeout}m\n"
+    )
+    return {
+        CANARY_PATCH_FILE: json.dumps(apply, indent=2, sort_keys=True) + "\n",
+        RESTORE_PATCH_FILE: json.dumps(restore, indent=2, sort_keys=True) + "\n",
+        ROLLOUT_ENV_FILE: env,
+    }
 
 
 def rollout_manifests(

@@ -97,7 +97,12 @@ def add_canary_revision(
     renamed for a new baseline replaces the old one, which is pruned. The value polls
     ``kubectl get -o jsonpath`` every 10 s until it is non-empty; the patch runs ``kubectl
     patch --type merge`` on create and update, and its restore patch on delete."""
-    from charts.rollout import ROLLOUTS_API, canary_patches, rollout_name
+    from charts.rollout import (
+        ROLLOUTS_API,
+        STABLE_REVISION_FIELD,
+        canary_patches,
+        rollout_name,
+    )
 
     name = rollout_name(config)
     kind = f"rollout.{ROLLOUTS_API.split('/')[0]}"
@@ -111,7 +116,7 @@ def add_canary_revision(
         object_type=kind,
         object_name=name,
         object_namespace=config.serving.namespace,
-        json_path=".status.stableRS",
+        json_path=STABLE_REVISION_FIELD,
         timeout=cdk.Duration.minutes(config.routing.eks.initial_revision_timeout_minutes),
     )
     stable.node.add_dependency(routing)
