@@ -157,7 +157,13 @@ def tokenizer_counter(directory: str | Path) -> TokenCounter:
     """Input tokens as the served model counts them: its tokenizer with its chat template
     (transformers' apply_chat_template, add_generation_prompt as vLLM's chat endpoint does),
     from a local directory only (no hub download)."""
-    from transformers import AutoTokenizer
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as missing:
+        raise ValueError(
+            "--tokenizer needs transformers: pip install '.[traffic]' (or drop --tokenizer "
+            "for the approximation of this module)"
+        ) from missing
 
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
