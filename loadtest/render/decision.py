@@ -195,20 +195,21 @@ def margin_text(summary: RunSummary) -> str | None:
         if base is None:
             continue
         less, more = margin_usd(base, margin)
-        amounts.append(f"{name}: {base:,.4g} USD, so at most {more:,.4g} more or {less:,.4g} less")
+        amounts.append(
+            f"{name} {base:,.4g} USD, so SD at most {more:,.4g} USD dearer or {less:,.4g} USD "
+            "cheaper"
+        )
     at_cost = (
-        "At this run's measured baseline cost per 1M output tokens, that is "
-        + "; ".join(amounts)
-        + "."
+        "At this run's measured baseline cost per 1M output tokens: " + "; ".join(amounts) + "."
         if amounts
         else "This run measured no baseline cost to express it in USD."
     )
     return (
         f'"No gain" (statistics.equivalence_margin={margin:g}): the whole '
         f"{settings.confidence:.0%} interval of SD / baseline cost per 1M output tokens lies "
-        f"within [{1 / (1 + margin):.3f}, {1 + margin:.3f}], SD within a factor {1 + margin:g} "
-        f"of the baseline's cost either way (two one-sided tests, alpha={alpha:.3g} each); "
-        f"the class stays on the baseline. {at_cost}"
+        f"within [{1 / (1 + margin):.3f}, {1 + margin:.3f}], SD within ±{margin:.0%} (a factor "
+        f"{1 + margin:g}) of the baseline's cost either way (two one-sided tests, "
+        f"alpha={alpha:.3g} each); the class stays on the baseline. {at_cost}"
     )
 
 
