@@ -59,6 +59,14 @@ def usd_per_million(arm_usd_per_hour: float, tokens_per_s: float | None) -> floa
     return arm_usd_per_hour / SECONDS_PER_HOUR / tokens_per_s * TOKENS_PER_UNIT
 
 
+def margin_usd(baseline_usd: float, margin: float) -> tuple[float, float]:
+    """(less, more): how far below and above the baseline's ``baseline_usd`` per 1M output
+    tokens SD's cost may lie and still be inside the equivalence bounds [1/(1+m), 1+m] of
+    ``statistics.equivalence_margin`` m (loadtest.verdict): at most ``baseline_usd x m``
+    either way."""
+    return baseline_usd * margin / (1 + margin), baseline_usd * margin
+
+
 def optimal_load(
     throughput_by_concurrency: Mapping[int, float | None], arm_usd_per_hour: float
 ) -> OptimalLoadCost | None:

@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -41,6 +41,9 @@ SCHEMA_VERSION = 8
 # 8: a replayed trace (issue 31): RunInfo.load_shape.traffic_file and time_scale, per class
 #    and input-length bucket PairedStatistics.by_bucket, CostSummary.by_bucket,
 #    RunSummary.verdict_by_bucket (ClassVerdict.input_bucket) and bucket_flips.
+# 9: the equivalence outcome (issue 33): Decision "no gain" (the cost ratio's interval inside
+#    statistics.equivalence_margin: keep the baseline), ClassVerdict.equivalence_bounds and
+#    the margin in AnalysisInfo.statistics.
 
 
 class _Result(BaseModel):
@@ -499,7 +502,15 @@ class CostSummary(_Result):
 class Decision(StrEnum):
     USE_SD = "use SD"
     DONT = "don't"
+    NO_GAIN = "no gain"
+    """The cost ratio's interval lies inside the equivalence margin: keep the baseline."""
     CANT_TELL = "can't tell"
+
+    @property
+    def routes_to_sd(self) -> bool:
+        """Only "use SD" sends the class to the speculative arm; every other outcome (a
+        "no gain" too) keeps it on the baseline."""
+        return self is Decision.USE_SD
 
 
 class ClassVerdict(_Result):
@@ -518,6 +529,9 @@ class ClassVerdict(_Result):
     lossless_mismatches: int = 0
     input_bucket: str | None = None
     """A replayed trace's input-length bucket of this row (None: the whole class)."""
+    equivalence_bounds: tuple[float, float] | None = None
+    """[1/(1+m), 1+m] for statistics.equivalence_margin m: a cost ratio interval inside them
+    is "no gain" (None: a summary from before schema 9)."""
 
 
 class AnalysisInfo(_Result):
@@ -662,7 +676,7 @@ class RunSummary(_Result):
     cost: CostSummary | None = None
     """Cost per 1M output tokens; None for runs without run.json "analysis"."""
     verdict: list[ClassVerdict] = Field(default_factory=list)
-    """Per prompt class then "all": use SD / don't / can't tell."""
+    """Per prompt class then "all": use SD / don't / no gain / can't tell."""
     verdict_by_bucket: list[ClassVerdict] = Field(default_factory=list)
     """A replayed trace: per prompt class and input-length bucket (empty: no trace)."""
     bucket_flips: list[str] = Field(default_factory=list)

@@ -1,4 +1,5 @@
-"""The verdict per prompt class: use SD, don't, or can't tell, from intervals, not points.
+"""The verdict per prompt class: use SD, don't, no gain or can't tell, from intervals, not
+points.
 
 Rules, in order (docs/costs-and-statistics.md):
 
@@ -7,14 +8,21 @@ Rules, in order (docs/costs-and-statistics.md):
    counts (loadtest.analysis.lossless_failures_by_class), locally every one.
 2. Fewer pairs than ``statistics.min_pairs_for_verdict`` -> can't tell: below it even the
    expanded interval (loadtest.stats) is a guess.
-3. Cost per 1M output tokens, SD / baseline: the whole interval below 1 -> use SD;
-   the whole interval above 1 -> don't; the interval holds 1 (or none could be computed)
-   -> can't tell.
+3. Cost per 1M output tokens, SD / baseline, with its interval at ``statistics.confidence``
+   c: the whole interval inside the equivalence bounds [1/(1+m), 1+m] (m =
+   ``statistics.equivalence_margin``) -> no gain: keep the baseline. These are two one-sided
+   tests (TOST), each at alpha = (1 - c) / 2: a two-sided c interval is the (1 - 2 alpha)
+   interval TOST reads, so 95% means alpha = 0.025 each side. An interval inside the bounds
+   decides "no gain" even when it excludes 1: a difference the margin calls too small does
+   not pay for a second arm.
+4. Otherwise: the whole interval below 1 -> use SD; the whole interval above 1 -> don't;
+   the interval holds 1 (or none could be computed) -> can't tell.
 
 A "can't tell" says what would let it decide: the pairs the floor needs, or the pairs that
-would shrink the interval off 1 if the estimate held (an interval's half-width shrinks as
-1/sqrt(n), measured on the log scale where a ratio's interval is near symmetric), and the
-``-c`` setting that gets them.
+would shrink the interval off 1 (an estimate outside the bounds) or into the bounds (an
+estimate inside them) if the estimate held (an interval's half-width shrinks as 1/sqrt(n),
+measured on the log scale where a ratio's interval is near symmetric), and the ``-c``
+setting that gets them.
 
 The end-to-end latency speedup is shown next to it: in a closed loop at fixed concurrency
 it moves with throughput, so it does not decide on its own.
@@ -50,6 +58,7 @@ from loadtest.results import (
 
 # An estimate this close to 1 is "the same cost": no run size is worth suggesting for it.
 SAME_COST = 0.01
+DEFAULT_MARGIN: float = StatisticsConfig.model_fields["equivalence_margin"].default
 # Decimals of a proposed acceptance floor, rounded down: a floor reads as a setting, and a
 # bar 0.01 lower than factor x bound is well inside the factor's own margin.
 FLOOR_DECIMALS = 2
@@ -84,6 +93,43 @@ def pairs_to_exclude_one(ratio: Interval) -> int | None:
     return max(ratio.n + 1, math.ceil(ratio.n * (half / distance) ** 2))
 
 
+def equivalence_bounds(margin: float) -> tuple[float, float]:
+    """[1/(1+m), 1+m]: symmetric on the log scale, so SD at most a factor 1+m cheaper or
+    dearer, whichever arm is the reference."""
+    return 1 / (1 + margin), 1 + margin
+
+
+def inside(ratio: Interval, bounds: tuple[float, float]) -> bool:
+    """The whole interval lies within ``bounds`` (both one-sided tests reject)."""
+    low, high = ratio.low, ratio.high
+    return low is not None and high is not None and bounds[0] <= low and high <= bounds[1]
+
+
+def pairs_to_fit_margin(ratio: Interval, margin: float) -> int | None:
+    """Pairs at which ``ratio``'s interval would lie inside the equivalence bounds if its
+    estimate held (None: no interval, or the estimate is not strictly inside the bounds)."""
+    estimate, low, high = ratio.estimate, ratio.low, ratio.high
+    if estimate is None or low is None or high is None or min(estimate, low) <= 0:
+        return None
+    centre, edge = math.log(estimate), math.log1p(margin)
+    room_up, room_down = edge - centre, edge + centre
+    if min(room_up, room_down) <= 0:
+        return None
+    factor = max(math.log(high / estimate) / room_up, math.log(estimate / low) / room_down)
+    return max(ratio.n + 1, math.ceil(ratio.n * factor**2))
+
+
+def tost_text(ratio: Interval, margin: float) -> str:
+    """How the equivalence was tested, with the alpha each one-sided test used."""
+    low, high = equivalence_bounds(margin)
+    alpha = (1 - ratio.confidence) / 2
+    return (
+        f"equivalence bounds [{low:.3f}, {high:.3f}] (statistics.equivalence_margin="
+        f"{margin:g}; two one-sided tests at alpha={alpha:.3g} each, the {ratio.confidence:.0%} "
+        "interval)"
+    )
+
+
 def _how(pairs: int, needed: int, more: MorePairs | None) -> str:
     factor = math.ceil(needed / max(pairs, 1))
     if more is None:
@@ -96,6 +142,7 @@ def decide(
     lossless_mismatches: int,
     min_pairs: int,
     more_pairs: MorePairs | None = None,
+    margin: float = DEFAULT_MARGIN,
 ) -> tuple[Decision, str]:
     if lossless_mismatches:
         return Decision.DONT, (
@@ -111,14 +158,27 @@ def decide(
             f"{_how(n, min_pairs, more_pairs)}"
         )
     confidence = f"{cost_ratio.confidence:.0%}"
+    if inside(cost_ratio, equivalence_bounds(margin)):
+        return Decision.NO_GAIN, (
+            f"keep the baseline: SD costs {_span(cost_ratio)} of the baseline (n={n}), inside "
+            f"the {tost_text(cost_ratio, margin)}"
+        )
     if high < 1:
         return Decision.USE_SD, (
             f"SD costs {_span(cost_ratio)} of the baseline ({confidence}, n={n})"
         )
     if low > 1:
         return Decision.DONT, f"SD costs {_span(cost_ratio)} of the baseline ({confidence}, n={n})"
-    needed = pairs_to_exclude_one(cost_ratio)
     held = f"n={n}: cost ratio {_span(cost_ratio)} holds 1 at {confidence}"
+    to_fit = pairs_to_fit_margin(cost_ratio, margin)
+    if to_fit is not None:
+        low_bound, high_bound = equivalence_bounds(margin)
+        return Decision.CANT_TELL, (
+            f"{held} and reaches outside the equivalence bounds [{low_bound:.3f}, "
+            f"{high_bound:.3f}]; about {to_fit} pairs would bring it inside (no gain) if the "
+            f"estimate holds: {_how(n, to_fit, more_pairs)}"
+        )
+    needed = pairs_to_exclude_one(cost_ratio)
     if needed is None and low <= 0:  # not a ratio of two positive costs: no projection
         return Decision.CANT_TELL, f"{held}: run more requests"
     if needed is None:
@@ -140,7 +200,10 @@ def _verdict(
     settings: StatisticsConfig,
     more_pairs: MorePairs | None,
 ) -> ClassVerdict:
-    decision, reason = decide(cost.ratio, mismatches, settings.min_pairs_for_verdict, more_pairs)
+    margin = settings.equivalence_margin
+    decision, reason = decide(
+        cost.ratio, mismatches, settings.min_pairs_for_verdict, more_pairs, margin
+    )
     return ClassVerdict(
         prompt_class=name,
         decision=decision,
@@ -150,6 +213,7 @@ def _verdict(
         e2e_speedup=stats.speedup.get("e2e_ms", {}).get("mean"),
         acceptance_rate_estimate=stats.acceptance_rate_estimate,
         lossless_mismatches=mismatches,
+        equivalence_bounds=equivalence_bounds(margin),
     )
 
 
@@ -219,7 +283,7 @@ def pilot_floors(
     run_reason = _no_floor(acceptance)
     entries = []
     for row in classes:
-        if row.decision is not Decision.USE_SD:
+        if not row.decision.routes_to_sd:
             continue
         interval = row.acceptance_rate_estimate
         low = None if interval is None else interval.low
@@ -282,15 +346,16 @@ def _bucket_start(label: str) -> int:
 
 
 def verdict_flips(rows: Sequence[ClassVerdict]) -> list[str]:
-    """Each class whose decided verdicts ("use SD", "don't") differ across its buckets, with
-    the bucket of each: a per-class routing rule would be wrong for part of its traffic."""
+    """Each class whose decided verdicts route its buckets to different arms ("use SD" in
+    one, "don't" or "no gain" in another), with the verdict of each bucket: a per-class
+    routing rule would be wrong for part of its traffic."""
     by_class: dict[str, list[ClassVerdict]] = {}
     for row in rows:
         by_class.setdefault(row.prompt_class, []).append(row)
     flips = []
     for name, cells in sorted(by_class.items()):
-        decided = {c.decision for c in cells if c.decision is not Decision.CANT_TELL}
-        if len(decided) > 1:
+        routes = {c.decision.routes_to_sd for c in cells if c.decision is not Decision.CANT_TELL}
+        if len(routes) > 1:
             shown = ", ".join(f"{c.input_bucket}: {c.decision.value}" for c in cells)
             flips.append(f"{name}: the verdict flips with input length ({shown})")
     return flips

@@ -30,3 +30,15 @@ class StatisticsConfig(Section):
             "percentile interval still covers about 95% on skewed latency data."
         ),
     )
+    # 0.05: a cost difference under 5% does not pay for a second arm, its drafter and its
+    # guardrails; validated here once, read by loadtest/verdict.py.
+    equivalence_margin: Annotated[float, Field(gt=0, le=0.5)] = Field(
+        default=0.05,
+        description=(
+            "Equivalence margin m of the verdict's cost ratio (SD / baseline cost per 1M "
+            "output tokens): when its whole interval lies within [1/(1+m), 1+m], i.e. SD "
+            'costs within a factor 1+m of the baseline either way, the verdict is "no gain" '
+            "(keep the baseline): two one-sided tests, each at (1 - confidence) / 2; above 0, "
+            "at most 0.5."
+        ),
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.render.decision import cost_rows, price_text, routing_text, verdict_rows
+from loadtest.render.decision import cost_rows, price_text, verdict_note, verdict_rows
 from loadtest.render.load_generator import load_generator_rows
 from loadtest.render.tables import summary_rows
 from loadtest.render.tiered import tiered_rows, tiered_text
@@ -33,9 +33,9 @@ def render_summary_table(summary: RunSummary) -> str:
     verdict = verdict_rows(summary)
     if verdict[1]:
         parts.append(fixed_width(*verdict))
-    routing = routing_text(summary)
-    if routing is not None:
-        parts.append(routing)
+    note = verdict_note(summary)
+    if note is not None:
+        parts.append(note)
     tiered = tiered_text(summary)
     if tiered is not None:
         parts += [fixed_width(*tiered_rows(summary)), tiered]

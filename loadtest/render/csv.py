@@ -95,4 +95,13 @@ def _comparison_rows(summary: RunSummary) -> list[list[object]]:
             rows += _interval_rows(
                 scope, "acceptance_rate_estimate", scope_stats.acceptance_rate_estimate
             )
+    # The verdict per class ("use SD", "don't", "no gain", "can't tell") and the equivalence
+    # bounds its "no gain" was tested against.
+    for verdict in summary.verdict:
+        scope = verdict.prompt_class
+        rows.append(
+            [COMPARISON, "SD vs baseline", scope, "verdict", "value", verdict.decision.value]
+        )
+        for stat, bound in zip(("low", "high"), verdict.equivalence_bounds or (), strict=False):
+            rows.append([COMPARISON, "SD vs baseline", scope, "equivalence_bounds", stat, bound])
     return rows

@@ -7,10 +7,10 @@ interval and n. Missing values read ``n/a`` (never 0).
 from __future__ import annotations
 
 from experiment.config import RoutingConfig, routing_override_line
+from loadtest.cost import margin_usd
 from loadtest.metrics import ALL_CLASSES
 from loadtest.results import (
     ClassFloor,
-    Decision,
     Interval,
     PilotFloors,
     RunSummary,
@@ -154,14 +154,14 @@ def floors_text(floors: PilotFloors) -> str:
 def routing_text(summary: RunSummary) -> str | None:
     """The ``-c`` line that enacts the verdict in the tiered gateway (docs/routing.md): the
     classes whose verdict is "use SD" to the speculative arm, every other class (including
-    "can't tell") to the baseline, each routed class with the acceptance floor the run
+    "no gain" and "can't tell") to the baseline, each routed class with the acceptance floor the run
     supports (summary.floors), then what each floor is or why a class has none. Written
     against the default allow-list, so it also allows a class that list lacks: the line is
     valid on its own. None without a per-class verdict."""
     classes = [v for v in summary.verdict if v.prompt_class != ALL_CLASSES]
     if not classes:
         return None
-    chosen = [v.prompt_class for v in classes if v.decision is Decision.USE_SD]
+    chosen = [v.prompt_class for v in classes if v.decision.routes_to_sd]
     floors = summary.floors
     # Floors of classes this line routes only: summary.floors follows the same verdict.
     proposed = {
@@ -176,6 +176,47 @@ def routing_text(summary: RunSummary) -> str | None:
     if floors is not None and floors.by_class:
         text += "\n\n" + floors_text(floors)
     return text
+
+
+def margin_text(summary: RunSummary) -> str | None:
+    """What "no gain" means in money: the equivalence bounds of statistics.equivalence_margin
+    read as USD per 1M output tokens at this run's measured baseline cost, overall and per
+    class (loadtest.cost.margin_usd). None without a verdict, settings or cost."""
+    analysis, cost = summary.run.analysis, summary.cost
+    if not summary.verdict or analysis is None or cost is None:
+        return None
+    settings = analysis.statistics
+    margin = settings.equivalence_margin
+    alpha = (1 - settings.confidence) / 2
+    scopes = [(ALL_CLASSES, cost.overall), *sorted(cost.by_class.items())]
+    amounts = []
+    for name, scope in scopes:
+        base = scope.usd_per_million_output_tokens.get("baseline")
+        if base is None:
+            continue
+        less, more = margin_usd(base, margin)
+        amounts.append(
+            f"{name} {base:,.4g} USD, so SD at most {more:,.4g} USD dearer or {less:,.4g} USD "
+            "cheaper"
+        )
+    at_cost = (
+        "At this run's measured baseline cost per 1M output tokens: " + "; ".join(amounts) + "."
+        if amounts
+        else "This run measured no baseline cost to express it in USD."
+    )
+    return (
+        f'"No gain" (statistics.equivalence_margin={margin:g}): the whole '
+        f"{settings.confidence:.0%} interval of SD / baseline cost per 1M output tokens lies "
+        f"within [{1 / (1 + margin):.3f}, {1 + margin:.3f}], SD within ±{margin:.0%} (a factor "
+        f"{1 + margin:g}) of the baseline's cost either way (two one-sided tests, "
+        f"alpha={alpha:.3g} each); the class stays on the baseline. {at_cost}"
+    )
+
+
+def verdict_note(summary: RunSummary) -> str | None:
+    """The verdict section's note: the routing line, then what the margin means."""
+    parts = [text for text in (routing_text(summary), margin_text(summary)) if text]
+    return "\n\n".join(parts) or None
 
 
 def verdict_text(summary: RunSummary) -> str:

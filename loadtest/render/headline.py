@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from experiment.config import Arm
 from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION
+from loadtest.render.decision import margin_text
 from loadtest.results import ClassVerdict, RunSummary
 
 
@@ -43,6 +44,8 @@ class Headline(BaseModel):
     # Use SD or not, per prompt class then all, with why (loadtest.verdict); empty when the
     # run has no statistics.
     verdict: list[ClassVerdict] = Field(default_factory=list)
+    # What a "no gain" verdict means in USD per 1M output tokens (render.decision.margin_text).
+    margin_note: str | None = None
 
 
 def bursty_arms_note(summary: RunSummary) -> str | None:
@@ -94,6 +97,7 @@ def headline(
         lossless_prefix_agreement=summary.lossless.prefix_agreement_rate,
         acceptance_by_class=dict(acceptance_by_class or {}),
         verdict=summary.verdict,
+        margin_note=margin_text(summary),
     )
 
 
@@ -134,5 +138,7 @@ def headline_text(numbers: Headline) -> str:
     if numbers.verdict:
         # Last, so the run ends on its decision and on what would let it decide.
         lines.append("verdict, use SD? (cost per 1M output tokens, SD / baseline):")
+        if numbers.margin_note:
+            lines.append(f"  {numbers.margin_note}")
         lines += [f"  {v.prompt_class}: {v.decision.value}: {v.reason}" for v in numbers.verdict]
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from loadtest.render.decision import (
     interval_rows,
     interval_text,
     price_text,
-    routing_text,
+    verdict_note,
     verdict_rows,
     verdict_text,
 )
@@ -425,7 +425,7 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
         Section(
             "Verdict: use speculative decoding?",
             verdict if verdict[1] else verdict_text(summary),
-            note=routing_text(summary),
+            note=verdict_note(summary),
         )
     ]
     if summary.verdict_by_bucket:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from experiment import build_config
 from experiment.config import StatisticsConfig
 from loadtest.cost import cost_summary, price_basis
 from loadtest.records import RequestRecord
 from loadtest.render.decision import bucket_flips_text, bucket_verdict_rows
-from loadtest.results import Decision, RunSummary
+from loadtest.results import ClassVerdict, Decision, Interval, RunSummary
 from loadtest.stats import paired_statistics
 from loadtest.verdict import bucket_verdicts, verdict_flips
 
@@ -91,8 +93,10 @@ def test_each_class_and_bucket_gets_its_own_statistics_cost_and_verdict():
     assert decided[("structured", "128+")] is Decision.DONT
     assert decided[("open_ended", "128+")] is Decision.DONT  # its lossless mismatch
     assert [r.input_bucket for r in rows[:2]] == ["0-127", "128+"]  # length order
-    assert decided[("open_ended", "0-127")] is Decision.CANT_TELL
-    # open_ended: "can't tell" beside "don't" is no flip; structured flips.
+    # the same cost either way, within +-3% noise: inside the default equivalence margin
+    assert decided[("open_ended", "0-127")] is Decision.NO_GAIN
+    # open_ended: "no gain" beside "don't" is no flip (both keep the baseline); structured
+    # flips.
     assert verdict_flips(rows) == [
         "structured: the verdict flips with input length (0-127: use SD, 128+: don't)"
     ]
@@ -102,9 +106,40 @@ def test_each_class_and_bucket_gets_its_own_statistics_cost_and_verdict():
     )
     header, table = bucket_verdict_rows(summary)
     assert header[:3] == ["prompt class", "input tokens", "verdict"] and len(table) == 4
-    assert table[0][:3] == ["open_ended", "0-127", "can't tell"]
+    assert table[0][:3] == ["open_ended", "0-127", "no gain"]
     assert bucket_flips_text(summary).startswith("Flips: structured")
     assert "No class" in bucket_flips_text(RunSummary.model_construct(bucket_flips=[]))
     # Can't tell does not count as a flip.
     calm = [r for r in rows if r.prompt_class == "structured"][:1]
     assert verdict_flips(calm) == []
+
+
+def _cell(bucket: str, decision: Decision) -> ClassVerdict:
+    ratio = Interval(estimate=1.0, low=0.9, high=1.1, n=20, confidence=0.95)
+    return ClassVerdict(
+        prompt_class="open_ended",
+        decision=decision,
+        reason="",
+        pairs=20,
+        cost_ratio=ratio,
+        input_bucket=bucket,
+    )
+
+
+@pytest.mark.parametrize(
+    ("short", "long", "flips"),
+    [
+        (Decision.USE_SD, Decision.NO_GAIN, True),  # SD for one bucket, the baseline for the other
+        (Decision.USE_SD, Decision.DONT, True),
+        (Decision.DONT, Decision.NO_GAIN, False),  # both keep the baseline
+        (Decision.USE_SD, Decision.CANT_TELL, False),  # can't tell routes nothing by itself
+    ],
+)
+def test_a_flip_is_two_buckets_routed_to_different_arms(short, long, flips) -> None:
+    found = verdict_flips([_cell("0-127", short), _cell("128+", long)])
+    assert bool(found) is flips
+    if flips:
+        assert found == [
+            f"open_ended: the verdict flips with input length (0-127: {short.value}, "
+            f"128+: {long.value})"
+        ]

@@ -155,3 +155,68 @@ def test_the_headline_ends_on_the_verdict_per_class(analysed_run_dir) -> None:
     last = headline_text(numbers).splitlines()[-len(summary.verdict) :]
     for line, verdict in zip(last, summary.verdict, strict=True):
         assert line == f"  {verdict.prompt_class}: {verdict.decision.value}: {verdict.reason}"
+
+
+def test_no_gain_is_in_every_format_with_what_the_margin_means_in_usd(analysed_run_dir) -> None:
+    from loadtest.render.headline import headline, headline_text
+
+    summary = summarize(analysed_run_dir)
+    assert summary.cost is not None and summary.verdict
+    first = summary.verdict[0]
+    equal = first.cost_ratio.model_copy(update={"estimate": 1.0, "low": 0.98, "high": 1.02})
+    no_gain = first.model_copy(
+        update={
+            "decision": Decision.NO_GAIN,
+            "reason": "keep the baseline: inside the equivalence bounds",
+            "cost_ratio": equal,
+        }
+    )
+    summary = summary.model_copy(update={"verdict": [no_gain, *summary.verdict[1:]]})
+    base = summary.cost.overall.usd_per_million_output_tokens["baseline"]
+    assert base is not None
+    # 0.05 of the measured baseline cost, and 0.05 / 1.05 of it the other way
+    money = (
+        f"all {base:,.4g} USD, so SD at most {base * 0.05:,.4g} USD dearer or "
+        f"{base * 0.05 / 1.05:,.4g} USD cheaper"
+    )
+    says = ("statistics.equivalence_margin=0.05", "[0.952, 1.050]", "alpha=0.025 each", money)
+    paths = write_report(summary, analysed_run_dir)
+    markdown = paths["markdown"].read_text()
+    html = paths["html"].read_text()
+    console = render_summary_table(summary)
+    text = headline_text(headline(summary))
+    for rendered in (markdown, html, console, text):
+        assert "no gain" in rendered
+        for part in says:
+            assert part in rendered.replace("&quot;", '"'), part
+    # the margin is read before the verdict lines in the headline, which ends on them
+    assert text.index("equivalence_margin") < text.index(f"{no_gain.prompt_class}: no gain")
+    rows = list(csv.DictReader(paths["csv"].open()))
+    verdicts = {r["prompt_class"]: r["value"] for r in rows if r["metric"] == "verdict"}
+    assert verdicts[no_gain.prompt_class] == "no gain"
+    bounds = {
+        r["stat"]: float(r["value"])
+        for r in rows
+        if r["metric"] == "equivalence_bounds" and r["prompt_class"] == no_gain.prompt_class
+    }
+    assert bounds == pytest.approx({"low": 1 / 1.05, "high": 1.05})
+
+
+def test_a_no_gain_class_goes_to_the_baseline_in_the_routing_line(analysed_run_dir) -> None:
+    from loadtest.render.decision import routing_text
+
+    summary = summarize(analysed_run_dir)
+    classes = [v for v in summary.verdict if v.prompt_class != "all"]
+    assert classes
+    rows = [
+        v.model_copy(update={"decision": Decision.USE_SD if i == 0 else Decision.NO_GAIN})
+        for i, v in enumerate(classes)
+    ]
+    line = routing_text(summary.model_copy(update={"verdict": rows, "floors": None}))
+    assert line is not None
+    assert f"experiment.routing.speculative_classes={classes[0].prompt_class}`" in line
+    for other in classes[1:]:
+        assert other.prompt_class not in line.split("speculative_classes=")[1]
+    every = [v.model_copy(update={"decision": Decision.NO_GAIN}) for v in classes]
+    line = routing_text(summary.model_copy(update={"verdict": every, "floors": None}))
+    assert line is not None and "speculative_classes=[]" in line

@@ -6,7 +6,15 @@ import pytest
 
 from experiment import build_config
 from loadtest.stats import Interval
-from loadtest.verdict import Decision, MorePairs, decide, pairs_to_exclude_one
+from loadtest.verdict import (
+    DEFAULT_MARGIN,
+    Decision,
+    MorePairs,
+    decide,
+    equivalence_bounds,
+    pairs_to_exclude_one,
+    pairs_to_fit_margin,
+)
 
 FLOOR = build_config({}).statistics.min_pairs_for_verdict
 
@@ -79,11 +87,83 @@ def test_the_suggested_setting_is_a_real_config_key() -> None:
         assert getattr(getattr(config, section), field) == 3
 
 
-def test_an_estimate_at_one_is_the_same_cost_not_a_call_for_more_pairs() -> None:
+def test_an_estimate_at_one_asks_for_the_pairs_that_would_show_no_gain() -> None:
+    # Inside the default bounds [0.952, 1.05] but reaching past both: no exclusion of 1 to
+    # project, the pairs that would fit it inside instead. Log half-widths 0.0543 (up) and
+    # 0.0553 (down) against room 0.0448 and 0.0528: 40 x (0.0543/0.0448)^2 = 58.7 -> 59.
     same = _ratio(1.004, 0.95, 1.06, n=40)
     assert pairs_to_exclude_one(same) is None
-    decision, reason = decide(same, 0, FLOOR)
+    assert pairs_to_fit_margin(same, 0.05) == 59
+    decision, reason = decide(same, 0, FLOOR, MorePairs("local.requests_per_prompt", 1))
+    assert decision == Decision.CANT_TELL
+    assert "outside the equivalence bounds [0.952, 1.050]" in reason
+    assert "about 59 pairs would bring it inside (no gain)" in reason
+    assert "-c local.requests_per_prompt=2" in reason
+
+
+def test_an_estimate_at_one_outside_a_tiny_margin_is_the_same_cost() -> None:
+    # A margin smaller than SAME_COST, the estimate outside it: no projection either way.
+    same = _ratio(1.004, 0.95, 1.06, n=40)
+    assert pairs_to_fit_margin(same, 0.003) is None
+    decision, reason = decide(same, 0, FLOOR, margin=0.003)
     assert decision == Decision.CANT_TELL and "cost about the same" in reason
+
+
+@pytest.mark.parametrize(
+    ("interval", "decision", "says"),
+    [
+        # clear win and clear loss: the interval excludes 1 and leaves the bounds
+        (_ratio(0.80, 0.74, 0.86), Decision.USE_SD, "SD costs 0.800x [0.740, 0.860]"),
+        (_ratio(1.20, 1.12, 1.29), Decision.DONT, "SD costs 1.200x [1.120, 1.290]"),
+        # equivalent: the whole interval inside [1/1.05, 1.05], holding 1 or not
+        (_ratio(1.00, 0.97, 1.03), Decision.NO_GAIN, "keep the baseline: SD costs 1.000x"),
+        (_ratio(0.98, 0.96, 0.99), Decision.NO_GAIN, "inside the equivalence bounds"),
+        (_ratio(1.02, 1.01, 1.04), Decision.NO_GAIN, "[0.952, 1.050]"),
+        # a wide interval straddling a bound and holding 1: neither shown
+        (_ratio(0.96, 0.85, 1.08), Decision.CANT_TELL, "holds 1 at 95%"),
+        # leaves the bounds on one side only, without excluding 1
+        (_ratio(1.00, 0.99, 1.06), Decision.CANT_TELL, "outside the equivalence bounds"),
+    ],
+)
+def test_each_outcome_against_the_equivalence_margin(interval, decision, says) -> None:
+    got, reason = decide(interval, 0, FLOOR, margin=0.05)
+    assert got == decision
+    assert says in reason
+
+
+def test_no_gain_states_the_alpha_of_each_one_sided_test() -> None:
+    equal = _ratio(1.0, 0.98, 1.02)
+    assert "two one-sided tests at alpha=0.025 each, the 95% interval" in decide(equal, 0, FLOOR)[1]
+    at_90 = equal.model_copy(update={"confidence": 0.90})
+    assert "alpha=0.05 each, the 90% interval" in decide(at_90, 0, FLOOR)[1]
+
+
+def test_the_margin_bounds_are_symmetric_on_the_log_scale_and_inclusive() -> None:
+    low, high = equivalence_bounds(0.05)
+    assert low == pytest.approx(1 / 1.05) and high == pytest.approx(1.05)
+    assert low * high == pytest.approx(1)
+    on_the_bounds = _ratio(1.0, low, high)
+    assert decide(on_the_bounds, 0, FLOOR, margin=0.05)[0] == Decision.NO_GAIN
+    just_past = _ratio(1.0, low, high * 1.001)
+    assert decide(just_past, 0, FLOOR, margin=0.05)[0] == Decision.CANT_TELL
+    # a wider margin takes in what a narrow one leaves undecided
+    assert decide(_ratio(0.96, 0.85, 1.08), 0, FLOOR, margin=0.2)[0] == Decision.NO_GAIN
+
+
+def test_lossless_and_the_pair_floor_come_before_equivalence() -> None:
+    equal = _ratio(1.0, 0.99, 1.01, n=6)
+    assert decide(equal, 1, 2)[0] == Decision.DONT
+    assert decide(equal, 0, 10)[0] == Decision.CANT_TELL
+    assert decide(equal, 0, 6)[0] == Decision.NO_GAIN
+
+
+def test_the_margin_is_validated_once_in_the_config() -> None:
+    assert build_config({}).statistics.equivalence_margin == DEFAULT_MARGIN
+    for bad in ("0", "-0.05", "0.6"):
+        with pytest.raises(ValueError, match=r"statistics\.equivalence_margin"):
+            build_config({"statistics.equivalence_margin": bad})
+    settings = build_config({"statistics.equivalence_margin": "0.1"}).statistics
+    assert settings.equivalence_margin == 0.1
 
 
 def test_an_interval_reaching_zero_asks_for_more_requests_without_a_projection() -> None:
