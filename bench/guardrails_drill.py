@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,8 +37,11 @@ from pathlib import Path
 from experiment import build_config
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT, context_from_pairs
+from loadtest.client import RequestParams, stream_request
 from loadtest.processes import stop_groups
 from loadtest.prompts import load_prompts
+from loadtest.records import RequestRecord
+from loadtest.transport import StreamSession
 from local_run.arms import arm_servers
 from local_run.gateway import local_gateway
 from local_run.guardrails import AlertLog, LocalPrometheus
@@ -98,30 +100,35 @@ class Traffic:
     sent: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _send(self, prompt: str, value: str | None) -> None:
-        body = json.dumps(
-            {"model": self.model, "prompt": prompt, "max_tokens": MAX_TOKENS,
-             "temperature": 0, "ignore_eos": True}
-        ).encode()  # fmt: skip
-        headers = {"Content-Type": "application/json"}
-        if value is not None:
-            headers[self.header] = value
-        request = urllib.request.Request(f"{self.url}/v1/completions", body, headers)
-        try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as reply:
-                reply.read()
-            with self._lock:
+    def _send(self, session: StreamSession, prompt: str, value: str | None) -> None:
+        """One request as the load test sends it (loadtest.client: streaming, temperature 0,
+        ignore_eos), its class in the class header or none; a failure is counted, never
+        raised."""
+        params = RequestParams(
+            model=self.model,
+            max_tokens=MAX_TOKENS,
+            api="completions",
+            timeout_s=REQUEST_TIMEOUT_S,
+            class_header=self.header,
+        )
+        record = RequestRecord(arm="drill", index=0, prompt_id="", prompt_class=value or "")
+        stream_request(session, self.url, prompt, params, record)
+        with self._lock:
+            if record.error:
+                self.failed.append(record.error)
+            else:
                 self.sent += 1
-        except OSError as error:
-            with self._lock:
-                self.failed.append(str(error))
 
     def _run(self, offset: int) -> None:
         sends = itertools.islice(itertools.cycle(self.sends), offset, None)
-        for prompt, value in sends:
-            if self.stopped.is_set():
-                return
-            self._send(prompt, value)
+        session = StreamSession()
+        try:
+            for prompt, value in sends:
+                if self.stopped.is_set():
+                    return
+                self._send(session, prompt, value)
+        finally:
+            session.close()
 
     def __enter__(self) -> Traffic:
         self.threads = [
