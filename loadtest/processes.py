@@ -19,8 +19,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from types import FrameType
-from typing import Any
+from types import FrameType, TracebackType
+from typing import IO, Any, Self
 
 LOG = logging.getLogger("loadtest")
 HTTP_TIMEOUT_S = 5.0
@@ -140,3 +140,40 @@ def signals_raise(
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class BackgroundProcess:
+    """A process of ours with a log file, started by ``start`` and stopped on every path out
+    of a ``with`` block (the start failing included). Subclasses set ``process`` and ``_log``
+    in ``start``; ``stop_grace_s`` is how long its group gets to exit after SIGTERM."""
+
+    process: subprocess.Popen[bytes] | None
+    _log: IO[bytes] | None
+    stop_grace_s: float = 5.0
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            stop_groups([process], self.stop_grace_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()

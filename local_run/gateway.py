@@ -34,18 +34,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
 from experiment.config.upstreams import pin
-from loadtest.processes import http_get, poll_until, stop_groups
+from loadtest.processes import BackgroundProcess, http_get, poll_until
 from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
 
 # Loopback connects are refused at once when nothing listens; a second is ample.
 CONNECT_TIMEOUT = "1s"
 READY_TIMEOUT_S = 30.0
-STOP_GRACE_S = 5.0
 # The admin interface is on loopback and answers at once when up.
 ADMIN_TIMEOUT_S = 2.0
 
@@ -356,7 +354,7 @@ def envoy_binary() -> Path:
 
 
 @dataclass
-class EnvoyGateway:
+class EnvoyGateway(BackgroundProcess):
     """One Envoy process serving ``bootstrap``; a context manager that always stops it."""
 
     bootstrap: dict[str, Any]
@@ -449,30 +447,6 @@ class EnvoyGateway:
                 counts = {s["name"]: int(s.get("value", 0)) for s in host.get("stats", [])}
                 found[(cluster["name"], host.get("hostname", ""))] = counts.get("rq_total", 0)
         return found
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None:
-            stop_groups([process], STOP_GRACE_S)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> EnvoyGateway:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def local_gateway(config: ExperimentConfig, work_dir: Path) -> EnvoyGateway:

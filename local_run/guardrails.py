@@ -17,7 +17,6 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import yaml
@@ -25,14 +24,13 @@ import yaml
 from experiment.config import Arm, ExperimentConfig
 from guardrails.rules import rule_set
 from guardrails.scrape import local_scrape_config
-from loadtest.processes import http_get, poll_until, stop_groups
+from loadtest.processes import BackgroundProcess, http_get, poll_until
 from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, free_port
 from runtime.spec import Generation
 
 RULE_FILE = "guardrail-rules.yml"
 CONFIG_FILE = "prometheus.yml"
 READY_TIMEOUT_S = 30.0
-STOP_GRACE_S = 5.0
 
 
 def prometheus_binary() -> str:
@@ -72,7 +70,7 @@ class FiredAlert:
 
 
 @dataclass
-class LocalPrometheus:
+class LocalPrometheus(BackgroundProcess):
     """A Prometheus process watching ``servers`` (arm -> URL) and the gateway's admin URL."""
 
     config: ExperimentConfig
@@ -201,30 +199,6 @@ class LocalPrometheus:
         """Each scrape target (its URL) and whether its last scrape succeeded."""
         active = self._api("targets", state="active")["activeTargets"]
         return {t["scrapeUrl"]: t["health"] == "up" for t in active}
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None:
-            stop_groups([process], STOP_GRACE_S)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> LocalPrometheus:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class AlertLog:
