@@ -107,9 +107,9 @@ PROFILES: dict[ServingProfile, ProfileDefaults] = {
         holdout_k=(4, 5, 6),
         acceptance="vLLM's vllm:spec_decode_* counters (V1 engine), per position",
         drafter=(
-            f"{PLUGIN_DRAFT}: validated by its authors on GPU vLLM, not on Neuron (vllm-neuron "
-            "registers only a Llama EAGLE3 draft class): usable in principle, measure before "
-            "trusting it"
+            f"{PLUGIN_DRAFT}: vllm-neuron lists EAGLE3 as supported for Qwen3 (docs/model-"
+            "recipes/qwen3.md); whether this speculators-format drafter loads there is not yet "
+            "run on trn2: measure before trusting it"
         ),
         expected=(
             "none measured on trn2 yet: no published figure exists for this drafter on Neuron; "

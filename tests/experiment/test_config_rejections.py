@@ -311,7 +311,9 @@ def test_a_value_set_explicitly_wins_over_the_profile() -> None:
 
 def test_profiles_say_how_acceptance_is_known_and_how_far_the_drafter_is_validated() -> None:
     new = PROFILES[ServingProfile.NEW_DEPLOYMENT]
-    assert "not on Neuron" in new.drafter and "GPU vLLM" in new.drafter
+    # What is open is said exactly: EAGLE3 is supported for Qwen3 on vllm-neuron, whether
+    # this speculators-format drafter loads there is not yet run.
+    assert "supported for Qwen3" in new.drafter and "not yet run" in new.drafter
     assert "counters" in new.acceptance
     assert "client-side" in PROFILES[ServingProfile.REPRODUCE].acceptance
     assert new.k_range == (3, 7)

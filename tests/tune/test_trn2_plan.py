@@ -67,7 +67,7 @@ def test_the_plan_follows_the_new_deployment_profile() -> None:
     text = trn2_plan_text(plan, config)
     assert "profile new-deployment" in text
     assert "neuron-plugin" in text and config.serving.image in text
-    assert "not on Neuron" in text  # the drafter's validation is said up front
+    assert "not yet run on trn2" in text  # what is open about the drafter is said up front
     assert "spec_decode" in text and "target + draft graphs" in text
     assert "none, every k in range is measured" in text
 
