@@ -172,8 +172,9 @@ def readme_light_tiers(records: Records) -> str:
     fast_r, fast = need(records, "make-test-fast-fresh", TestSuiteFigures)
     return (
         f"On a fresh clone{_caches(fast_r)}, `make lint` took {dur(lint.wall_s)} "
-        f"({lint_r.day}, {lint_r.machine.text()}) and `make test-fast` {dur(fast.wall_s)}"
-        f"{_passed(fast, ', ')} ({fast_r.day}, {fast_r.machine.text()}), installs included."
+        f"({lint_r.day}, {lint_r.machine.text()}{_at_commit(lint_r)}) and `make test-fast` "
+        f"{dur(fast.wall_s)}{_passed(fast, ', ')} ({fast_r.day}, {fast_r.machine.text()}"
+        f"{_at_commit(fast_r)}), installs included."
     )
 
 
@@ -658,8 +659,8 @@ def arms_spread(records: Records) -> str:
         lines.append(f"{len(failed)} of the runs failed their own checks (see the record).")
     if chosen == "alternating":
         verdict = (
-            "alternating's spread is smaller than sequential's for both classes, so the "
-            "local run's default `local.arms_mode` is **alternating**."
+            "alternating's spread is smaller than sequential's for both classes: on that "
+            "tree, this record chose **alternating**."
         )
     else:
         verdict = (
@@ -668,7 +669,7 @@ def arms_spread(records: Records) -> str:
                 f"{names[c]} {f.spread('alternating', c):.2f} vs {f.spread('sequential', c):.2f}"
                 for c in CLASSES
             )
-            + "), so the local run keeps **sequential** as its default `local.arms_mode`."
+            + "): on that tree, this record chose **sequential**."
         )
     lines.append(f"With {len(f.runs) // max(len(f.modes()), 1)} runs per mode, {verdict}")
     return "\n".join(lines)
@@ -981,8 +982,21 @@ def _sources(path: Path, names: list[str], records: Records) -> str:
     for name in names:
         bench = BENCH_RESULT_FILES.get(name)
         target = ROOT / bench[0] if bench else RECORDS_DIR / f"{name}.json"
-        links.append(f"[{name}]({os.path.relpath(target, path.parent)})")
-    return ", ".join(links)
+        links.append(f"[{name}]({os.path.relpath(target, path.parent)}), {tree(records[name])}")
+    return "; ".join(links)
+
+
+def tree(record: FigureRecord) -> str:
+    """The tree a record was measured on, as every region says it: a record of another
+    tree than today's is read as such."""
+    commit = record.provenance.commit
+    if record.provenance.kind == "transcribed-from-commit":
+        return f"transcribed from commit {commit}"
+    if not commit:
+        return "measured on a tree whose commit was not recorded"
+    if commit.endswith("+"):
+        return f"measured at commit {commit[:-1]} with uncommitted changes"
+    return f"measured at commit {commit}"
 
 
 def used_records(name: str, records: Records) -> list[str]:

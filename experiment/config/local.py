@@ -83,7 +83,8 @@ class LocalConfig(Section):
     )
     # Both servers share the machine's cores: concurrent arms would compete for them.
     # Alternating, because identical cached runs spread less than sequential ones for both
-    # prompt classes (docs/records/arms-spread.json, docs/local-run.md).
+    # prompt classes (docs/records/arms-spread.json, docs/local-run.md), measured before
+    # local.cpu_binding existed (vLLM's own binding); not re-measured with apart.
     arms_mode: ArmsMode = Field(
         default=ArmsMode.ALTERNATING,
         description=(
