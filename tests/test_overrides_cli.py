@@ -100,6 +100,9 @@ def test_cdk_app_renders_the_overridden_k(tmp_path: Path) -> None:
         **cdk_json_context(),
         # required by the app, which no test lets download the plugin: a placeholder
         "routing.eks.gateway_api_plugin_sha256": "0" * 64,
+        # required too (no add-on listing was reachable): placeholders of the right form
+        "cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
+        "cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
         "serving.num_speculative_tokens": "5",
     }
     result = _run(
