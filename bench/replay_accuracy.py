@@ -29,7 +29,7 @@ import math
 import random
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from bench.truth_server import TruthServer
 from bench.workload import Workload
 from experiment import build_config
 from experiment.config import Arm
+from loadtest.distributed import worker_share
 from loadtest.plan import build_plan
 from loadtest.runner import run_arm
 from loadtest.traffic import (
@@ -133,6 +134,13 @@ class LevelErrors:
     min_ms: float
     mean_in_flight: float  # from the server's log: received -> last chunk sent
     peak_in_flight: int
+    # Distributed: p50 error of each worker's requests. Every worker opens its window when
+    # the master's message reaches it, so their offsets differ: part of the replay's error.
+    worker_p50_ms: dict[str, float] = field(default_factory=dict)
+    # One Locust process: its window start is on perf_counter too, so the error needs no
+    # origin: receive - (window start + offset x time_scale), connect and loopback included.
+    absolute_p50_ms: float | None = None
+    absolute_p99_ms: float | None = None
 
 
 def receive_times(log: Sequence[dict[str, Any]]) -> dict[str, float | None]:
@@ -152,23 +160,39 @@ def receive_times(log: Sequence[dict[str, Any]]) -> dict[str, float | None]:
 
 def replay_errors(
     trace: Sequence[TrafficRequest], time_scale: float, received: dict[str, float | None]
-) -> tuple[list[float], list[str]]:
-    """Per-request errors in ms (definition: the module docstring), in trace order, and the
-    ids of trace requests the log has no kernel receive time for."""
+) -> tuple[dict[str, float], list[str]]:
+    """Each request's error in ms by id (definition: the module docstring), in trace order,
+    and the ids of trace requests the log has no kernel receive time for."""
     scheduled = {r.messages[-1].content: r.offset_s * time_scale for r in trace}
     ids = {r.messages[-1].content: r.id for r in trace}
     stamped = {text: at for text, at in received.items() if at is not None}
     lags = {text: stamped[text] - at for text, at in scheduled.items() if text in stamped}
     missing = [ids[text] for text in scheduled if text not in stamped]
     if not lags:
-        return [], missing
+        return {}, missing
     first_offset = min(scheduled.values())
     firsts = [text for text, at in scheduled.items() if at == first_offset and text in lags]
     if not firsts:
         raise ValueError("the trace's first request has no receive time: no origin")
     origin_text = min(firsts, key=lambda text: stamped[text])
     origin = lags[origin_text]
-    return [(lags[text] - origin) * 1000.0 for text in scheduled if text in lags], missing
+    errors = {ids[text]: (lags[text] - origin) * 1000.0 for text in scheduled if text in lags}
+    return errors, missing
+
+
+def absolute_errors(
+    trace: Sequence[TrafficRequest],
+    time_scale: float,
+    received: dict[str, float | None],
+    window_start: float,
+) -> list[float]:
+    """Each stamped request's receive minus its send time as the load test schedules it
+    (``window_start`` + offset x time_scale), ms: one Locust process's window only."""
+    return [
+        (at - (window_start + r.offset_s * time_scale)) * 1000.0
+        for r in trace
+        if (at := received.get(r.messages[-1].content)) is not None
+    ]
 
 
 def in_flight(log: Sequence[dict[str, Any]], since: float) -> tuple[float, int]:
@@ -193,11 +217,20 @@ def in_flight(log: Sequence[dict[str, Any]], since: float) -> tuple[float, int]:
 
 
 def summarize(
-    level: Level, errors: Sequence[float], missing: Sequence[str], log: Sequence[dict[str, Any]]
+    level: Level,
+    errors: dict[str, float],
+    missing: Sequence[str],
+    log: Sequence[dict[str, Any]],
+    worker_of: dict[str, int] | None = None,
+    absolute: Sequence[float] = (),
 ) -> LevelErrors:
     if not errors:
         raise ValueError(f"{level.streams} streams: no request was matched to a receive stamp")
-    values = np.asarray(errors)
+    values = np.asarray(list(errors.values()))
+    by_worker: dict[str, list[float]] = {}
+    for request_id, error in errors.items():
+        if worker_of and request_id in worker_of:
+            by_worker.setdefault(str(worker_of[request_id]), []).append(error)
     stamps = [e["kernel_received"] for e in log if e.get("kernel_received") is not None]
     mean, peak = in_flight(log, since=min(stamps) if stamps else -math.inf)
     return LevelErrors(
@@ -211,6 +244,9 @@ def summarize(
         min_ms=float(values.min()),
         mean_in_flight=round(mean, 1),
         peak_in_flight=peak,
+        worker_p50_ms={w: float(np.percentile(v, 50)) for w, v in sorted(by_worker.items())},
+        absolute_p50_ms=float(np.percentile(absolute, 50)) if len(absolute) else None,
+        absolute_p99_ms=float(np.percentile(absolute, 99)) if len(absolute) else None,
     )
 
 
@@ -246,7 +282,22 @@ def run_level(level: Level, run_dir: Path, seed: int = 0) -> tuple[LevelErrors, 
     (run_dir / "receive_log.json").write_text(json.dumps(log))
     received = receive_times(log)
     errors, missing = replay_errors(trace, config.loadtest.traffic.time_scale, received)
-    result = summarize(level, errors, missing, log)
+
+    worker_of = {
+        item.prompt.id: index
+        for index in range(level.workers)
+        for item in worker_share(plan.schedule, index, level.workers)
+    }
+    scale = config.loadtest.traffic.time_scale
+    # A distributed arm's window file has no perf_counter start (each worker has its own).
+    absolute = (
+        absolute_errors(trace, scale, received, meta.window_start)
+        if level.workers == 1 and meta.window_start
+        else []
+    )
+    result = summarize(
+        level, errors, missing, log, worker_of if level.workers > 1 else None, absolute
+    )
     detail = {
         "stopped_by": meta.stopped_by,
         "load_generator_cpu": meta.load_generator_cpu,

@@ -376,6 +376,10 @@ class ReplayLevel(_Model):
     peak_in_flight: int
     load_generator_cpu: float | None = None
     worker_cpu: dict[str, float | None] = {}  # share of a core per worker (distributed)
+    worker_p50_ms: dict[str, float] = {}  # p50 error of each worker's requests
+    # One Locust process: receive - (its window start + offset x time scale), no origin
+    absolute_p50_ms: float | None = None
+    absolute_p99_ms: float | None = None
     stopped_by: str
 
 

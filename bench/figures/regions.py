@@ -960,6 +960,22 @@ def replay_accuracy(records: Records) -> str:
             f"| {level.p99_ms:.2f} | {level.max_ms:.2f} | {level.min_ms:.2f} "
             f"| {level.mean_in_flight:.0f} / {level.peak_in_flight} | {verdict} |"
         )
+    for level in d.levels:
+        if level.absolute_p50_ms is not None and level.absolute_p99_ms is not None:
+            rows += [
+                "",
+                f"At {level.streams} streams (one process), against the window start itself: "
+                f"p50 {level.absolute_p50_ms:.2f} ms, p99 {level.absolute_p99_ms:.2f} ms "
+                "(the connect and loopback path included).",
+            ]
+        if level.worker_p50_ms:
+            starts = ", ".join(f"{v:.2f}" for _, v in sorted(level.worker_p50_ms.items()))
+            rows += [
+                "",
+                f"At {level.streams} streams, the p50 error of each worker's own requests: "
+                f"{starts} ms (each worker opens its window when the master's message "
+                "reaches it).",
+            ]
     return "\n".join(rows)
 
 

@@ -15,6 +15,7 @@ from bench.figures.regions import REGIONS
 from bench.replay_accuracy import (
     SERVICE_S,
     Level,
+    absolute_errors,
     in_flight,
     parse_levels,
     receive_times,
@@ -50,7 +51,8 @@ def test_the_error_is_the_lag_behind_the_schedule_relative_to_the_first_request(
         entry["received"] = float(k)
     errors, missing = replay_errors(trace, scale, receive_times(log))
     assert missing == []
-    assert errors == pytest.approx([float(k) for k in range(6)], abs=1e-6)
+    assert list(errors.values()) == pytest.approx([float(k) for k in range(6)], abs=1e-6)
+    assert list(errors) == [r.id for r in trace]
 
 
 def test_a_request_without_a_kernel_stamp_is_unmatched_never_replaced_by_the_warm_up() -> None:
@@ -63,7 +65,7 @@ def test_a_request_without_a_kernel_stamp_is_unmatched_never_replaced_by_the_war
     log[-1]["kernel_received"] = None  # the measured receive of the last request: no stamp
     errors, missing = replay_errors(trace, 1.0, receive_times(log))
     assert missing == [trace[-1].id]
-    assert errors == pytest.approx([0.0] * 3, abs=1e-6)
+    assert list(errors.values()) == pytest.approx([0.0] * 3, abs=1e-6)
     log[1]["kernel_received"] = None  # now the first request has none: no origin
     with pytest.raises(ValueError, match="first request"):
         replay_errors(trace, 1.0, receive_times(log))
@@ -76,8 +78,8 @@ def test_the_origin_is_the_earliest_received_of_the_first_offset() -> None:
     received = {r.messages[-1].content: 50.0 + r.offset_s + 0.002 for r in trace}
     received[first[1].messages[-1].content] -= 0.001  # one of the burst arrived 1 ms sooner
     errors, _ = replay_errors(trace, 1.0, received)
-    assert min(errors) == pytest.approx(0.0, abs=1e-6)
-    assert max(errors) == pytest.approx(1.0, abs=1e-6)
+    assert min(errors.values()) == pytest.approx(0.0, abs=1e-6)
+    assert max(errors.values()) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_the_trace_keeps_about_the_asked_streams_in_flight_with_bursts() -> None:
@@ -89,6 +91,16 @@ def test_the_trace_keeps_about_the_asked_streams_in_flight_with_bursts() -> None
     assert max(offsets.count(at) for at in set(offsets)) >= 10  # bursts at one offset
     assert len({r.messages[-1].content for r in trace}) == len(trace)  # each names itself
     assert {r.prompt_class for r in trace} == {"structured", "open_ended"}
+
+
+def test_the_absolute_error_is_against_the_window_start() -> None:
+    trace = synthetic_trace(5, 2, seed=2)
+    received: dict[str, float | None] = {
+        r.messages[-1].content: 7.0 + r.offset_s * 2.0 + 0.001 * k for k, r in enumerate(trace)
+    }
+    received[trace[2].messages[-1].content] = None
+    errors = absolute_errors(trace, 2.0, received, window_start=7.0)
+    assert errors == pytest.approx([0.0, 1.0, 3.0, 4.0], abs=1e-6)
 
 
 def test_in_flight_counts_overlaps_from_the_log() -> None:
@@ -110,7 +122,8 @@ def _summary_json(p99_64: float) -> dict:
         "streams": 64, "workers": 1, "users": 128, "n": 2000, "unmatched": 0, "p50_ms": 0.2,
         "p99_ms": p99_64, "max_ms": 9.0, "min_ms": -0.7, "mean_in_flight": 61.2,
         "peak_in_flight": 90, "stopped_by": "schedule_done", "load_generator_cpu": 0.4,
-        "worker_cpu": {}, "trace_s": 60.0,
+        "worker_cpu": {}, "worker_p50_ms": {}, "trace_s": 60.0,
+        "absolute_p50_ms": 0.6, "absolute_p99_ms": 2.4,
     }  # fmt: skip
     return {
         "method": "m",
@@ -119,7 +132,18 @@ def _summary_json(p99_64: float) -> dict:
         "burst_every_s": 4.0,
         "burst_share": 0.25,
         "users_per_stream": 2,
-        "levels": [level, {**level, "streams": 256, "workers": 2, "p99_ms": 4.0}],
+        "levels": [
+            level,
+            {
+                **level,
+                "streams": 256,
+                "workers": 2,
+                "p99_ms": 4.0,
+                "worker_p50_ms": {"0": -0.5, "1": 2.25},
+                "absolute_p50_ms": None,  # distributed: no window start on perf_counter
+                "absolute_p99_ms": None,
+            },
+        ],
     }
 
 
@@ -145,11 +169,22 @@ def test_the_record_and_region_say_whether_each_goal_was_met(
     rows = [line for line in text.splitlines() if line.startswith("| 64 ")]
     assert len(rows) == 1 and f"<= 2 ms: {word}" in rows[0] and f"{p99:.2f}" in rows[0]
     assert "<= 5 ms: met" in text and "2 workers" in text
+    assert "At 64 streams (one process), against the window start itself: p50 0.60 ms" in text
+    assert "At 256 streams (one process)" not in text
+    assert "At 256 streams, the p50 error of each worker's own requests: -0.50, 2.25 ms" in text
 
 
 def test_a_level_with_nothing_matched_is_refused() -> None:
     with pytest.raises(ValueError, match="no request was matched"):
-        summarize(Level(8, 40, 1), [], ["r0"], [])
+        summarize(Level(8, 40, 1), {}, ["r0"], [])
+
+
+def test_each_workers_requests_get_their_own_p50() -> None:
+    errors = {"r0": 0.0, "r1": 3.0, "r2": 0.2, "r3": 3.2}
+    log = [_entry("a", 0.0, 0.0)]
+    result = summarize(Level(2, 4, 2), errors, [], log, {"r0": 0, "r1": 1, "r2": 0, "r3": 1})
+    assert result.worker_p50_ms == pytest.approx({"0": 0.1, "1": 3.1})
+    assert summarize(Level(2, 4, 1), errors, [], log).worker_p50_ms == {}
 
 
 @pytest.mark.skipif(not KERNEL_STAMPS, reason="kernel receive stamps: Linux x86_64/aarch64")
@@ -169,6 +204,8 @@ def test_a_small_replay_is_matched_request_by_request(tmp_path: Path) -> None:
     # Loose: a shared 2-core machine; the bench's goal is what the record shows.
     assert -50.0 < result.min_ms <= 0.0 <= result.max_ms < 500.0
     assert result.peak_in_flight >= 2
+    assert result.absolute_p50_ms is not None and result.absolute_p99_ms is not None
+    assert 0.0 < result.absolute_p50_ms < 500.0  # no request reaches the server before its time
 
 
 def _lines(run_dir: Path) -> list[str]:
