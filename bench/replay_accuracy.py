@@ -108,15 +108,17 @@ def synthetic_trace(requests: int, streams: int, seed: int = 0) -> list[TrafficR
         dumped = [m.model_dump() for m in messages]
         tokens = approximate_tokens(dumped)
         traffic.append(
-            TrafficRequest(
-                id=f"r{index}",
-                prompt_class=CLASSES[index % len(CLASSES)],
-                messages=messages,
-                output_tokens=OUTPUT_TOKENS,
-                offset_s=round(offset, 6),
-                input_tokens=tokens,
-                input_bucket=bucket_label(tokens, LENGTH_BUCKETS),
-                sha256=messages_sha256(dumped),
+            TrafficRequest.model_validate(
+                {
+                    "id": f"r{index}",
+                    "class": CLASSES[index % len(CLASSES)],
+                    "messages": dumped,
+                    "output_tokens": OUTPUT_TOKENS,
+                    "offset_s": round(offset, 6),
+                    "input_tokens": tokens,
+                    "input_bucket": bucket_label(tokens, LENGTH_BUCKETS),
+                    "sha256": messages_sha256(dumped),
+                }
             )
         )
     return traffic

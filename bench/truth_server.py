@@ -111,7 +111,12 @@ class _Connection:
     async def _readable(self) -> None:
         ready = self.loop.create_future()
         fd = self.sock.fileno()
-        self.loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+
+        def wake() -> None:
+            if not ready.done():  # the reader can fire again before it is removed
+                ready.set_result(None)
+
+        self.loop.add_reader(fd, wake)
         try:
             await ready
         finally:
