@@ -250,8 +250,8 @@ class Streamer:
 async def _serve(workload: Workload) -> None:
     listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
     # Held for the server's life: the kernel stamps received packets only while some socket
-    # asks for stamps (net_enable_timestamp), so between two connections a request could
-    # otherwise arrive unstamped (seen: 1-4 of 40 requests without a stamp).
+    # asks for stamps (Linux net/core/dev.c: net_enable_timestamp counts the consumers), so
+    # between two connections a request could otherwise arrive unstamped (seen: 1-4 of 40).
     enable_kernel_stamps(listener)
     port = listener.getsockname()[1]
     print(json.dumps({"url": f"http://127.0.0.1:{port}", "port": port}), flush=True)
