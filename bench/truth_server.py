@@ -16,6 +16,8 @@ chunk when asked, the chat role chunk), with ``Connection: close`` on every resp
 instruments open one connection per stream; vllm bench serve's aiohttp pool otherwise
 raced the server's closes). The truth of each chunk is the kernel's transmit timestamp
 (``bench/send_stamps.py``); the ``perf_counter`` stamp after the write is logged beside it.
+The truth of a request's arrival is the kernel's receive timestamp of its first read
+(``SO_TIMESTAMPNS``, loadtest/transport.py): the replay's timing is measured against it.
 
 ``python -m bench.truth_server --workload JSON`` prints ``{"url", "port"}``;
 ``GET /_scripted/log`` returns what was sent.
@@ -41,10 +43,14 @@ from bench.send_stamps import SendStamps
 from bench.workload import Workload
 from experiment.loading import PROJECT_ROOT
 from loadtest.processes import http_get, stop_groups
+from loadtest.transport import enable_kernel_stamps, kernel_arrival
 
 STOP_GRACE_S = 10.0
 START_TIMEOUT_S = 30.0
 MAX_HEADER_BYTES = 65536
+# Room for one SCM_TIMESTAMPNS control message (a timespec: two C longs).
+_ANCILLARY_SIZE = socket.CMSG_SPACE(16)
+REQUEST_TEXT_CHARS = 200
 CHAT_PATH = "/v1/chat/completions"
 STREAM_PATHS = (CHAT_PATH, "/v1/completions")
 
@@ -56,6 +62,11 @@ class SentLog:
     index: int
     path: str
     received: float  # perf_counter when the request body was read
+    # The kernel's receive stamp of the request's first read on perf_counter (None: no
+    # stamp); tcp_recv_timestamp stamps the last segment that read consumed, which is the
+    # first byte's when the client wrote the request in one segment (loopback, < 64 KiB).
+    kernel_received: float | None = None
+    request_text: str = ""  # the last chat message's (or the prompt's) first characters
     send_times: list[float] = field(default_factory=list)  # after each content chunk's write
     chunk_tokens: list[int] = field(default_factory=list)
     kernel_send_times: list[float | None] | None = None  # None: no stamp for that chunk
@@ -79,6 +90,37 @@ class _Connection:
         self.loop = loop
         self.sock = sock
         self.stamps = SendStamps(sock)
+        self.receive_stamps = enable_kernel_stamps(sock)
+        self.first_read: float | None = None  # the kernel's receive time of the first read
+
+    async def _recv(self) -> bytes:
+        if not self.receive_stamps:
+            return await self.loop.sock_recv(self.sock, 65536)
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(65536, _ANCILLARY_SIZE)
+            except BlockingIOError:
+                await self._readable()
+                continue
+            if data and self.first_read is None:
+                self.first_read = kernel_arrival(
+                    ancillary, time.perf_counter(), time.time_ns(), float("-inf")
+                )
+            return data
+
+    async def _readable(self) -> None:
+        ready = self.loop.create_future()
+        fd = self.sock.fileno()
+
+        def wake() -> None:
+            if not ready.done():  # the reader can fire again before it is removed
+                ready.set_result(None)
+
+        self.loop.add_reader(fd, wake)
+        try:
+            await ready
+        finally:
+            self.loop.remove_reader(fd)
 
     async def send(self, data: bytes) -> None:
         await self.loop.sock_sendall(self.sock, data)
@@ -88,7 +130,7 @@ class _Connection:
         """(method, path, body) of one HTTP/1.1 request."""
         buffer = b""
         while b"\r\n\r\n" not in buffer:
-            data = await self.loop.sock_recv(self.sock, 65536)
+            data = await self._recv()
             if not data or len(buffer) > MAX_HEADER_BYTES:
                 raise ConnectionError("no complete request")
             buffer += data
@@ -101,7 +143,7 @@ class _Connection:
             if name.strip().lower() == "content-length":
                 length = int(value.strip())
         while len(body) < length:
-            data = await self.loop.sock_recv(self.sock, 65536)
+            data = await self._recv()
             if not data:
                 raise ConnectionError("request body cut short")
             body += data
@@ -115,6 +157,16 @@ class _Connection:
                 break
             await asyncio.sleep(0.001)
         return found
+
+
+def _request_text(body: dict[str, Any]) -> str:
+    """What names a request in the log: its last message's (or prompt's) first characters."""
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        text = messages[-1].get("content")
+    else:
+        text = body.get("prompt")
+    return text[:REQUEST_TEXT_CHARS] if isinstance(text, str) else ""
 
 
 def _json_response(status: str, payload: Any) -> bytes:
@@ -162,7 +214,13 @@ class Streamer:
             conn.sock.close()
 
     async def _stream(self, conn: _Connection, path: str, body: dict[str, Any]) -> None:
-        entry = SentLog(index=len(self.log), path=path, received=time.perf_counter())
+        entry = SentLog(
+            index=len(self.log),
+            path=path,
+            received=time.perf_counter(),
+            kernel_received=conn.first_read,
+            request_text=_request_text(body),
+        )
         self.log.append(entry)
         script = self.workload.script(entry.index)
         stream = StreamFormat.of(entry.index, path == CHAT_PATH, body, DEFAULT_MODEL_NAME)
@@ -191,6 +249,10 @@ class Streamer:
 
 async def _serve(workload: Workload) -> None:
     listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+    # Held for the server's life: the kernel stamps received packets only while some socket
+    # asks for stamps (Linux net/core/dev.c: net_enable_timestamp counts the consumers), so
+    # between two connections a request could otherwise arrive unstamped (seen: 1-4 of 40).
+    enable_kernel_stamps(listener)
     port = listener.getsockname()[1]
     print(json.dumps({"url": f"http://127.0.0.1:{port}", "port": port}), flush=True)
     await Streamer(workload).serve(listener)

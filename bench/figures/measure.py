@@ -42,6 +42,8 @@ from bench.figures.records import (
     MiniatureFigures,
     Provenance,
     RecordMachine,
+    ReplayAccuracyFigures,
+    ReplayLevel,
     StatsSpeedFigures,
     TestSuiteFigures,
     TieredClassFigures,
@@ -438,6 +440,25 @@ def drill_figures(outcome: Outcome) -> GuardrailsDrillFigures:
     return GuardrailsDrillFigures(**data)
 
 
+REPLAY_OUT = "runs/figures/replay-accuracy.json"
+
+
+def replay_figures(outcome: Outcome) -> ReplayAccuracyFigures:
+    data: dict[str, Any] = json.loads((outcome.workdir / REPLAY_OUT).read_text())
+    fields = set(ReplayLevel.model_fields)
+    return ReplayAccuracyFigures(
+        method=data["method"],
+        time_scale=data["time_scale"],
+        service_s=data["service_s"],
+        burst_every_s=data["burst_every_s"],
+        burst_share=data["burst_share"],
+        levels=[
+            ReplayLevel(**{k: v for k, v in level.items() if k in fields})
+            for level in data["levels"]
+        ],
+    )
+
+
 ARMS_SPREAD_OUT = "runs/figures/arms-spread.json"
 
 
@@ -518,6 +539,14 @@ MEASUREMENTS: dict[str, Measurement] = {
             "mkdir -p runs/figures && "
             f".venv/bin/python -m bench.guardrails_drill --out {DRILL_OUT}",
             drill_figures,
+        ),
+        # The trace replay's send times against the truth server's kernel receive log, 64
+        # streams on one Locust process and 256 on two workers (issue 31's goal).
+        Measurement(
+            "replay-accuracy",
+            "mkdir -p runs/figures && "
+            f".venv/bin/python -m bench.replay_accuracy --out {REPLAY_OUT}",
+            replay_figures,
         ),
         Measurement(
             "stats-speed",

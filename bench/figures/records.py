@@ -359,6 +359,49 @@ class GuardrailsDrillFigures(_Model):
     series_scraped: dict[str, int]
 
 
+class ReplayLevel(_Model):
+    """Replay timing error (ms) at one level: each request's kernel receive time behind its
+    recorded offset, relative to the trace's first request (bench/replay_accuracy.py)."""
+
+    streams: int  # requests in flight the trace was made to keep (Little's law)
+    workers: int  # loadtest.workers: Locust processes sending
+    users: int  # loadtest.concurrency (the in-flight cap, above streams)
+    n: int  # requests matched to a receive stamp
+    unmatched: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    min_ms: float
+    mean_in_flight: float
+    peak_in_flight: int
+    load_generator_cpu: float | None = None
+    worker_cpu: dict[str, float | None] = {}  # share of a core per worker (distributed)
+    worker_p50_ms: dict[str, float] = {}  # p50 error of each worker's requests
+    # One Locust process: receive - (its window start + offset x time scale), no origin
+    absolute_p50_ms: float | None = None
+    absolute_p99_ms: float | None = None
+    stopped_by: str
+
+
+class ReplayAccuracyFigures(_Model):
+    """``python -m bench.replay_accuracy``: a synthetic trace replayed by the load test
+    against the truth server's kernel receive log (issue 31's replay-accuracy goal)."""
+
+    kind: Literal["replay-accuracy"] = "replay-accuracy"
+    method: str
+    time_scale: float
+    service_s: float
+    burst_every_s: float
+    burst_share: float
+    levels: list[ReplayLevel]
+
+    def level(self, streams: int) -> ReplayLevel:
+        for level in self.levels:
+            if level.streams == streams:
+                return level
+        raise KeyError(f"replay-accuracy has no level at {streams} streams")
+
+
 Figures = Annotated[
     LocalRunFigures
     | TestSuiteFigures
@@ -367,7 +410,8 @@ Figures = Annotated[
     | MiniatureFigures
     | BenchFigures
     | ArmsSpreadFigures
-    | GuardrailsDrillFigures,
+    | GuardrailsDrillFigures
+    | ReplayAccuracyFigures,
     Field(discriminator="kind"),
 ]
 

@@ -27,6 +27,7 @@ from bench.figures.records import (
     Interval,
     LocalRunFigures,
     MiniatureFigures,
+    ReplayAccuracyFigures,
     StatsSpeedFigures,
     TestSuiteFigures,
     TieredFigures,
@@ -928,6 +929,56 @@ def guardrails_drill(records: Records) -> str:
     )
 
 
+def replay_accuracy(records: Records) -> str:
+    from bench.replay_accuracy import P99_GOAL_MS
+
+    r, d = need(records, "replay-accuracy", ReplayAccuracyFigures)
+    load = r.machine.load_average_start
+    when = f"{r.date[:10]}, {r.machine.cpu}, {r.machine.cores} cores" + (
+        f", load average {load:.1f}" if load is not None else ""
+    )
+    rows = [
+        f"Measured {when}; the traces' requests each stream for {d.service_s:g} s, "
+        f"{d.burst_share:.0%} of them in bursts every {d.burst_every_s:g} s, time scale "
+        f"{d.time_scale:g}.",
+        "",
+        "| streams | Locust processes | requests | p50 ms | p99 ms | max ms | min ms "
+        "| in flight (mean / peak) | goal (p99) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for level in d.levels:
+        goal = P99_GOAL_MS.get(level.streams)
+        verdict = (
+            "-"
+            if goal is None
+            else (f"<= {goal:g} ms: {'met' if level.p99_ms <= goal else 'missed'}")
+        )
+        processes = "1" if level.workers == 1 else f"{level.workers} workers"
+        missing = f" ({level.unmatched} unmatched)" if level.unmatched else ""
+        rows.append(
+            f"| {level.streams} | {processes} | {level.n}{missing} | {level.p50_ms:.2f} "
+            f"| {level.p99_ms:.2f} | {level.max_ms:.2f} | {level.min_ms:.2f} "
+            f"| {level.mean_in_flight:.0f} / {level.peak_in_flight} | {verdict} |"
+        )
+    for level in d.levels:
+        if level.absolute_p50_ms is not None and level.absolute_p99_ms is not None:
+            rows += [
+                "",
+                f"At {level.streams} streams (one process), against the window start itself: "
+                f"p50 {level.absolute_p50_ms:.2f} ms, p99 {level.absolute_p99_ms:.2f} ms "
+                "(the connect and loopback path included).",
+            ]
+        if level.worker_p50_ms:
+            starts = ", ".join(f"{v:.2f}" for _, v in sorted(level.worker_p50_ms.items()))
+            rows += [
+                "",
+                f"At {level.streams} streams, the p50 error of each worker's own requests: "
+                f"{starts} ms (each worker opens its window when the master's message "
+                "reaches it).",
+            ]
+    return "\n".join(rows)
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-light-tiers": readme_light_tiers,
@@ -943,6 +994,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "stats-speed": stats_speed,
     "miniature": miniature,
     "guardrails-drill": guardrails_drill,
+    "replay-accuracy": replay_accuracy,
     "loadtest-workers": loadtest_workers,
     "arms-spread": arms_spread,
     "bench-duration": bench_duration,
