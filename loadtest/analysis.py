@@ -48,12 +48,23 @@ def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisI
     """What run.json records for the analysis. ``local``: the arms are the local run's CPU
     servers (local price, k and lossless bar), else the trn2 deployment's (the caller says
     which: never guessed from URLs)."""
-    # The setting a "can't tell" verdict points at to get more pairs.
-    pairs_setting, requests_per_prompt = (
-        ("local.requests_per_prompt", config.local.requests_per_prompt)
-        if local
-        else ("loadtest.requests_per_prompt", config.loadtest.requests_per_prompt)
-    )
+    # The setting a "can't tell" verdict points at to get more pairs; a replayed trace has
+    # no such setting (its requests are the trace's: a longer trace gives more pairs).
+    trace = config.local.traffic if local else config.loadtest.traffic.file is not None
+    pairs_setting: str | None
+    requests_per_prompt: int | None
+    if trace:
+        pairs_setting, requests_per_prompt = None, None
+    elif local:
+        pairs_setting, requests_per_prompt = (
+            "local.requests_per_prompt",
+            config.local.requests_per_prompt,
+        )
+    else:
+        pairs_setting, requests_per_prompt = (
+            "loadtest.requests_per_prompt",
+            config.loadtest.requests_per_prompt,
+        )
     return AnalysisInfo(
         num_speculative_tokens=served_k(config, local=local),
         lossless_min_prefix_agreement=(

@@ -143,3 +143,19 @@ def test_a_flip_is_two_buckets_routed_to_different_arms(short, long, flips) -> N
             f"open_ended: the verdict flips with input length (0-127: {short.value}, "
             f"128+: {long.value})"
         ]
+
+
+def test_a_trace_points_no_setting_for_more_pairs() -> None:
+    """A replayed trace's requests are the trace's: "can't tell" must not advise
+    requests_per_prompt, which the trace ignores (the local trace replay's table did)."""
+    from experiment import build_config
+    from loadtest.analysis import analysis_info
+
+    plain = build_config({})
+    assert analysis_info(plain, local=True).pairs_setting == "local.requests_per_prompt"
+    assert analysis_info(plain).pairs_setting == "loadtest.requests_per_prompt"
+    local_trace = build_config({"experiment.local.traffic": "true"})
+    assert analysis_info(local_trace, local=True).pairs_setting is None
+    cluster_trace = build_config({"experiment.loadtest.traffic.file": "traffic.jsonl"})
+    info = analysis_info(cluster_trace)
+    assert info.pairs_setting is None and info.requests_per_prompt is None
