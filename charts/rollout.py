@@ -257,7 +257,10 @@ def _live_metric(config: ExperimentConfig, check: LiveCheck, address: str) -> di
         "successCondition": LIVE_SUCCESS,
         "failureCondition": LIVE_FAILURE,
         "failureLimit": live.failure_limit,
-        "inconclusiveLimit": live.inconclusive_limit,
+        # The query cannot come back empty (`or vector(0)`), so no measurement is inconclusive
+        # and no setting would take effect; 0 (Argo's default, written out) stops the analysis
+        # for a person at the first one a changed query might give, never a pass.
+        "inconclusiveLimit": 0,
         "consecutiveErrorLimit": live.consecutive_error_limit,
         "provider": {
             "prometheus": {

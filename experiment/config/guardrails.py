@@ -83,14 +83,6 @@ class LiveGuardrailConfig(Section):
             "aborts the speculative revision (Argo failureLimit); 0-100."
         ),
     )
-    inconclusive_limit: Annotated[int, Field(ge=0, le=100)] = Field(
-        default=2,
-        description=(
-            "Inconclusive measurements (the query returned no sample: no workspace data at "
-            "all) before the analysis stops as inconclusive, which pauses the rollout for a "
-            "person (Argo inconclusiveLimit); 0-100."
-        ),
-    )
     consecutive_error_limit: Annotated[int, Field(ge=0, le=100)] = Field(
         default=2,
         description=(

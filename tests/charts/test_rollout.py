@@ -505,13 +505,13 @@ def test_limits_interval_address_and_sigv4_come_from_the_config() -> None:
     config = build_config({
         **NEW_DEPLOYMENT,
         "experiment.guardrails.live.failure_limit": "3",
-        "experiment.guardrails.live.inconclusive_limit": "4",
         "experiment.guardrails.live.consecutive_error_limit": "5",
         "experiment.guardrails.live.evaluation_interval_s": "90",
     })  # fmt: skip
     for metric in _metrics(config):
         limits = ("failureLimit", "inconclusiveLimit", "consecutiveErrorLimit", "interval")
-        assert tuple(metric[key] for key in limits) == (3, 4, 5, "90s")
+        # inconclusiveLimit 0: the query cannot come back empty, nothing to configure
+        assert tuple(metric[key] for key in limits) == (3, 0, 5, "90s")
         prometheus = metric["provider"]["prometheus"]
         assert prometheus["address"] == PROMETHEUS_URL
         assert prometheus["authentication"] == {"sigv4": {"region": config.region}}
