@@ -77,8 +77,6 @@ class Level:
     workers: int
 
 
-# Issue 31's goal: p99 error by streams (256: two workers) on a 2-core machine.
-P99_GOAL_MS = {64: 2.0, 256: 5.0}
 DEFAULT_LEVELS = (Level(64, 2000, 1), Level(256, 4000, 2))
 
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from bench.figures.records import (
     BENCH_RESULT_FILES,
+    P99_GOAL_MS,
     RECORDS_DIR,
     ROOT,
     ArmsSpreadFigures,
@@ -930,8 +931,6 @@ def guardrails_drill(records: Records) -> str:
 
 
 def replay_accuracy(records: Records) -> str:
-    from bench.replay_accuracy import P99_GOAL_MS
-
     r, d = need(records, "replay-accuracy", ReplayAccuracyFigures)
     load = r.machine.load_average_start
     when = f"{r.date[:10]}, {r.machine.cpu}, {r.machine.cores} cores" + (
