@@ -229,6 +229,18 @@ def readme_bench(records: Records) -> str:
     )
 
 
+def _margin_text(margin: Interval | None, runner_up: str | None) -> str:
+    """A head-to-head margin: "faster" only when its interval excludes 1 (an interval that
+    holds 1 cannot tell the two apart, whatever its estimate)."""
+    if margin is None:
+        return ""
+    if margin.low is not None and margin.low > 1:
+        return f" ({x(margin.estimate)} {ci(margin)} faster than {runner_up})"
+    if margin.high is not None and margin.high < 1:
+        return f" ({x(margin.estimate)} {ci(margin)}: slower than {runner_up})"
+    return f" ({x(margin.estimate)} {ci(margin)}: can't tell apart from {runner_up})"
+
+
 def readme_tune(records: Records) -> str:
     r, t = need(records, "tune-sweep", TuneFigures)
     errors = [p.relative_error for p in t.held_out]
@@ -237,12 +249,7 @@ def readme_tune(records: Records) -> str:
     choice = ""
     if len(drafters) > 1:
         picks = ", ".join(
-            f"{d.scope} {d.draft} k={d.k}"
-            + (
-                f" ({x(d.margin.estimate)} {ci(d.margin)} faster than {d.runner_up_draft})"
-                if d.margin
-                else ""
-            )
+            f"{d.scope} {d.draft} k={d.k}" + _margin_text(d.margin, d.runner_up_draft)
             for d in t.drafter_choices
         )
         choice = f"; comparing {' and '.join(drafters)} it chose {picks}"

@@ -723,3 +723,14 @@ def test_the_bench_bar_says_no_when_a_figure_misses_it() -> None:
     )
     assert "| TTFT error p99 | 2.50 ms" in doc
     assert "| ≤ 2 ms | no (vllm: no) |" in doc
+
+
+def test_a_margin_whose_interval_holds_1_is_never_called_faster() -> None:
+    from bench.figures.records import Interval
+    from bench.figures.regions import _margin_text
+
+    assert "faster than b" in _margin_text(Interval(estimate=1.2, low=1.1, high=1.3, n=16), "b")
+    spans = _margin_text(Interval(estimate=1.05, low=0.86, high=1.22, n=16), "b")
+    assert "faster" not in spans and "can't tell apart from b" in spans
+    assert "slower than b" in _margin_text(Interval(estimate=0.8, low=0.7, high=0.9, n=16), "b")
+    assert _margin_text(None, "b") == ""
