@@ -565,6 +565,7 @@ def run(measurement: Measurement, root: Path = ROOT, keep_clone: bool = False) -
     """Run ``measurement``'s command, time it and build its record."""
     machine = Machine.at_start()
     started = time.time()
+    commit = head_commit(root)  # the tree measured (a fresh clone takes HEAD now)
     scratch = None
     if measurement.fresh_clone:
         (root / "runs").mkdir(exist_ok=True)
@@ -594,7 +595,7 @@ def run(measurement: Measurement, root: Path = ROOT, keep_clone: bool = False) -
         machine=RecordMachine.of(machine),
         command=measurement.shown_command(),
         remeasure=remeasure_command(measurement.name),
-        provenance=Provenance(kind="measured", commit=head_commit(root)),
+        provenance=Provenance(kind="measured", commit=commit),
         figures=figures,
     )
 
