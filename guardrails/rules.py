@@ -30,7 +30,7 @@ What fires, and when:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from experiment.config import Arm, ExperimentConfig
@@ -77,10 +77,8 @@ _V1 = ServedMetrics(
 )
 # The fork's V0 engine (vllm 0.9.x vllm/engine/metrics.py): its time_per_output_token histogram
 # is per engine step, not per token, so per-token latency is decode seconds / generated tokens.
-_V0_FORK = ServedMetrics(
-    finished="vllm:request_success_total",
-    generated="vllm:generation_tokens_total",
-    running="vllm:num_requests_running",
+_V0_FORK = replace(
+    _V1,
     token_time_sum="vllm:request_decode_time_seconds_sum",
     token_time_count="vllm:generation_tokens_total",
     drafts=None,

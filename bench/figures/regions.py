@@ -905,10 +905,7 @@ def bench_workers(records: Records) -> str:
 
 def guardrails_drill(records: Records) -> str:
     r, d = need(records, "guardrails-drill", GuardrailsDrillFigures)
-    load = r.machine.load_average_start
-    when = f"{r.date[:10]}, {r.machine.cpu}" + (
-        f", load average {load:.1f}" if load is not None else ""
-    )
+    when = f"{r.day}, {r.machine.text()}"
 
     def fire(name: str) -> str:
         seconds = d.time_to_fire_s.get(name)
@@ -939,10 +936,7 @@ def guardrails_drill(records: Records) -> str:
 
 def replay_accuracy(records: Records) -> str:
     r, d = need(records, "replay-accuracy", ReplayAccuracyFigures)
-    load = r.machine.load_average_start
-    when = f"{r.date[:10]}, {r.machine.cpu}, {r.machine.cores} cores" + (
-        f", load average {load:.1f}" if load is not None else ""
-    )
+    when = f"{r.day}, {r.machine.text()}"
     rows = [
         f"Measured {when}; the traces' requests each stream for {d.service_s:g} s, "
         f"{d.burst_share:.0%} of them in bursts every {d.burst_every_s:g} s, time scale "
