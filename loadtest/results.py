@@ -415,6 +415,56 @@ class Interval(_Result):
         return self
 
 
+class StepCosts(_Result):
+    """One class's inputs to the speedup model, measured in the run (loadtest.expected)."""
+
+    baseline_step_ms: float
+    """The baseline's time per decode step (one token), after the first token."""
+    speculative_step_ms: float
+    """The speculative arm's time per target step: its k drafts plus the verify."""
+    tokens_per_step: float
+    """tau: tokens per target step, from vLLM's counters, the class probed alone."""
+    baseline_ttft_ms: float
+    speculative_ttft_ms: float
+    output_tokens: float
+    """Mean output tokens per request."""
+
+    draft_cost_per_step_ms: float | None = None
+    """What speculating adds to a step (the drafts and the wider verify). Derived."""
+    step_ratio: float | None = None
+    """A speculative step's price in plain steps: the host's part of the speedup. Derived."""
+
+    @model_validator(mode="after")
+    def _derived(self) -> StepCosts:
+        # Derived, never trusted from input (as Interval.significant).
+        object.__setattr__(
+            self, "draft_cost_per_step_ms", self.speculative_step_ms - self.baseline_step_ms
+        )
+        object.__setattr__(self, "step_ratio", self.speculative_step_ms / self.baseline_step_ms)
+        return self
+
+
+class HostExpectation(_Result):
+    """What a class's step costs predict for its E2E speedup, next to what was measured."""
+
+    prompt_class: str
+    costs: StepCosts
+    predicted_e2e_speedup: Interval
+    measured_e2e_speedup: Interval
+
+    agrees: bool | None = None
+    """The measured estimate lies inside the predicted interval (None: no interval). Derived."""
+
+    @model_validator(mode="after")
+    def _agreement(self) -> HostExpectation:
+        predicted, measured = self.predicted_e2e_speedup, self.measured_e2e_speedup
+        agrees = None
+        if None not in (predicted.low, predicted.high, measured.estimate):
+            agrees = predicted.low <= measured.estimate <= predicted.high  # type: ignore[operator]
+        object.__setattr__(self, "agrees", agrees)
+        return self
+
+
 class ScopeStatistics(_Result):
     """Paired statistics of one scope (all requests, or one prompt class)."""
 

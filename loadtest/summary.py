@@ -184,7 +184,7 @@ def read_window_meta(run_dir: Path, arm: Arm | str) -> WindowMeta:
     return WindowMeta.read(Path(run_dir) / f"window_{arm}.json", str(arm))
 
 
-def _read_arm(run_dir: Path, arm: str) -> tuple[list[RequestRecord], WindowMeta]:
+def read_arm(run_dir: Path, arm: str) -> tuple[list[RequestRecord], WindowMeta]:
     path = run_dir / f"records_{arm}.jsonl"
     return (read_records(path) if path.is_file() else []), read_window_meta(run_dir, arm)
 
@@ -199,7 +199,7 @@ def summarize(run_dir: Path) -> RunSummary:
     warnings: list[str] = []
     metas: dict[str, WindowMeta] = {}
     for arm in Arm:
-        records, meta = _read_arm(run_dir, arm.value)
+        records, meta = read_arm(run_dir, arm.value)
         metas[arm.value] = meta
         records_by_arm[arm] = records
         acceptance = window_acceptance(meta, arm, records)
@@ -209,7 +209,7 @@ def summarize(run_dir: Path) -> RunSummary:
         )
     tiered_records: list[RequestRecord] = []
     if run.tiered is not None:
-        tiered_records, meta = _read_arm(run_dir, TIERED_ARM)
+        tiered_records, meta = read_arm(run_dir, TIERED_ARM)
         arms[TIERED_ARM] = _arm_summary(run, TIERED_ARM, tiered_records, meta, TIERED_ACCEPTANCE)
         warnings += _arm_warnings(
             TIERED_ARM, arms[TIERED_ARM], run.request.max_tokens, skew_warning_ms(run)

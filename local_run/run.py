@@ -22,6 +22,7 @@ from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT
+from loadtest.expected import run_expectation
 from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.render.tiered import tiered_lines
 from loadtest.results import RunSummary
@@ -280,7 +281,11 @@ def run_local(
     timings["total"] = time.monotonic() - started
     host.finish()
     table = render_summary_table(summary)
-    numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
+    # A replayed trace's acceptance differs from the prompt suite's that the probe measured:
+    # no prediction from it.
+    expected = [] if config.local.traffic else run_expectation(run_dir, summary, per_class)
+    rates = {name: block.acceptance_rate for name, block in per_class.items()}
+    numbers = headline(summary, rates, expected)
     problems = _problems(summary)
     tiered_checks = tiered_lines(summary)
     alerts = None if watch is None else [alert.text for alert in watch.fired.values()]
