@@ -29,7 +29,7 @@ from experiment.config import Arm, StatisticsConfig
 from loadtest.records import RequestRecord
 from loadtest.results import ClassAcceptance, HostExpectation, Interval, RunSummary, StepCosts
 from loadtest.stats import PairedSamples, interval, pair_records, resample_counts
-from loadtest.step_model import StepCost, predict
+from loadtest.step_model import e2e_speedup
 from loadtest.summary import read_arm
 
 # Per pair, summed under each resample: the means the model reads.
@@ -44,7 +44,7 @@ _COLUMNS = (
 )
 
 
-def _predicted_speedup(sums: np.ndarray, pairs: np.ndarray, tau: float, k: int) -> np.ndarray:
+def _predicted_speedup(sums: np.ndarray, pairs: np.ndarray | float, tau: float) -> np.ndarray:
     """The model's E2E speedup for each row of summed columns (one row per resample)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ttft_b, ttft_s, tokens = (sums[:, i] / pairs for i in range(3))
@@ -52,16 +52,14 @@ def _predicted_speedup(sums: np.ndarray, pairs: np.ndarray, tau: float, k: int) 
         t_sd = sums[:, 5] / sums[:, 6]
     out = np.full(sums.shape[0], np.nan)
     for row in np.flatnonzero(np.isfinite(t_base) & np.isfinite(t_sd) & (tokens >= 1)):
-        step = StepCost(baseline_s=t_base[row], intercept_s=t_sd[row], per_k_s=0.0)
-        out[row] = predict(
-            [min(tau - 1.0, float(k)) / k] * k,  # only marks extrapolation; tau is given
-            step,
-            k,
+        out[row] = e2e_speedup(
+            t_base[row],
+            t_sd[row],
+            tau,
             output_tokens=tokens[row],
             ttft_s=ttft_s[row] / 1000,
             baseline_ttft_s=ttft_b[row] / 1000,
-            tokens_per_step=tau,
-        ).e2e_speedup
+        )
     return out
 
 
@@ -70,7 +68,6 @@ def _class_expectation(
     samples: PairedSamples,
     acceptance: ClassAcceptance,
     measured: Interval,
-    k: int,
     settings: StatisticsConfig,
 ) -> HostExpectation:
     tau = acceptance.mean_acceptance_length
@@ -86,9 +83,9 @@ def _class_expectation(
         speculative_ttft_ms=float(totals[0, 1] / pairs),
         output_tokens=float(totals[0, 2] / pairs),
     )
-    point = _predicted_speedup(totals, np.array([pairs]), tau, k)[0]
+    point = _predicted_speedup(totals, float(pairs), tau)[0]
     resamples = resample_counts(pairs, settings)
-    replicates = _predicted_speedup(resamples.sums(columns), float(pairs), tau, k)
+    replicates = _predicted_speedup(resamples.sums(columns), float(pairs), tau)
     predicted = interval(float(point), replicates, pairs, settings)
     return HostExpectation(
         prompt_class=name,
@@ -104,7 +101,6 @@ def host_expectation(
     acceptance_by_class: Mapping[str, ClassAcceptance],
     measured_by_class: Mapping[str, Interval],
     *,
-    num_speculative_tokens: int,
     settings: StatisticsConfig,
 ) -> list[HostExpectation]:
     """Per class with a measured E2E speedup and probed acceptance: what the step costs
@@ -117,9 +113,7 @@ def host_expectation(
         subset = samples.subset(samples.prompt_class == name)
         if acceptance is None or acceptance.mean_acceptance_length is None or len(subset) < 2:
             continue
-        out.append(
-            _class_expectation(name, subset, acceptance, measured, num_speculative_tokens, settings)
-        )
+        out.append(_class_expectation(name, subset, acceptance, measured, settings))
     return out
 
 
@@ -137,6 +131,5 @@ def run_expectation(
         speculative,
         acceptance_by_class,
         {name: scope.speedup["e2e_ms"]["mean"] for name, scope in statistics.by_class.items()},
-        num_speculative_tokens=analysis.num_speculative_tokens,
         settings=analysis.statistics,
     )

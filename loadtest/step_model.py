@@ -128,18 +128,48 @@ def predict(
     extended = extend_rates(measured, max(k, 1))
     tau = 1.0 + float(extended[:k].sum()) if tokens_per_step is None else tokens_per_step
     step = cost.step_s(k)
-    per_token = step / tau
-    e2e = (ttft_s if k else baseline_ttft_s) + (output_tokens - 1) * per_token
-    baseline_e2e = baseline_ttft_s + (output_tokens - 1) * cost.baseline_s
+    e2e = request_latency_s(
+        step, tau, output_tokens=output_tokens, ttft_s=ttft_s if k else baseline_ttft_s
+    )
+    baseline_e2e = request_latency_s(
+        cost.baseline_s, 1.0, output_tokens=output_tokens, ttft_s=baseline_ttft_s
+    )
     return Prediction(
         k=k,
         tokens_per_step=tau,
         step_s=step,
-        per_token_s=per_token,
+        per_token_s=step / tau,
         e2e_s=e2e,
         e2e_speedup=baseline_e2e / e2e,
-        per_token_speedup=cost.baseline_s / per_token,
+        per_token_speedup=cost.baseline_s / (step / tau),
         extrapolated=k > measured.size,
+    )
+
+
+def request_latency_s(
+    step_s: float, tokens_per_step: float, *, output_tokens: float, ttft_s: float
+) -> float:
+    """E2E of a request of N output tokens: TTFT + (N - 1) x step / tau."""
+    if output_tokens < 1:
+        raise PredictionError(f"output_tokens must be >= 1, got {output_tokens}")
+    return ttft_s + (output_tokens - 1) * step_s / tokens_per_step
+
+
+def e2e_speedup(
+    baseline_step_s: float,
+    speculative_step_s: float,
+    tokens_per_step: float,
+    *,
+    output_tokens: float,
+    ttft_s: float,
+    baseline_ttft_s: float,
+) -> float:
+    """Baseline E2E over speculative E2E for measured step costs and tokens per step."""
+    baseline = request_latency_s(
+        baseline_step_s, 1.0, output_tokens=output_tokens, ttft_s=baseline_ttft_s
+    )
+    return baseline / request_latency_s(
+        speculative_step_s, tokens_per_step, output_tokens=output_tokens, ttft_s=ttft_s
     )
 
 

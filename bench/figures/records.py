@@ -42,6 +42,8 @@ class RecordMachine(_Model):
     cores: int
     load_average_start: float | None = None  # 1-minute load average
     load_average_end: float | None = None
+    # One core's copy bandwidth (local_run.machine); None: records from before it was taken.
+    memory_bandwidth_gbs: float | None = None
 
     @classmethod
     def of(cls, machine: Machine) -> RecordMachine:
@@ -51,6 +53,7 @@ class RecordMachine(_Model):
             cores=machine.cores,
             load_average_start=machine.load_average_start[0],
             load_average_end=end[0] if end else None,
+            memory_bandwidth_gbs=machine.memory_bandwidth_gbs,
         )
 
     def text(self) -> str:
@@ -59,7 +62,10 @@ class RecordMachine(_Model):
             load = f", load average {self.load_average_start:.1f}"
             if self.load_average_end is not None:
                 load += f" to {self.load_average_end:.1f}"
-        return f"{self.cpu}, {self.cores} cores{load}"
+        bandwidth = ""
+        if self.memory_bandwidth_gbs is not None:
+            bandwidth = f", {self.memory_bandwidth_gbs:.1f} GB/s memory bandwidth on one core"
+        return f"{self.cpu}, {self.cores} cores{load}{bandwidth}"
 
 
 class Provenance(_Model):
@@ -87,6 +93,45 @@ class Interval(_Model):
     low: float | None = None
     high: float | None = None
     n: int
+
+
+class HostClassFigures(_Model):
+    """One class's step costs in a local run and the E2E speedup they predict
+    (loadtest.expected), next to the measured one in the record's e2e_speedup."""
+
+    baseline_step_ms: float
+    speculative_step_ms: float
+    draft_cost_per_step_ms: float
+    step_ratio: float  # a speculative step in plain steps: the host's part of the speedup
+    tokens_per_step: float  # the models' part (vLLM's counters, the class probed alone)
+    baseline_ttft_ms: float
+    speculative_ttft_ms: float
+    output_tokens: float
+    predicted: Interval
+    agrees: bool | None  # the measured estimate inside the predicted interval
+
+
+class HostRun(_Model):
+    """One default local run (``make local``) in the hosts' list: where, when, what it gave."""
+
+    record: str  # the record it came from (make-local, make-local-fresh) or where reported
+    source: Literal["measured", "reported"]
+    note: str = ""  # reported: who ran it and where the figures are published
+    date: str
+    commit: str | None
+    machine: RecordMachine
+    e2e_speedup: dict[str, Interval]  # by prompt class
+    acceptance_by_class: dict[str, float]
+    host_expectation: dict[str, HostClassFigures] | None = None  # None: not kept by then
+
+
+class LocalHostsFigures(_Model):
+    """Every default local run recorded, one per measurement, so the README's expected
+    figures are a range over hosts rather than one draw (issue 33). ``python -m
+    bench.figures measure make-local`` (or make-local-fresh) appends its run."""
+
+    kind: Literal["local-hosts"] = "local-hosts"
+    runs: list[HostRun]
 
 
 class TieredClassFigures(_Model):
@@ -132,6 +177,8 @@ class LocalRunFigures(_Model):
     # generation_seconds; cached afterwards, so a cached run's phases do not show it)
     drafter_generation_s: float | None = None
     tiered: TieredFigures | None = None  # local.tiered: the gateway as a third arm
+    # Per class: the step costs and what they predict (None: records from before 2026-11-27)
+    host_expectation: dict[str, HostClassFigures] | None = None
 
 
 class TestSuiteFigures(_Model):
@@ -416,7 +463,8 @@ Figures = Annotated[
     | BenchFigures
     | ArmsSpreadFigures
     | GuardrailsDrillFigures
-    | ReplayAccuracyFigures,
+    | ReplayAccuracyFigures
+    | LocalHostsFigures,
     Field(discriminator="kind"),
 ]
 

@@ -73,7 +73,6 @@ def _expect(tau: float) -> HostExpectation:
         speculative,
         {"structured": _acceptance(tau)},
         {"structured": _measured(baseline, speculative)},
-        num_speculative_tokens=K,
         settings=SETTINGS,
     )
     return expectation
@@ -114,7 +113,6 @@ def test_a_class_without_probed_acceptance_is_left_out() -> None:
             speculative,
             {},
             {"structured": _measured(baseline, speculative)},
-            num_speculative_tokens=K,
             settings=SETTINGS,
         )
         == []
