@@ -210,13 +210,27 @@ def _ratio_speedup(run: HostRun, name: str, ratio: float) -> float:
     assert run.host_expectation is not None
     c = run.host_expectation[name]
     return e2e_speedup(
-        c.baseline_step_ms,
-        ratio * c.baseline_step_ms,
+        c.baseline_step_ms / 1000,
+        ratio * c.baseline_step_ms / 1000,
         c.tokens_per_step,
         output_tokens=c.output_tokens,
         ttft_s=c.speculative_ttft_ms / 1000,
         baseline_ttft_s=c.baseline_ttft_ms / 1000,
     )
+
+
+def _implied_ratio(reference: HostRun, name: str, speedup: float) -> float | None:
+    """The step ratio at which ``reference``'s relation gives ``speedup`` (bisection: the
+    relation falls as the ratio grows); None outside ratios 0.5-10."""
+    low, high = 0.5, 10.0
+    if not _ratio_speedup(reference, name, high) <= speedup <= _ratio_speedup(reference, name, low):
+        return None
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (
+            (middle, high) if _ratio_speedup(reference, name, middle) > speedup else (low, middle)
+        )
+    return (low + high) / 2
 
 
 def _agreement(run: HostRun) -> str:
@@ -255,7 +269,27 @@ def readme_local_expected(records: Records) -> str:
         f"{ci(cs.predicted)} / {x(co.predicted.estimate)} {ci(co.predicted)}: "
         f"{_agreement(run)}. On a host whose step ratio is {STEP_RATIOS[-1]:.1f} the same "
         f"relation gives {x(_ratio_speedup(run, s, STEP_RATIOS[-1]))} / "
-        f"{x(_ratio_speedup(run, o, STEP_RATIOS[-1]))}."
+        f"{x(_ratio_speedup(run, o, STEP_RATIOS[-1]))}.{_implied_text(h, run)} Per run and "
+        "per step ratio: [docs/local-run.md](docs/local-run.md#the-machine-matters)."
+    )
+
+
+def _implied_text(h: LocalHostsFigures, reference: HostRun) -> str:
+    """What the runs without step costs imply through the relation, both classes apart."""
+    pairs = []
+    for r in h.runs:
+        if r.host_expectation:
+            continue
+        implied = [_implied_ratio(reference, n, r.e2e_speedup[n].estimate) for n in CLASSES]
+        if None not in implied:
+            pairs.append((min(implied), max(implied)))  # type: ignore[type-var]
+    if not pairs:
+        return ""
+    apart = max(high - low for low, high in pairs)
+    return (
+        f" The {len(pairs)} runs that kept no step costs imply step ratios of "
+        f"{min(low for low, _ in pairs):.2f}-{max(high for _, high in pairs):.2f}, each run's two "
+        f"classes within {apart:.2f} of each other: one number per host accounts for both."
     )
 
 
@@ -269,9 +303,11 @@ def _cell(run: HostRun, name: str) -> str:
     return text
 
 
-def _costs(run: HostRun) -> str:
+def _costs(run: HostRun, reference: HostRun) -> str:
     if not run.host_expectation:
-        return "not kept"
+        implied = [_implied_ratio(reference, n, run.e2e_speedup[n].estimate) for n in CLASSES]
+        shown = " / ".join("-" if r is None else f"{r:.2f}" for r in implied)
+        return f"not kept; the relation implies a step ratio of {shown}"
     return " / ".join(
         f"{c.baseline_step_ms:.1f} ms, {c.step_ratio:.2f}"
         for c in (run.host_expectation[n] for n in CLASSES if n in run.host_expectation)
@@ -291,7 +327,7 @@ def local_hosts(records: Records) -> str:
         where = f"{r.record} ({r.source}"
         where += f", {r.commit})" if r.commit else ")"
         rows.append(
-            f"| {r.date[:10]} {where} | {r.machine.text()} | {_costs(r)} | "
+            f"| {r.date[:10]} {where} | {r.machine.text()} | {_costs(r, run)} | "
             f"{_cell(r, 'structured')} | {_cell(r, 'open_ended')} |"
         )
     notes = [f"- {r.record}: {r.note}" for r in h.runs if r.note]

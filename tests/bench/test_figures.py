@@ -40,6 +40,8 @@ from bench.figures.regions import (
     span,
 )
 from bench.figures.scan import Quoted, check_reason, find_figures, read_quoted, unrendered
+from loadtest.results import HostExpectation, StepCosts
+from loadtest.results import Interval as SummaryInterval
 
 GOLDEN_SUMMARY = ROOT / "tests" / "loadtest" / "summary_characterization.json"
 
@@ -427,6 +429,42 @@ def test_local_run_figures_carry_the_drafter_the_positions_and_the_tiered_arm(
     )
     figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
     assert figures.drafter == "draft-model" and figures.tiered is None
+
+
+def test_local_run_figures_keep_the_headlines_step_costs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(_summary_json())
+    interval = SummaryInterval(estimate=3.0, low=2.8, high=3.2, n=16, confidence=0.95)
+    kept = [
+        HostExpectation(
+            prompt_class=name,
+            costs=StepCosts(
+                baseline_step_ms=18.0,
+                speculative_step_ms=29.0,
+                tokens_per_step=5.8,
+                baseline_ttft_ms=60.0,
+                speculative_ttft_ms=75.0,
+                output_tokens=128.0,
+            ),
+            predicted_e2e_speedup=interval,
+            measured_e2e_speedup=interval,
+        ).model_dump(mode="json")
+        for name in ("structured", "open_ended")
+    ]
+    headline = {
+        "acceptance_by_class": {"structured": 0.7, "open_ended": 0.1},
+        "host_expectation": kept,
+    }
+    (run_dir / "local_run.json").write_text(
+        json.dumps({"headline": headline, "timings_s": {"total": 40.0}})
+    )
+    figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
+    assert figures.host_expectation is not None
+    structured = figures.host_expectation["structured"]
+    assert structured.step_ratio == pytest.approx(29 / 18)
+    assert structured.draft_cost_per_step_ms == pytest.approx(11.0)
+    assert structured.predicted.estimate == 3.0 and structured.agrees is True
 
 
 def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:
