@@ -29,6 +29,7 @@ from bench.figures.records import (
     ROOT,
     ArmCostFigures,
     ArmsSpreadFigures,
+    BindingSpreadFigures,
     BreakEven,
     DrafterChoiceFigures,
     DrafterFit,
@@ -141,11 +142,11 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
         acceptance_per_position=speculative.acceptance.per_position_rate if speculative else None,
         failed_requests={arm: block.overall.failed for arm, block in summary.arms.items()},
         tiered=_tiered(summary),
-        host_expectation=_host_expectation(data["headline"].get("host_expectation") or []),
+        host_expectation=host_expectation_figures(data["headline"].get("host_expectation") or []),
     )
 
 
-def _host_expectation(kept: list[dict[str, Any]]) -> dict[str, HostClassFigures] | None:
+def host_expectation_figures(kept: list[dict[str, Any]]) -> dict[str, HostClassFigures] | None:
     """The headline's per-class prediction from step costs (loadtest.expected), if kept."""
     if not kept:
         return None
@@ -529,6 +530,15 @@ def arms_spread_figures(outcome: Outcome) -> ArmsSpreadFigures:
     return ArmsSpreadFigures.model_validate_json((outcome.workdir / ARMS_SPREAD_OUT).read_text())
 
 
+BINDING_SPREAD_OUT = "runs/figures/binding-spread.json"
+
+
+def binding_spread_figures(outcome: Outcome) -> BindingSpreadFigures:
+    return BindingSpreadFigures.model_validate_json(
+        (outcome.workdir / BINDING_SPREAD_OUT).read_text()
+    )
+
+
 def miniature_figures(outcome: Outcome) -> MiniatureFigures:
     data: dict[str, Any] = json.loads((outcome.workdir / MINIATURE_OUT).read_text())
     return MiniatureFigures(
@@ -595,6 +605,12 @@ MEASUREMENTS: dict[str, Measurement] = {
             "arms-spread",
             f".venv/bin/python -m bench.arms_spread --out {ARMS_SPREAD_OUT}",
             arms_spread_figures,
+        ),
+        # The cached default run under each local.cpu_binding, interleaved (issue 33).
+        Measurement(
+            "binding-spread",
+            f".venv/bin/python -m bench.binding_spread --out {BINDING_SPREAD_OUT}",
+            binding_spread_figures,
         ),
         # The guardrail rules on real parts: 3 healthy runs, the sweep, two faults (issue 30).
         Measurement(

@@ -134,6 +134,29 @@ class LocalHostsFigures(_Model):
     runs: list[HostRun]
 
 
+class BindingRun(_Model):
+    """One cached default local run of ``python -m bench.binding_spread``."""
+
+    binding: str  # local.cpu_binding: apart, isolated or shared
+    turn: int  # its place in the interleaved sequence (0: first)
+    ok: bool  # the local run's own checks passed (exit 0)
+    wall_s: float
+    e2e_speedup: dict[str, Interval]  # by prompt class
+    host_expectation: dict[str, HostClassFigures]  # the step costs and their prediction
+    memory_bandwidth_gbs: float | None = None
+
+
+class BindingSpreadFigures(_Model):
+    """The default local run under each ``local.cpu_binding``: how far the core placement
+    alone moves the step ratio and the speedups (issue 33)."""
+
+    kind: Literal["binding-spread"] = "binding-spread"
+    runs: list[BindingRun]
+
+    def bindings(self) -> list[str]:
+        return list(dict.fromkeys(run.binding for run in self.runs))
+
+
 class TieredClassFigures(_Model):
     """The tiered arm (the gateway) in one prompt class against both serving arms."""
 
@@ -464,7 +487,8 @@ Figures = Annotated[
     | ArmsSpreadFigures
     | GuardrailsDrillFigures
     | ReplayAccuracyFigures
-    | LocalHostsFigures,
+    | LocalHostsFigures
+    | BindingSpreadFigures,
     Field(discriminator="kind"),
 ]
 

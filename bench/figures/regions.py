@@ -23,6 +23,7 @@ from bench.figures.records import (
     ArmsSpreadFigures,
     BenchFigures,
     BenchPoint,
+    BindingSpreadFigures,
     FigureRecord,
     GuardrailsDrillFigures,
     HostRun,
@@ -353,6 +354,58 @@ def local_hosts(records: Records) -> str:
             "step set to each ratio of plain steps (loadtest/step_model.py `e2e_speedup`):",
             "",
             *relation,
+            "",
+        ]
+    )
+
+
+def binding_spread(records: Records) -> str:
+    """The default local run under each core placement, against the spread between hosts."""
+    record, b = need(records, "binding-spread", BindingSpreadFigures)
+    _, h = _hosts(records)
+    reference = _newest_with_costs(h)
+    rows = [
+        "| local.cpu_binding | baseline step | step ratio (structured / open-ended) | "
+        "structured E2E [95% CI] | open-ended E2E [95% CI] | predicted (structured / "
+        "open-ended) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in b.runs:
+        c = run.host_expectation
+        rows.append(
+            f"| {run.binding}{'' if run.ok else ' (run failed its checks)'} | "
+            f"{c['structured'].baseline_step_ms:.1f} ms | {c['structured'].step_ratio:.2f} / "
+            f"{c['open_ended'].step_ratio:.2f} | {x(run.e2e_speedup['structured'].estimate)} "
+            f"{ci(run.e2e_speedup['structured'])} | {x(run.e2e_speedup['open_ended'].estimate)} "
+            f"{ci(run.e2e_speedup['open_ended'])} | "
+            + " / ".join(
+                f"{x(c[n].predicted.estimate)} "
+                + {True: "agrees", False: "**disagrees**", None: "no interval"}[c[n].agrees]
+                for n in CLASSES
+            )
+            + " |"
+        )
+    ratios = [r.host_expectation["structured"].step_ratio for r in b.runs]
+    hosts = [
+        ratio
+        for r in h.runs
+        for ratio in (
+            [r.host_expectation["structured"].step_ratio]
+            if r.host_expectation
+            else [_implied_ratio(reference, "structured", r.e2e_speedup["structured"].estimate)]
+        )
+        if ratio is not None
+    ]
+    return "\n".join(
+        [
+            "",
+            f"{record.day}, {record.machine.text()}, one run per binding, interleaved:",
+            "",
+            *rows,
+            "",
+            f"On this host the binding alone moved the structured step ratio over "
+            f"{min(ratios):.2f}-{max(ratios):.2f}; the default runs on record span "
+            f"{min(hosts):.2f}-{max(hosts):.2f} (measured or implied, record local-hosts).",
             "",
         ]
     )
@@ -1144,6 +1197,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-light-tiers": readme_light_tiers,
     "readme-local-expected": readme_local_expected,
     "local-hosts": local_hosts,
+    "binding-spread": binding_spread,
     "readme-bench": readme_bench,
     "readme-tune": readme_tune,
     "local-run-expected": local_run_expected,
