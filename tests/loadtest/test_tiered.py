@@ -275,3 +275,32 @@ def test_a_tiered_run_without_the_meter_says_its_gateway_cost_was_not_measured(
     summary = tiered_run(ROUTED)
     assert summary.tiered is not None and summary.tiered.gateway is None
     assert tiered_lines(summary)[-1] == "gateway cost: not measured in this run"
+
+
+def test_the_runner_meters_the_gateway_around_the_tiered_arm_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loadtest import runner
+
+    events: list[str] = []
+
+    def run_arms(plans, *args, **kwargs) -> None:
+        events.append("arms " + ",".join(plan.arm for plan in plans))
+
+    class Meter:
+        def begin(self) -> None:
+            events.append("begin")
+
+        def end(self) -> GatewayCost:
+            events.append("end")
+            return GATEWAY
+
+    monkeypatch.setattr(runner, "run_arms", run_arms)  # no Locust here
+    monkeypatch.setattr(runner, "write_report", lambda *args, **kwargs: None)
+    out = tmp_path / "run"
+    summary = runner.run_comparison(
+        build_config({}), "http://b", "http://s", out, tiered_url="http://t", gateway_meter=Meter()
+    )
+    assert events == ["arms baseline,speculative", "begin", f"arms {TIERED_ARM}", "end"]
+    assert GatewayCost.model_validate_json((out / GATEWAY_JSON).read_text()) == GATEWAY
+    assert summary.tiered is not None and summary.tiered.gateway == GATEWAY

@@ -130,3 +130,25 @@ def test_cpu_seconds_of_this_process_grow() -> None:
 
 def test_the_bootstrap_merges_histograms_on_every_admin_read() -> None:
     assert render()["stats_flush_on_admin"] is True
+
+
+def test_the_local_run_meters_its_gateway_with_each_servers_cores() -> None:
+    from types import SimpleNamespace
+
+    from experiment import build_config
+    from local_run.run import _meter
+
+    config = build_config({"experiment.local.tiered": True})
+    servers = SimpleNamespace(
+        servers=[
+            SimpleNamespace(name="baseline", process=SimpleNamespace(pid=os.getpid())),
+            SimpleNamespace(name="speculative", process=None),  # not started: left out
+        ]
+    )
+    assert _meter(config, None, servers) is None  # type: ignore[arg-type]
+    gateway = object()
+    meter = _meter(config, gateway, servers)  # type: ignore[arg-type]
+    assert meter is not None and meter.gateway is gateway
+    assert meter.server_cores == {"baseline": sorted(os.sched_getaffinity(0))}
+    assert meter.machine_cores == sorted(os.sched_getaffinity(0))
+    assert meter.cpu_binding == config.local.server_binding == "isolated"
