@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -44,6 +44,8 @@ SCHEMA_VERSION = 9
 # 9: the equivalence outcome (issue 33): Decision "no gain" (the cost ratio's interval inside
 #    statistics.equivalence_margin: keep the baseline), ClassVerdict.equivalence_bounds and
 #    the margin in AnalysisInfo.statistics.
+# 10: the gateway's own cost during the tiered arm (issue 33): TieredComparison.gateway
+#    (None: not measured, e.g. a gateway the run did not start).
 
 
 class _Result(BaseModel):
@@ -695,6 +697,47 @@ class TieredClass(_Result):
     reason: str
 
 
+class GatewayCost(_Result):
+    """What the gateway itself cost while the tiered arm ran, from the gateway's own process
+    and statistics (the local run's Envoy, local_run/gateway.py): so a tiered figure that
+    differs from its arm can be told apart from routing."""
+
+    requests: int
+    """Requests the gateway completed during the tiered arm (warm-up included)."""
+    cpu_s: float
+    """The gateway process's CPU seconds (user + system) during the tiered arm."""
+    cpu_ms_per_request: float | None
+    """cpu_s per request, in ms (None: no request)."""
+    downstream_mean_ms: float | None
+    """Mean time from the client's request to the gateway's last response byte."""
+    upstream_mean_ms: float | None
+    """Mean time of the gateway's attempts on the servers, over every cluster."""
+    added_ms_per_request: float | None
+    """downstream_mean_ms - upstream_mean_ms: what the gateway added to a request's latency
+    (None: a mean is missing)."""
+    gateway_cores: list[int]
+    """The cores the gateway process may run on (its CPU affinity)."""
+    server_cores: dict[str, list[int]]
+    """Per serving arm, the cores its server process may run on."""
+    machine_cores: list[int]
+    """The cores the run itself may use."""
+    cpu_binding: str | None = None
+    """local.cpu_binding of the servers (apart, isolated or shared)."""
+    source: str = ""
+    """Where the figures come from."""
+
+    def shared_with(self) -> list[str]:
+        """The servers the gateway shares a core with."""
+        mine = set(self.gateway_cores)
+        return [arm for arm, cores in self.server_cores.items() if mine & set(cores)]
+
+    def must_share(self) -> bool:
+        """No core of the run is free of every server: wherever the gateway runs, it shares
+        (on 2 cores with a core per server, always)."""
+        held = {core for cores in self.server_cores.values() for core in cores}
+        return set(self.machine_cores) <= held
+
+
 class TieredComparison(_Result):
     """The tiered arm (the gateway routing each class) against both serving arms."""
 
@@ -705,6 +748,8 @@ class TieredComparison(_Result):
     unpaired: int
     """Measured schedule indices that failed or are missing on the tiered arm or the
     baseline."""
+    gateway: GatewayCost | None = None
+    """The gateway's own cost during the tiered arm; None: not measured."""
 
 
 class RunSummary(_Result):

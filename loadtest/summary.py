@@ -25,6 +25,7 @@ from loadtest.results import (
     AcceptanceSource,
     ArmSummary,
     CloudWatchResult,
+    GatewayCost,
     RunInfo,
     RunSummary,
 )
@@ -32,6 +33,9 @@ from loadtest.tiered import tiered_comparison, tiered_warnings
 from loadtest.window import WindowMeta
 
 RUN_JSON = "run.json"
+# The gateway's own cost during the tiered arm, when the caller measured it (the local run's
+# Envoy: runner.GatewayMeter); read into TieredComparison.gateway.
+GATEWAY_JSON = "gateway_tiered.json"
 SUMMARY_JSON = "summary.json"
 LOAD_GENERATOR_CPU_WARNING = 0.8
 # Above this share of reads stamped by the client's clock (no kernel receive timestamp:
@@ -230,6 +234,9 @@ def summarize(run_dir: Path) -> RunSummary:
             temperature=run.request.temperature,
         )
         warnings += tiered_warnings(tiered)
+        gateway = run_dir / GATEWAY_JSON
+        if gateway.is_file():
+            tiered.gateway = GatewayCost.model_validate_json(gateway.read_text())
     # The serving arms' timing: the tiered arm runs after them, alone.
     timing = arms_timing(
         run.arms_mode, metas, run.loadtest_config.get("alternating_block_requests")

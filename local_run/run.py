@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.render.tiered import tiered_lines
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
-from local_run.gateway import EnvoyGateway, local_gateway
+from local_run.gateway import EnvoyGateway, EnvoyMeter, local_gateway
 from local_run.guardrails import AlertLog, LocalPrometheus
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
@@ -201,6 +202,20 @@ def _watch_until_evaluated(
     watch.poll()
 
 
+def _meter(
+    config: ExperimentConfig, gateway: EnvoyGateway | None, servers: LocalServers
+) -> EnvoyMeter | None:
+    """The gateway's own cost around the tiered arm, with the cores each process may use."""
+    if gateway is None:
+        return None
+    cores = {
+        s.name: sorted(os.sched_getaffinity(s.process.pid))
+        for s in servers.servers
+        if s.process is not None
+    }
+    return EnvoyMeter(gateway, cores, sorted(os.sched_getaffinity(0)), config.local.server_binding)
+
+
 def run_local(
     config: ExperimentConfig, *, smoke_only: bool = False, log: Log = print
 ) -> LocalRunResult:
@@ -270,6 +285,7 @@ def run_local(
             local=True,
             served_models=served,
             tiered_url=gateway_url,
+            gateway_meter=_meter(config, gateway, running),
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         if watch is not None:

@@ -234,6 +234,7 @@ def _tiered(summary: RunSummary) -> TieredFigures | None:
         lossless_prompts=comparison.lossless.prompts_compared,
         failed_requests=arm.overall.failed,
         requests=arm.overall.requests,
+        gateway=comparison.gateway,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loadtest.results import GatewayCost
 from local_run.machine import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,6 +175,9 @@ class TieredFigures(_Model):
     lossless_prompts: int
     failed_requests: int
     requests: int
+    # The gateway's own CPU and added latency per request during the tiered arm, and its cores
+    # against the servers' (the run summary's model; None: not measured in this record)
+    gateway: GatewayCost | None = None
 
 
 class LocalRunFigures(_Model):

@@ -37,6 +37,7 @@ from bench.figures.records import (
     TieredFigures,
     TuneFigures,
 )
+from loadtest.render.tiered import gateway_text
 from loadtest.step_model import e2e_speedup
 
 Records = dict[str, FigureRecord]
@@ -685,8 +686,37 @@ def local_tiered(records: Records) -> str:
             f"of {t.requests}, "
             + ", ".join(f"{arm} {n}" for arm, n in f.failed_requests.items() if arm != "tiered")
             + f". Wall time {dur(f.wall_s)}: {_phases(f)}.",
+            "",
+            _gateway_cost(t),
         ]
     )
+
+
+def _gateway_cost(t: TieredFigures) -> str:
+    """The gateway's own cost during the tiered arm, or that the record has none."""
+    if t.gateway is None:
+        return (
+            "The gateway's own cost (its CPU and added latency per request, and whether it "
+            "shares a core with a server): not measured in this record."
+        )
+    text = gateway_text(t.gateway)
+    return f"The {text[0].lower()}{text[1:]}."
+
+
+def _gateway_brief(t: TieredFigures) -> str:
+    cost = t.gateway
+    if cost is None:
+        return "the gateway's own cost not measured in this record"
+    cpu = "n/a" if cost.cpu_ms_per_request is None else f"{cost.cpu_ms_per_request:.2f} ms"
+    added = "n/a" if cost.added_ms_per_request is None else f"{cost.added_ms_per_request:.2f} ms"
+    shared = cost.shared_with()
+    where = (
+        "on no server's core"
+        if not shared
+        else f"sharing a core with {' and '.join(shared)}"
+        + (" (unavoidable on these cores)" if cost.must_share() else "")
+    )
+    return f"the gateway itself took {cpu} CPU and added {added} per request, {where}"
 
 
 def readme_tiered(records: Records) -> str:
@@ -707,7 +737,7 @@ def readme_tiered(records: Records) -> str:
         f"measured locally ({r.day}, {r.machine.text()}, n={t.by_class[0].vs_baseline.n} "
         f"per class): tiered E2E {'; '.join(parts)}; "
         f"{matches}, lossless {t.lossless_exact_matches}/{t.lossless_prompts}, "
-        f"{t.failed_requests} failed requests"
+        f"{t.failed_requests} failed requests; {_gateway_brief(t)}"
     )
 
 
