@@ -610,7 +610,7 @@ MEASUREMENTS: dict[str, Measurement] = {
         # The cached default run under each local.cpu_binding, interleaved (issue 33).
         Measurement(
             "binding-spread",
-            f".venv/bin/python -m bench.binding_spread --out {BINDING_SPREAD_OUT}",
+            f".venv/bin/python -m bench.binding_spread --runs 2 --out {BINDING_SPREAD_OUT}",
             binding_spread_figures,
         ),
         # The guardrail rules on real parts: 3 healthy runs, the sweep, two faults (issue 30).

@@ -387,6 +387,13 @@ def binding_spread(records: Records) -> str:
             + " |"
         )
     ratios = [r.host_expectation["structured"].step_ratio for r in b.runs]
+    per_binding = "; ".join(
+        f"{binding} "
+        + span(
+            [r.host_expectation["structured"].step_ratio for r in b.runs if r.binding == binding]
+        )
+        for binding in b.bindings()
+    )
     hosts = [
         ratio
         for r in h.runs
@@ -400,12 +407,13 @@ def binding_spread(records: Records) -> str:
     return "\n".join(
         [
             "",
-            f"{record.day}, {record.machine.text()}, one run per binding, interleaved:",
+            f"{record.day}, {record.machine.text()}, "
+            f"{len(b.runs) // max(len(b.bindings()), 1)} run(s) per binding, interleaved:",
             "",
             *rows,
             "",
             f"On this host the binding alone moved the structured step ratio over "
-            f"{min(ratios):.2f}-{max(ratios):.2f}; the default runs on record span "
+            f"{min(ratios):.2f}-{max(ratios):.2f} ({per_binding}); the default runs on record span "
             f"{min(hosts):.2f}-{max(hosts):.2f} (measured or implied, record local-hosts).",
             "",
         ]

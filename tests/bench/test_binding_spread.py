@@ -79,7 +79,10 @@ def test_the_region_sets_the_bindings_spread_against_the_hosts() -> None:
     assert "| apart | 19.0 ms | 1.65 / 1.65 |" in text
     assert "| shared (run failed its checks) |" in text
     assert "3.00x agrees / 3.00x **disagrees**" in text
-    assert "moved the structured step ratio over 1.65-2.10" in text
+    assert "moved the structured step ratio over 1.65-2.10 (apart 1.65; isolated 1.90; shared" in (
+        text
+    )
+    assert "1 run(s) per binding" in text
     # The reported run without costs enters through the ratio the relation implies.
     hosts = text.split("the default runs on record span ")[1]
     low, high = (float(v) for v in hosts.split(" ")[0].split("-"))
