@@ -412,11 +412,42 @@ def binding_spread(records: Records) -> str:
             "",
             *rows,
             "",
-            f"On this host the binding alone moved the structured step ratio over "
-            f"{min(ratios):.2f}-{max(ratios):.2f} ({per_binding}); the default runs on record span "
-            f"{min(hosts):.2f}-{max(hosts):.2f} (measured or implied, record local-hosts).",
+            _binding_verdict(b, ratios, per_binding, hosts),
             "",
         ]
+    )
+
+
+def _binding_verdict(
+    b: BindingSpreadFigures, ratios: list[float], per_binding: str, hosts: list[float]
+) -> str:
+    """Whether the core placement moves the step ratio beyond the run-to-run noise."""
+    by_binding = {
+        binding: [
+            r.host_expectation["structured"].step_ratio for r in b.runs if r.binding == binding
+        ]
+        for binding in b.bindings()
+    }
+    within = max(max(v) - min(v) for v in by_binding.values())
+    means = [sum(v) / len(v) for v in by_binding.values()]
+    between = max(means) - min(means)
+    text = (
+        f"Over the {len(ratios)} runs on this host the structured step ratio was "
+        f"{min(ratios):.2f}-{max(ratios):.2f} ({per_binding}); the default runs on record span "
+        f"{min(hosts):.2f}-{max(hosts):.2f} (measured or implied, record local-hosts). "
+    )
+    if all(len(v) > 1 for v in by_binding.values()) and within >= between:
+        return text + (
+            f"The rounds of one binding differ by up to {within:.2f}, the bindings' means by "
+            f"{between:.2f}: no binding stands out of the run-to-run noise, so on 2 cores the "
+            "core placement is not a part of the spread the default could remove. Every run "
+            "states its own step ratio and what it predicts instead, and the prediction held "
+            f"in {sum(bool(c.agrees) for r in b.runs for c in r.host_expectation.values())} "
+            f"of {sum(len(r.host_expectation) for r in b.runs)} class runs above."
+        )
+    return text + (
+        f"The bindings' means differ by {between:.2f}, the rounds of one binding by up to "
+        f"{within:.2f}."
     )
 
 

@@ -79,9 +79,8 @@ def test_the_region_sets_the_bindings_spread_against_the_hosts() -> None:
     assert "| apart | 19.0 ms | 1.65 / 1.65 |" in text
     assert "| shared (run failed its checks) |" in text
     assert "3.00x agrees / 3.00x **disagrees**" in text
-    assert "moved the structured step ratio over 1.65-2.10 (apart 1.65; isolated 1.90; shared" in (
-        text
-    )
+    assert "step ratio was 1.65-2.10 (apart 1.65; isolated 1.90; shared 2.10)" in text
+    assert "The bindings' means differ by 0.45" in text
     assert "1 run(s) per binding" in text
     # The reported run without costs enters through the ratio the relation implies.
     hosts = text.split("the default runs on record span ")[1]
@@ -105,3 +104,14 @@ def test_an_unknown_binding_is_refused_with_the_ones_there_are(
     assert "--bindings takes ('apart', 'isolated', 'shared') (got ['pinned'])" in (
         capsys.readouterr().err
     )
+
+
+def test_bindings_inside_the_run_to_run_noise_are_called_so() -> None:
+    runs = [
+        _run("apart", 0, 1.45), _run("isolated", 1, 1.85), _run("apart", 2, 1.75),
+        _run("isolated", 3, 1.55),
+    ]  # fmt: skip
+    text = binding_spread(_records(runs))
+    assert "The rounds of one binding differ by up to 0.30, the bindings' means by 0.10" in text
+    assert "no binding stands out of the run-to-run noise" in text
+    assert "the prediction held in 4 of 8 class runs" in text  # open-ended disagrees in each
