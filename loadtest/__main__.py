@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     report = sub.add_parser("report", help="rebuild summary and report from a run directory")
     report.add_argument("run_dir", type=Path)
+    # -c loadtest.traffic.length_buckets=[...] rebuckets a replayed trace (no re-import, no
+    # rerun); the other keys do not change a finished run.
+    add_config_arguments(report)
     publish = sub.add_parser("publish", help="publish a finished run to CloudWatch")
     publish.add_argument("run_dir", type=Path)
     add_config_arguments(publish)
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "report":
-            return _report(args.run_dir)
+            return _report(args)
         if args.command == "schema":
             return _schema(args.out)
         if args.command == "probe":
@@ -223,14 +226,18 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _report(run_dir: Path) -> int:
+def _report(args: argparse.Namespace) -> int:
     from loadtest.render.console import render_summary_table
     from loadtest.report import write_report
     from loadtest.summary import previous_cloudwatch, summarize, write_summary
 
+    run_dir: Path = args.run_dir
+    traffic = _config(args).loadtest.traffic
+    # Only edges the user set (cdk.json, --config or -c) replace the run's own.
+    edges = traffic.length_buckets if "length_buckets" in traffic.model_fields_set else None
     # Older run directories (summary.json schema_version 1) are rebuilt from their records.
     cloudwatch = previous_cloudwatch(run_dir)
-    summary = summarize(run_dir)
+    summary = summarize(run_dir, length_buckets=edges)
     if cloudwatch is not None:
         summary.cloudwatch = cloudwatch
         write_summary(summary, run_dir)
@@ -307,7 +314,9 @@ def _traffic_import(args: argparse.Namespace) -> int:
     if not args.log.is_file():
         raise ValueError(f"request log {args.log} does not exist")
     result = import_log(args.log, settings)
-    print(profile(result, approximate=args.tokenizer is None))
+    print(
+        profile(result, approximate=args.tokenizer is None, length_buckets=settings.length_buckets)
+    )
     if not result.requests:
         print("error: no usable request; nothing written", file=sys.stderr)
         return 2

@@ -160,7 +160,7 @@ class _RunState:
             prompt_id=item.prompt.id,
             prompt_class=item.prompt.prompt_class,
             warmup=item.warmup,
-            input_bucket=item.prompt.input_bucket,
+            input_tokens=item.prompt.input_tokens,
         )
         if item.arrival_s is not None:
             lag = time.perf_counter() - (self.window_start + item.arrival_s)

@@ -48,7 +48,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 REDACTED = "[REDACTED]"
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -79,10 +79,19 @@ class TrafficRequest(BaseModel):
     offset_s: float = Field(ge=0)
     """Arrival after the log's first request, seconds."""
     input_tokens: int = Field(ge=1)
-    input_bucket: str
-    """Its input-length bucket (loadtest.traffic.length_buckets)."""
+    """Its input length as imported: the report buckets it by the edges in force when the
+    report is built (loadtest.traffic.length_buckets), so new edges need no re-import."""
     sha256: str
     """Of its messages as written (after redaction): names the prompt without showing it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bucket_of_older_files(cls, data: Any) -> Any:
+        # Files of the first importer carry the bucket label of the edges at import time;
+        # the bucket now follows the edges at report time (input_tokens is kept).
+        if isinstance(data, dict) and "input_bucket" in data:
+            return {k: v for k, v in data.items() if k != "input_bucket"}
+        return data
 
 
 class Reason(StrEnum):
@@ -190,6 +199,14 @@ def bucket_label(tokens: int, edges: Sequence[int]) -> str:
             return f"{low}-{edge - 1}"
         low = edge
     return f"{low}+"
+
+
+def record_bucket(input_tokens: int | None, edges: Sequence[int] | None) -> str:
+    """A replayed request's bucket under ``edges``; "" when it has no recorded input length
+    (a prompt-suite request) or there are no edges (no trace in the run)."""
+    if input_tokens is None or edges is None:
+        return ""
+    return bucket_label(input_tokens, edges)
 
 
 def bucket_labels(edges: Sequence[int]) -> list[str]:
@@ -420,7 +437,6 @@ def import_lines(lines: Iterable[str | bytes], settings: ImportSettings) -> Impo
                 "output_tokens": p.output_tokens,
                 "offset_s": round(p.time_s - start, 6),
                 "input_tokens": p.input_tokens,
-                "input_bucket": bucket_label(p.input_tokens, settings.length_buckets),
                 "sha256": messages_sha256(p.messages),
             }
         )
@@ -524,8 +540,13 @@ def _spark(counts: Sequence[int], width: int = 60) -> str:
     )
 
 
-def profile(result: ImportResult, *, approximate: bool) -> str:
-    """The traffic's profile and every rejected line, by reason: ids and hashes, no prompt."""
+def _cell_order(cell: tuple[str, str]) -> tuple[str, int]:
+    return cell[0], int(cell[1].split("-")[0].rstrip("+"))
+
+
+def profile(result: ImportResult, *, approximate: bool, length_buckets: Sequence[int]) -> str:
+    """The traffic's profile and every rejected line, by reason: ids and hashes, no prompt.
+    Input buckets by ``length_buckets`` (the configured edges)."""
     requests = result.requests
     lines = [
         f"{len(requests)} requests from {result.lines} lines; {len(result.rejected)} lines "
@@ -552,8 +573,10 @@ def profile(result: ImportResult, *, approximate: bool) -> str:
     lines.append("per class and input bucket:")
     groups: dict[tuple[str, str], list[TrafficRequest]] = defaultdict(list)
     for request in requests:
-        groups[(request.prompt_class, request.input_bucket)].append(request)
-    for (name, bucket), members in sorted(groups.items()):
+        groups[(request.prompt_class, bucket_label(request.input_tokens, length_buckets))].append(
+            request
+        )
+    for (name, bucket), members in sorted(groups.items(), key=lambda kv: _cell_order(kv[0])):
         lines.append(
             f"  {name} {bucket}: {len(members)} requests, output "
             f"{_quantiles([m.output_tokens for m in members])}"
@@ -571,7 +594,8 @@ def profile(result: ImportResult, *, approximate: bool) -> str:
     lines.append("requests (id, class, bucket, sha256 of messages):")
     for request in requests[:10]:
         lines.append(
-            f"  {request.id} {request.prompt_class} {request.input_bucket} {request.sha256[:16]}"
+            f"  {request.id} {request.prompt_class} "
+            f"{bucket_label(request.input_tokens, length_buckets)} {request.sha256[:16]}"
         )
     if len(requests) > 10:
         lines.append(f"  ... {len(requests) - 10} more")

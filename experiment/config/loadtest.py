@@ -62,7 +62,9 @@ class TrafficConfig(Section):
         default_factory=lambda: [512, 2048, 8192],
         description=(
             "Input-length bucket edges in tokens, strictly increasing: [512, 2048] makes the "
-            "buckets 0-511, 512-2047 and 2048+; the report decides per class and bucket."
+            "buckets 0-511, 512-2047 and 2048+; the report decides per class and bucket, "
+            "bucketing each request's recorded input tokens when it is built (`python -m "
+            "loadtest report RUN_DIR -c` with new edges: no re-import, no rerun)."
         ),
     )
 

@@ -119,7 +119,7 @@ def test_every_unusable_line_is_counted_by_reason_with_its_number_and_no_usable_
     g2 = result.requests[2]
     assert [m.role for m in g2.messages] == ["system", "user", "assistant", "user"]
     assert g2.messages[1].content == "a story"
-    assert g2.input_bucket == "64+" and result.requests[0].input_bucket == "0-15"
+    assert g2.input_tokens >= 64 and result.requests[0].input_tokens < 16
     over = [r for r in result.rejected if r.reason is Reason.OVER_LONG]
     assert over[0].request_id == "long-1" and "max_model_len 200" in over[0].detail
 
@@ -171,7 +171,7 @@ def test_the_profile_shows_ids_and_hashes_never_the_prompts():
     lines.append(_line(id="private", messages=[{"role": "user", "content": "TOP SECRET"}]))
     lines.append("{broken")
     result = import_lines(lines, SETTINGS)
-    text = profile(result, approximate=True)
+    text = profile(result, approximate=True, length_buckets=[16, 64])
     assert "TOP SECRET" not in text and "count to ten" not in text
     assert "not JSON: 1 (lines 14)" in text
     assert "structured: 13" in text and "approximated" in text
@@ -179,6 +179,25 @@ def test_the_profile_shows_ids_and_hashes_never_the_prompts():
     counts = per_second(result.requests)
     assert counts[0] == 6 and sum(counts) == 13  # r0-r4 and "private" in the first second
     assert bursts(counts) == [0]
+
+
+def test_the_profile_buckets_by_the_edges_it_is_given_and_the_file_holds_no_bucket(
+    tmp_path: Path,
+):
+    short = _line(id="s", messages=[{"role": "user", "content": "hi"}])
+    long = _line(id="l", messages=[{"role": "user", "content": "x" * 400}])
+    result = import_lines([short, long], SETTINGS)
+    assert "structured 0-15: 1 requests" in profile(result, approximate=True, length_buckets=[16])
+    assert "structured 16+: 1 requests" in profile(result, approximate=True, length_buckets=[16])
+    assert "structured 0-999: 2 requests" in profile(
+        result, approximate=True, length_buckets=[1000]
+    )
+    path = write_traffic(result.requests, tmp_path / "traffic.jsonl")
+    assert "input_bucket" not in path.read_text()  # bucketed when the report is built
+    # A file of the first importer (a bucket label per request) still reads.
+    older = [json.loads(line) | {"input_bucket": "0-511"} for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in older))
+    assert read_traffic(path) == result.requests
 
 
 def test_buckets_and_the_approximation():
