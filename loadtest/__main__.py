@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         help="first wait at most this long for both services' /health (default: no wait)",
     )
     run.add_argument(
+        "--traffic-bucket",
+        metavar="BUCKET",
+        help="copy the traffic file from s3://BUCKET/<loadtest.traffic.bucket_key> into the run "
+        "directory and replay that copy (the cluster's load-test Job: the model-store bucket)",
+    )
+    run.add_argument(
         "--no-cloudwatch",
         action="store_true",
         help="do not publish to CloudWatch (default: publish when credentials exist)",
@@ -196,6 +202,8 @@ def _run(args: argparse.Namespace) -> int:
             "give both --baseline URL and --speculative URL (or --local for the local run's ports)"
         )
     out = args.out or Path(config.local.runs_dir) / f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.traffic_bucket:
+        config = _traffic_from_bucket(config, args.traffic_bucket, out)
     try:
         summary = run_comparison(
             config,
@@ -224,6 +232,25 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return code
+
+
+def _traffic_from_bucket(config: ExperimentConfig, bucket: str, out: Path) -> ExperimentConfig:
+    """The config replaying the copy of the traffic file that the bucket holds under
+    ``loadtest.traffic.bucket_key()``: copied into the run directory, where the prompts stay."""
+    from loadtest.traffic import TRAFFIC_COPY, fetch_traffic
+
+    traffic = config.loadtest.traffic
+    key = traffic.bucket_key()
+    if key is None:
+        raise ConfigError(
+            "--traffic-bucket needs loadtest.traffic.file (the traffic file's name under "
+            "loadtest.traffic.bucket_prefix)"
+        )
+    copy = fetch_traffic(bucket, key, out / TRAFFIC_COPY, region=config.region)
+    replay = traffic.model_copy(update={"file": str(copy.resolve())})
+    return config.model_copy(
+        update={"loadtest": config.loadtest.model_copy(update={"traffic": replay})}
+    )
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -600,3 +600,57 @@ def profile(result: ImportResult, *, approximate: bool, length_buckets: Sequence
     if len(requests) > 10:
         lines.append(f"  ... {len(requests) - 10} more")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the cluster
+
+TRAFFIC_COPY = "traffic.jsonl"  # the copy's name in the run directory
+CHUNK_BYTES = 1 << 20
+
+
+def fetch_traffic(bucket: str, key: str, dest: Path, *, region: str, client: Any = None) -> Path:
+    """Copy ``s3://bucket/key`` (the encrypted model-store bucket) to ``dest`` (0600), then
+    check it reads as a traffic file. ``client``: a boto3 S3 client (tests pass a stub).
+    What is logged names the object and its size, never its content: botocore's own loggers
+    stay above DEBUG while the body streams (its debug log prints wire data)."""
+    import logging
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.Session(region_name=region).client(
+            "s3", config=Config(retries={"max_attempts": 5, "mode": "standard"})
+        )
+    loggers = [logging.getLogger(name) for name in ("botocore", "boto3", "urllib3")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.INFO))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            body = client.get_object(Bucket=bucket, Key=key)["Body"]
+            for chunk in body.iter_chunks(CHUNK_BYTES):
+                handle.write(chunk)
+    except (BotoCoreError, ClientError) as err:
+        dest.unlink(missing_ok=True)
+        raise ValueError(
+            f"could not read the traffic file s3://{bucket}/{key}: {err}; upload it there "
+            "first (docs/traffic.md) or check loadtest.traffic.file and bucket_prefix"
+        ) from None
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    requests = read_traffic(dest)  # a malformed copy fails here, naming line and field
+    logging.getLogger("loadtest").info(
+        "traffic file s3://%s/%s: %d requests, %d bytes",
+        bucket,
+        key,
+        len(requests),
+        dest.stat().st_size,
+    )
+    return dest

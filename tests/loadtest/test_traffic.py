@@ -256,3 +256,60 @@ def test_the_trace_schedule_keeps_offsets_scaled_messages_and_lengths():
         build_payload("", RequestParams(model="m", max_tokens=1, api="completions"), g2.messages)
     with pytest.raises(ValueError, match="time scale"):
         traffic_schedule(requests, time_scale=0)
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def iter_chunks(self, size: int):
+        for start in range(0, len(self.data), size):
+            yield self.data[start : start + size]
+
+
+class _S3:
+    """A stub S3 client holding objects by (bucket, key)."""
+
+    def __init__(self, objects: dict[tuple[str, str], bytes]) -> None:
+        self.objects = objects
+
+    def get_object(self, Bucket: str, Key: str) -> dict:
+        from botocore.exceptions import ClientError
+
+        if (Bucket, Key) not in self.objects:
+            raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "no"}}, "GetObject")
+        return {"Body": _Body(self.objects[(Bucket, Key)])}
+
+
+def test_the_cluster_run_replays_a_private_copy_of_the_bucket_object(
+    tmp_path: Path, caplog, monkeypatch
+):
+    import logging
+
+    from loadtest.__main__ import _traffic_from_bucket
+    from loadtest.traffic import TRAFFIC_COPY, fetch_traffic
+
+    secret = _line(id="s", messages=[{"role": "user", "content": "PROMPT TEXT"}])
+    requests = import_lines([secret], SETTINGS).requests
+    data = "".join(r.model_dump_json(by_alias=True) + "\n" for r in requests).encode()
+    config = build_config({"loadtest.traffic.file": "runs/pilot/traffic.jsonl"})
+    key = config.loadtest.traffic.bucket_key()
+    assert key == "loadtest-traffic/traffic.jsonl"
+    s3 = _S3({("bucket", key): data})
+    caplog.set_level(logging.DEBUG)
+    copy = fetch_traffic("bucket", key, tmp_path / "run" / TRAFFIC_COPY, region="r", client=s3)
+    assert read_traffic(copy) == requests and stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert "PROMPT TEXT" not in caplog.text and key in caplog.text  # named, never shown
+    with pytest.raises(ValueError, match=r"s3://bucket/loadtest-traffic/other.jsonl.*upload"):
+        fetch_traffic(
+            "bucket", "loadtest-traffic/other.jsonl", tmp_path / "x", region="r", client=s3
+        )
+    assert not (tmp_path / "x").exists()
+    # The run command: the config then names the copy in the run directory.
+    import loadtest.traffic
+
+    monkeypatch.setattr(
+        loadtest.traffic, "fetch_traffic", lambda *a, **k: fetch_traffic(*a, **k, client=s3)
+    )
+    replay = _traffic_from_bucket(config, "bucket", tmp_path / "run2")
+    assert replay.loadtest.traffic.file == str((tmp_path / "run2" / TRAFFIC_COPY).resolve())
