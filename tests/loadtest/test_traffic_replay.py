@@ -142,3 +142,34 @@ def test_the_trace_reaches_both_arms_at_its_offsets_with_its_messages_and_length
 def _cells(summary: RunSummary) -> dict[str, list[str]]:
     assert summary.statistics is not None
     return {c: sorted(b) for c, b in summary.statistics.by_bucket.items()}
+
+
+def test_the_open_loop_wait_connects_ahead_and_returns_at_its_moment() -> None:
+    import time
+
+    from loadtest.open_loop import CONNECT_AHEAD_S, wait_until
+
+    connected: list[float] = []
+    moment = time.perf_counter() + 2 * CONNECT_AHEAD_S
+    wait_until(moment, lambda: connected.append(time.perf_counter()))
+    done = time.perf_counter()
+    assert done >= moment and len(connected) == 1 and connected[0] < moment
+    wait_until(time.perf_counter() - 1)  # a moment already past: no wait
+
+
+def test_a_connection_opened_ahead_carries_the_send(serve) -> None:
+    from loadtest.client import RequestParams, stream_request
+    from loadtest.records import RequestRecord
+    from loadtest.transport import StreamSession
+
+    server = serve(_script)
+    params = RequestParams(model="m", max_tokens=3, timeout_s=10)
+    with StreamSession() as session:
+        session.connect_ahead(server.url + "/v1/chat/completions", 5)
+        assert len(session._idle) == 1
+        ahead = next(iter(session._idle.values()))
+        record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
+        stream_request(session, server.url, "hi", params, record)
+        assert record.ok and record.output_tokens == 3
+        assert next(iter(session._idle.values())) is ahead  # the send reused it
+        session.connect_ahead("not a url", 5)  # ignored; post_stream reports bad URLs
