@@ -30,11 +30,10 @@ CLASSES = ("structured", "open_ended")
 DEFAULT_OUT = "runs/figures/arms-spread.json"
 
 
-def local_run_command(mode: str, runs_dir: str, lock: str | None) -> list[str]:
-    command = [
-        sys.executable, "-m", "local_run",
-        "-c", f"local.arms_mode={mode}", "-c", f"local.runs_dir={runs_dir}",
-    ]  # fmt: skip
+def local_run_command(overrides: list[str], runs_dir: str, lock: str | None) -> list[str]:
+    """The cached local run with ``overrides`` (``local.x=y``), writing under ``runs_dir``."""
+    settings = [*overrides, f"local.runs_dir={runs_dir}"]
+    command = [sys.executable, "-m", "local_run", *(a for s in settings for a in ("-c", s))]
     return ["flock", lock, *command] if lock else command
 
 
@@ -87,7 +86,9 @@ def measure(
         shown = os.path.relpath(runs_dir, ROOT) if runs_dir.is_relative_to(ROOT) else runs_dir
         print(f"arms spread: run {turn + 1} of {len(order)}, {mode} arms -> {shown}", flush=True)
         began, started = time.monotonic(), time.time()
-        code = subprocess.run(local_run_command(mode, str(runs_dir), lock), cwd=ROOT).returncode
+        code = subprocess.run(
+            local_run_command([f"local.arms_mode={mode}"], str(runs_dir), lock), cwd=ROOT
+        ).returncode
         wall_s = time.monotonic() - began  # flock's wait included: see the record's machine
         results.append(read_run(newest_run(runs_dir, started), mode, turn, code == 0, wall_s))
     return ArmsSpreadFigures(block_requests=block_requests, runs=results)

@@ -57,10 +57,7 @@ KUBE_SYSTEM = {"kubernetes.io/metadata.name": "kube-system"}
 
 def imported_models(config: ExperimentConfig) -> list[str]:
     """The hub ids the Job imports, each once: target, draft, then candidate drafts."""
-    models = [config.serving.target_model, config.serving.draft_model]
-    if config.tuning.deploy:
-        models += config.tuning.drafts
-    return list(dict.fromkeys(models))
+    return config.hub_models()
 
 
 def _model_argument(config: ExperimentConfig, model: str) -> str:

@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -44,9 +44,11 @@ SCHEMA_VERSION = 10
 # 9: the equivalence outcome (issue 33): Decision "no gain" (the cost ratio's interval inside
 #    statistics.equivalence_margin: keep the baseline), ClassVerdict.equivalence_bounds and
 #    the margin in AnalysisInfo.statistics.
-# 10: a replayed trace's buckets follow the edges at report time: AnalysisInfo.length_buckets
+# 10: the gateway's own cost during the tiered arm (issue 33): TieredComparison.gateway
+#    (None: not measured, e.g. a gateway the run did not start).
+# 11: a replayed trace's buckets follow the edges at report time: AnalysisInfo.length_buckets
 #    (the run's edges; `report -c loadtest.traffic.length_buckets=...` replaces them) and
-#    each record's input_tokens (records of schema 8 and 9 carried a fixed bucket label,
+#    each record's input_tokens (records of schema 8 to 10 carried a fixed bucket label,
 #    which is no longer read: rerun such a trace for its per-bucket verdict).
 
 
@@ -419,6 +421,56 @@ class Interval(_Result):
         return self
 
 
+class StepCosts(_Result):
+    """One class's inputs to the speedup model, measured in the run (loadtest.expected)."""
+
+    baseline_step_ms: float
+    """The baseline's time per decode step (one token), after the first token."""
+    speculative_step_ms: float
+    """The speculative arm's time per target step: its k drafts plus the verify."""
+    tokens_per_step: float
+    """tau: tokens per target step, from vLLM's counters, the class probed alone."""
+    baseline_ttft_ms: float
+    speculative_ttft_ms: float
+    output_tokens: float
+    """Mean output tokens per request."""
+
+    draft_cost_per_step_ms: float | None = None
+    """What speculating adds to a step (the drafts and the wider verify). Derived."""
+    step_ratio: float | None = None
+    """A speculative step's price in plain steps: the host's part of the speedup. Derived."""
+
+    @model_validator(mode="after")
+    def _derived(self) -> StepCosts:
+        # Derived, never trusted from input (as Interval.significant).
+        object.__setattr__(
+            self, "draft_cost_per_step_ms", self.speculative_step_ms - self.baseline_step_ms
+        )
+        object.__setattr__(self, "step_ratio", self.speculative_step_ms / self.baseline_step_ms)
+        return self
+
+
+class HostExpectation(_Result):
+    """What a class's step costs predict for its E2E speedup, next to what was measured."""
+
+    prompt_class: str
+    costs: StepCosts
+    predicted_e2e_speedup: Interval
+    measured_e2e_speedup: Interval
+
+    agrees: bool | None = None
+    """The measured estimate lies inside the predicted interval (None: no interval). Derived."""
+
+    @model_validator(mode="after")
+    def _agreement(self) -> HostExpectation:
+        predicted, measured = self.predicted_e2e_speedup, self.measured_e2e_speedup
+        agrees = None
+        if None not in (predicted.low, predicted.high, measured.estimate):
+            agrees = predicted.low <= measured.estimate <= predicted.high  # type: ignore[operator]
+        object.__setattr__(self, "agrees", agrees)
+        return self
+
+
 class ScopeStatistics(_Result):
     """Paired statistics of one scope (all requests, or one prompt class)."""
 
@@ -653,6 +705,47 @@ class TieredClass(_Result):
     reason: str
 
 
+class GatewayCost(_Result):
+    """What the gateway itself cost while the tiered arm ran, from the gateway's own process
+    and statistics (the local run's Envoy, local_run/gateway.py): so a tiered figure that
+    differs from its arm can be told apart from routing."""
+
+    requests: int
+    """Requests the gateway completed during the tiered arm (warm-up included)."""
+    cpu_s: float
+    """The gateway process's CPU seconds (user + system) during the tiered arm."""
+    cpu_ms_per_request: float | None
+    """cpu_s per request, in ms (None: no request)."""
+    downstream_mean_ms: float | None
+    """Mean time from the client's request to the gateway's last response byte."""
+    upstream_mean_ms: float | None
+    """Mean time of the gateway's attempts on the servers, over every cluster."""
+    added_ms_per_request: float | None
+    """downstream_mean_ms - upstream_mean_ms: what the gateway added to a request's latency
+    (None: a mean is missing)."""
+    gateway_cores: list[int]
+    """The cores the gateway process may run on (its CPU affinity)."""
+    server_cores: dict[str, list[int]]
+    """Per serving arm, the cores its server process may run on."""
+    machine_cores: list[int]
+    """The cores the run itself may use."""
+    cpu_binding: str | None = None
+    """local.cpu_binding of the servers (apart, isolated or shared)."""
+    source: str = ""
+    """Where the figures come from."""
+
+    def shared_with(self) -> list[str]:
+        """The servers the gateway shares a core with."""
+        mine = set(self.gateway_cores)
+        return [arm for arm, cores in self.server_cores.items() if mine & set(cores)]
+
+    def must_share(self) -> bool:
+        """No core of the run is free of every server: wherever the gateway runs, it shares
+        (on 2 cores with a core per server, always)."""
+        held = {core for cores in self.server_cores.values() for core in cores}
+        return set(self.machine_cores) <= held
+
+
 class TieredComparison(_Result):
     """The tiered arm (the gateway routing each class) against both serving arms."""
 
@@ -663,6 +756,8 @@ class TieredComparison(_Result):
     unpaired: int
     """Measured schedule indices that failed or are missing on the tiered arm or the
     baseline."""
+    gateway: GatewayCost | None = None
+    """The gateway's own cost during the tiered arm; None: not measured."""
 
 
 class RunSummary(_Result):

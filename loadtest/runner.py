@@ -24,6 +24,8 @@ Run directory layout::
     window_<arm>.json             measured window, stop cause, /metrics before and after,
                                   workers' CPU shares and clock skew, launch and first
                                   measured request times
+    gateway_tiered.json           the gateway's own cost during the tiered arm, when the
+                                  caller measured it (GatewayMeter: the local run's Envoy)
     ready_<arm>.json              concurrent arms: when the arm's warm-up was done
                                   (<arm>: baseline, speculative, and tiered when driven)
     blocks/                       alternating arms: each block's plan, records, window
@@ -43,6 +45,7 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 from experiment.config import TIERED_ARM, Arm, ArmsMode, ExperimentConfig, LoadTestConfig
 from loadtest.alternating import run_alternating
@@ -60,6 +63,7 @@ from loadtest.plan import RunPlan, build_plan
 from loadtest.processes import signals_raise
 from loadtest.report import write_report
 from loadtest.results import (
+    GatewayCost,
     LoadShapeInfo,
     RequestInfo,
     RunInfo,
@@ -67,7 +71,7 @@ from loadtest.results import (
     SloInfo,
     TieredRouting,
 )
-from loadtest.summary import RUN_JSON, summarize, write_summary
+from loadtest.summary import GATEWAY_JSON, RUN_JSON, summarize, write_summary
 from loadtest.window import WindowMeta
 
 __all__ = ["Cancelled", "NotReady", "run_arm", "run_arms", "run_comparison", "summarize"]
@@ -85,6 +89,15 @@ class Cancelled(Exception):
 
 class NotReady(RuntimeError):
     """A service did not report healthy within the readiness wait."""
+
+
+class GatewayMeter(Protocol):
+    """Measures the tiered arm's gateway itself (the local run's Envoy): ``begin`` right
+    before the tiered arm, ``end`` right after it returns what the gateway cost meanwhile."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> GatewayCost: ...
 
 
 def _cancel_on_signals() -> AbstractContextManager[None]:
@@ -136,6 +149,7 @@ def run_comparison(
     handle_signals: bool = False,
     served_models: str | None = None,
     tiered_url: str | None = None,
+    gateway_meter: GatewayMeter | None = None,
 ) -> RunSummary:
     """Run both arms with identical load (``config.loadtest``), at once or in turn
     (``loadtest.arms_mode``), write the run directory and its report.
@@ -150,7 +164,8 @@ def run_comparison(
     a caller with its own handlers (the local run) leaves it off. ``served_models``: what
     the servers really serve when the model name requests carry is only an alias (the
     report's run header says it). ``tiered_url``: the tiered gateway, driven as a third
-    arm after the two (summary.tiered compares it per class with both)."""
+    arm after the two (summary.tiered compares it per class with both). ``gateway_meter``:
+    measures that gateway's own cost around the tiered arm (summary.tiered.gateway)."""
     out_dir = Path(out_dir)
     workers = workers or config.loadtest.workers
     urls: dict[str, str] = {Arm.BASELINE: baseline_url, Arm.SPECULATIVE: speculative_url}
@@ -237,8 +252,13 @@ def run_comparison(
                      local_workers=local_workers, config=config.loadtest)  # fmt: skip
             if tiered:
                 LOG.info("tiered: the gateway, after the serving arms, in the same mode")
+                if gateway_meter is not None:
+                    gateway_meter.begin()
                 run_arms([plans[TIERED_ARM]], out_dir, ports[:1], workers=workers,
                          local_workers=local_workers, config=config.loadtest)  # fmt: skip
+                if gateway_meter is not None:
+                    cost = gateway_meter.end()
+                    (out_dir / GATEWAY_JSON).write_text(cost.model_dump_json(indent=1))
         except Cancelled as cancel:
             cancelled = cancel
             LOG.warning("cancelled by %s: writing the report of the partial run", cancel)

@@ -166,7 +166,7 @@ def expanded_levels(n: int, confidence: float) -> tuple[float, float]:
     return level, 1 - level
 
 
-def _interval(
+def interval(
     estimate: float | None,
     replicates: np.ndarray,
     n: int,
@@ -252,7 +252,7 @@ def paired_speedups(
             replicates, estimate = _safe_ratio(b_rep, s_rep), _scalar_ratio(b_point, s_point)
         else:
             replicates, estimate = _safe_ratio(s_rep, b_rep), _scalar_ratio(s_point, b_point)
-        result[stat] = _interval(estimate, replicates, n, settings)
+        result[stat] = interval(estimate, replicates, n, settings)
     return result
 
 
@@ -278,7 +278,7 @@ def paired_rate_ratio(
     base_rate = _scalar_ratio(float(totals[0]), float(totals[1]))
     sd_rate = _scalar_ratio(float(totals[2]), float(totals[3]))
     estimate = _scalar_ratio(sd_rate, base_rate)
-    return _interval(
+    return interval(
         None if estimate is None else scale * estimate, replicates, len(num_b), settings
     )
 
@@ -304,7 +304,7 @@ def acceptance_estimate(
     point = float(acceptance(totals))
     estimate = None if np.isnan(point) else point
     replicates = acceptance(sums)
-    return _interval(estimate, replicates, len(tok_b), settings, null_value=None)
+    return interval(estimate, replicates, len(tok_b), settings, null_value=None)
 
 
 # --------------------------------------------------------------------------- run records

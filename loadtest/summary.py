@@ -26,6 +26,7 @@ from loadtest.results import (
     AcceptanceSource,
     ArmSummary,
     CloudWatchResult,
+    GatewayCost,
     RunInfo,
     RunSummary,
 )
@@ -33,6 +34,9 @@ from loadtest.tiered import tiered_comparison, tiered_warnings
 from loadtest.window import WindowMeta
 
 RUN_JSON = "run.json"
+# The gateway's own cost during the tiered arm, when the caller measured it (the local run's
+# Envoy: runner.GatewayMeter); read into TieredComparison.gateway.
+GATEWAY_JSON = "gateway_tiered.json"
 SUMMARY_JSON = "summary.json"
 LOAD_GENERATOR_CPU_WARNING = 0.8
 # Above this share of reads stamped by the client's clock (no kernel receive timestamp:
@@ -185,7 +189,7 @@ def read_window_meta(run_dir: Path, arm: Arm | str) -> WindowMeta:
     return WindowMeta.read(Path(run_dir) / f"window_{arm}.json", str(arm))
 
 
-def _read_arm(run_dir: Path, arm: str) -> tuple[list[RequestRecord], WindowMeta]:
+def read_arm(run_dir: Path, arm: str) -> tuple[list[RequestRecord], WindowMeta]:
     path = run_dir / f"records_{arm}.jsonl"
     return (read_records(path) if path.is_file() else []), read_window_meta(run_dir, arm)
 
@@ -201,7 +205,7 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
     warnings: list[str] = []
     metas: dict[str, WindowMeta] = {}
     for arm in Arm:
-        records, meta = _read_arm(run_dir, arm.value)
+        records, meta = read_arm(run_dir, arm.value)
         metas[arm.value] = meta
         records_by_arm[arm] = records
         acceptance = window_acceptance(meta, arm, records)
@@ -211,7 +215,7 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
         )
     tiered_records: list[RequestRecord] = []
     if run.tiered is not None:
-        tiered_records, meta = _read_arm(run_dir, TIERED_ARM)
+        tiered_records, meta = read_arm(run_dir, TIERED_ARM)
         arms[TIERED_ARM] = _arm_summary(run, TIERED_ARM, tiered_records, meta, TIERED_ACCEPTANCE)
         warnings += _arm_warnings(
             TIERED_ARM, arms[TIERED_ARM], run.request.max_tokens, skew_warning_ms(run)
@@ -234,6 +238,9 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
             temperature=run.request.temperature,
         )
         warnings += tiered_warnings(tiered)
+        gateway = run_dir / GATEWAY_JSON
+        if gateway.is_file():
+            tiered.gateway = GatewayCost.model_validate_json(gateway.read_text())
     # The serving arms' timing: the tiered arm runs after them, alone.
     timing = arms_timing(
         run.arms_mode, metas, run.loadtest_config.get("alternating_block_requests")

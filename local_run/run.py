@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,11 +23,12 @@ from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT
+from loadtest.expected import run_expectation
 from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.render.tiered import tiered_lines
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
-from local_run.gateway import EnvoyGateway, local_gateway
+from local_run.gateway import EnvoyGateway, EnvoyMeter, local_gateway
 from local_run.guardrails import AlertLog, LocalPrometheus
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
@@ -200,6 +202,20 @@ def _watch_until_evaluated(
     watch.poll()
 
 
+def _meter(
+    config: ExperimentConfig, gateway: EnvoyGateway | None, servers: LocalServers
+) -> EnvoyMeter | None:
+    """The gateway's own cost around the tiered arm, with the cores each process may use."""
+    if gateway is None:
+        return None
+    cores = {
+        s.name: sorted(os.sched_getaffinity(s.process.pid))
+        for s in servers.servers
+        if s.process is not None
+    }
+    return EnvoyMeter(gateway, cores, sorted(os.sched_getaffinity(0)), config.local.server_binding)
+
+
 def run_local(
     config: ExperimentConfig, *, smoke_only: bool = False, log: Log = print
 ) -> LocalRunResult:
@@ -269,6 +285,7 @@ def run_local(
             local=True,
             served_models=served,
             tiered_url=gateway_url,
+            gateway_meter=_meter(config, gateway, running),
         )
         timings["load_test"] = time.monotonic() - loadtest_started
         if watch is not None:
@@ -280,7 +297,11 @@ def run_local(
     timings["total"] = time.monotonic() - started
     host.finish()
     table = render_summary_table(summary)
-    numbers = headline(summary, {name: block.acceptance_rate for name, block in per_class.items()})
+    # A replayed trace's acceptance differs from the prompt suite's that the probe measured:
+    # no prediction from it.
+    expected = [] if config.local.traffic else run_expectation(run_dir, summary, per_class)
+    rates = {name: block.acceptance_rate for name, block in per_class.items()}
+    numbers = headline(summary, rates, expected)
     problems = _problems(summary)
     tiered_checks = tiered_lines(summary)
     alerts = None if watch is None else [alert.text for alert in watch.fired.values()]

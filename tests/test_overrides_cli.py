@@ -103,6 +103,10 @@ def test_cdk_app_renders_the_overridden_k(tmp_path: Path) -> None:
         # required too (no add-on listing was reachable): placeholders of the right form
         "cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
         "cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
+        # and a hub commit per imported checkpoint (placeholders; nothing is downloaded)
+        "model_store.hub_revisions": json.dumps(
+            {"Qwen/Qwen3-32B": "1" * 40, "Qwen/Qwen3-1.7B": "2" * 40}
+        ),
         "serving.num_speculative_tokens": "5",
     }
     result = _run(

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             "RUN_DIR... --draft NAME... (docs/tuning.md)"
         )
         return 0
+    from loadtest.step_model import PredictionError
     from local_run.run import runs_root
     from tune.local import candidate_names, local_plan, plan_text, run_local_sweep
-    from tune.predict import PredictionError
     from tune.report import write_outputs
 
     if args.plan_only:
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fit(args: argparse.Namespace, config: ExperimentConfig) -> int:
+    from loadtest.step_model import PredictionError
     from tune.fit import fit_from_run_dirs
-    from tune.predict import PredictionError
     from tune.report import write_outputs
 
     if len(args.run_dirs) < 2:

@@ -1,5 +1,6 @@
 """From measured runs to the fitted model, the held-out checks, the recommendation and the
-break-even load. Pure: runs in, typed results out (tune.predict holds the formulas)."""
+break-even load. Pure: runs in, typed results out (loadtest.step_model and tune.predict hold
+the formulas)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,10 @@ from experiment.config import StatisticsConfig
 from loadtest.cost import optimal_load, usd_per_million
 from loadtest.metrics import ALL_CLASSES
 from loadtest.results import PriceBasis
+from loadtest.step_model import PredictionError, extend_rates, predict, relative_error
 from tune.drafters import drafter_choices, workload_speedups
 from tune.overrides import overrides_line
-from tune.predict import (
-    PredictionError,
-    break_even,
-    extend_rates,
-    fit_step_cost,
-    predict,
-    rates_from_chunk_tokens,
-    relative_error,
-    replay_tokens_per_step,
-)
+from tune.predict import break_even, fit_step_cost, rates_from_chunk_tokens, replay_tokens_per_step
 from tune.results import (
     Acceptance,
     ArmCost,

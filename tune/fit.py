@@ -37,6 +37,7 @@ from loadtest.metrics import window_s
 from loadtest.records import RequestRecord, read_records
 from loadtest.results import Acceptance as ServerAcceptance
 from loadtest.results import AcceptanceSource, RunInfo
+from loadtest.step_model import PredictionError
 from loadtest.summary import read_run_info, read_window_meta, window_acceptance
 from tune.analysis import (
     TOLERANCE,
@@ -45,7 +46,6 @@ from tune.analysis import (
     fit_and_recommend,
 )
 from tune.measure import sample_of
-from tune.predict import PredictionError
 from tune.results import Acceptance, ClassRun, FitInput, Role, Run, Setting, TuneResult
 
 

@@ -25,6 +25,7 @@ from experiment.config.local import Drafter
 from loadtest.cost import price_basis
 from loadtest.metrics import ALL_CLASSES
 from loadtest.prompts import Prompt, load_prompts
+from loadtest.step_model import PredictionError
 from local_run.arms import local_experiment
 from local_run.models import ModelPair, ensure_models
 from local_run.progress import Log
@@ -38,7 +39,6 @@ from tune.analysis import (
     fit_and_recommend,
 )
 from tune.measure import measure_classes
-from tune.predict import PredictionError
 from tune.results import EAGLE3_CANDIDATE, LocalPlan, Role, Run, Setting, TuneResult, drafter_of
 from tune.speedups import find_run
 

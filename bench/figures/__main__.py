@@ -6,8 +6,16 @@ import argparse
 import sys
 
 from bench.figures import rendered, stale
-from bench.figures.measure import MEASUREMENTS, MeasureError, run, run_bench
-from bench.figures.records import BENCH_RESULT_FILES, ROOT, write_record
+from bench.figures.measure import (
+    HOST_RUN_RECORDS,
+    LOCAL_HOSTS,
+    MEASUREMENTS,
+    MeasureError,
+    add_host_run,
+    run,
+    run_bench,
+)
+from bench.figures.records import BENCH_RESULT_FILES, ROOT, load_records, write_record
 from bench.figures.regions import RegionError
 
 
@@ -43,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "measure":
             record = run(MEASUREMENTS[args.name], keep_clone=args.keep_clone)
             print(f"wrote {write_record(record).relative_to(ROOT)}")
+            if args.name in HOST_RUN_RECORDS:  # each default run joins the hosts' list
+                hosts = add_host_run(record, load_records()[LOCAL_HOSTS])
+                print(f"wrote {write_record(hosts).relative_to(ROOT)}")
         return _render()
     except (MeasureError, RegionError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -29,6 +29,7 @@ from bench.figures.records import (
     ROOT,
     ArmCostFigures,
     ArmsSpreadFigures,
+    BindingSpreadFigures,
     BreakEven,
     DrafterChoiceFigures,
     DrafterFit,
@@ -36,8 +37,11 @@ from bench.figures.records import (
     Figures,
     GuardrailsDrillFigures,
     HeldOutPoint,
+    HostClassFigures,
+    HostRun,
     Interval,
     LoadCostPoint,
+    LocalHostsFigures,
     LocalRunFigures,
     MiniatureFigures,
     Provenance,
@@ -53,8 +57,8 @@ from bench.figures.records import (
     TuneRecommendation,
 )
 from experiment.config import TIERED_ARM, Arm
+from loadtest.results import HostExpectation, RunSummary
 from loadtest.results import Interval as SummaryInterval
-from loadtest.results import RunSummary
 from local_run.eagle3 import EAGLE3_KIND as EAGLE3_DRAFTER
 from local_run.machine import Machine
 
@@ -138,6 +142,66 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
         acceptance_per_position=speculative.acceptance.per_position_rate if speculative else None,
         failed_requests={arm: block.overall.failed for arm, block in summary.arms.items()},
         tiered=_tiered(summary),
+        host_expectation=host_expectation_figures(data["headline"].get("host_expectation") or []),
+    )
+
+
+def host_expectation_figures(kept: list[dict[str, Any]]) -> dict[str, HostClassFigures] | None:
+    """The headline's per-class prediction from step costs (loadtest.expected), if kept."""
+    if not kept:
+        return None
+    out = {}
+    for block in kept:
+        expectation = HostExpectation.model_validate(block)
+        predicted = expectation.predicted_e2e_speedup
+        if predicted.estimate is None:
+            continue
+        costs = expectation.costs
+        out[expectation.prompt_class] = HostClassFigures(
+            **costs.model_dump(exclude={"draft_cost_per_step_ms", "step_ratio"}),
+            draft_cost_per_step_ms=costs.speculative_step_ms - costs.baseline_step_ms,
+            step_ratio=costs.speculative_step_ms / costs.baseline_step_ms,
+            predicted=_interval(predicted),
+            agrees=expectation.agrees,
+        )
+    return out or None
+
+
+# The default local run's records: each measurement of one is also a run in `local-hosts`.
+HOST_RUN_RECORDS = ("make-local", "make-local-fresh")
+LOCAL_HOSTS = "local-hosts"
+
+
+def host_run(record: FigureRecord) -> HostRun:
+    figures = record.figures
+    if not isinstance(figures, LocalRunFigures):
+        raise MeasureError(f"record {record.name} is not a local run")
+    return HostRun(
+        record=record.name,
+        source="measured",
+        date=record.date,
+        commit=record.provenance.commit,
+        machine=record.machine,
+        e2e_speedup=figures.e2e_speedup,
+        acceptance_by_class=figures.acceptance_by_class,
+        host_expectation=figures.host_expectation,
+    )
+
+
+def add_host_run(record: FigureRecord, hosts: FigureRecord) -> FigureRecord:
+    """``hosts`` with ``record``'s run appended (the same record and date only once)."""
+    if not isinstance(hosts.figures, LocalHostsFigures):
+        raise MeasureError(f"record {hosts.name} is not the hosts' list")
+    run = host_run(record)
+    kept = [r for r in hosts.figures.runs if (r.record, r.date) != (run.record, run.date)]
+    # The list's own date, machine and commit are its newest run's.
+    return hosts.model_copy(
+        update={
+            "date": record.date,
+            "machine": record.machine,
+            "provenance": record.provenance,
+            "figures": LocalHostsFigures(runs=[*kept, run]),
+        }
     )
 
 
@@ -170,6 +234,7 @@ def _tiered(summary: RunSummary) -> TieredFigures | None:
         lossless_prompts=comparison.lossless.prompts_compared,
         failed_requests=arm.overall.failed,
         requests=arm.overall.requests,
+        gateway=comparison.gateway,
     )
 
 
@@ -466,6 +531,15 @@ def arms_spread_figures(outcome: Outcome) -> ArmsSpreadFigures:
     return ArmsSpreadFigures.model_validate_json((outcome.workdir / ARMS_SPREAD_OUT).read_text())
 
 
+BINDING_SPREAD_OUT = "runs/figures/binding-spread.json"
+
+
+def binding_spread_figures(outcome: Outcome) -> BindingSpreadFigures:
+    return BindingSpreadFigures.model_validate_json(
+        (outcome.workdir / BINDING_SPREAD_OUT).read_text()
+    )
+
+
 def miniature_figures(outcome: Outcome) -> MiniatureFigures:
     data: dict[str, Any] = json.loads((outcome.workdir / MINIATURE_OUT).read_text())
     return MiniatureFigures(
@@ -532,6 +606,12 @@ MEASUREMENTS: dict[str, Measurement] = {
             "arms-spread",
             f".venv/bin/python -m bench.arms_spread --out {ARMS_SPREAD_OUT}",
             arms_spread_figures,
+        ),
+        # The cached default run under each local.cpu_binding, interleaved (issue 33).
+        Measurement(
+            "binding-spread",
+            f".venv/bin/python -m bench.binding_spread --runs 2 --out {BINDING_SPREAD_OUT}",
+            binding_spread_figures,
         ),
         # The guardrail rules on real parts: 3 healthy runs, the sweep, two faults (issue 30).
         Measurement(

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loadtest.results import GatewayCost
 from local_run.machine import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,8 @@ class RecordMachine(_Model):
     cores: int
     load_average_start: float | None = None  # 1-minute load average
     load_average_end: float | None = None
+    # One core's copy bandwidth (local_run.machine); None: records from before it was taken.
+    memory_bandwidth_gbs: float | None = None
 
     @classmethod
     def of(cls, machine: Machine) -> RecordMachine:
@@ -51,6 +54,7 @@ class RecordMachine(_Model):
             cores=machine.cores,
             load_average_start=machine.load_average_start[0],
             load_average_end=end[0] if end else None,
+            memory_bandwidth_gbs=machine.memory_bandwidth_gbs,
         )
 
     def text(self) -> str:
@@ -59,7 +63,10 @@ class RecordMachine(_Model):
             load = f", load average {self.load_average_start:.1f}"
             if self.load_average_end is not None:
                 load += f" to {self.load_average_end:.1f}"
-        return f"{self.cpu}, {self.cores} cores{load}"
+        bandwidth = ""
+        if self.memory_bandwidth_gbs is not None:
+            bandwidth = f", {self.memory_bandwidth_gbs:.1f} GB/s memory bandwidth on one core"
+        return f"{self.cpu}, {self.cores} cores{load}{bandwidth}"
 
 
 class Provenance(_Model):
@@ -89,6 +96,68 @@ class Interval(_Model):
     n: int
 
 
+class HostClassFigures(_Model):
+    """One class's step costs in a local run and the E2E speedup they predict
+    (loadtest.expected), next to the measured one in the record's e2e_speedup."""
+
+    baseline_step_ms: float
+    speculative_step_ms: float
+    draft_cost_per_step_ms: float
+    step_ratio: float  # a speculative step in plain steps: the host's part of the speedup
+    tokens_per_step: float  # the models' part (vLLM's counters, the class probed alone)
+    baseline_ttft_ms: float
+    speculative_ttft_ms: float
+    output_tokens: float
+    predicted: Interval
+    agrees: bool | None  # the measured estimate inside the predicted interval
+
+
+class HostRun(_Model):
+    """One default local run (``make local``) in the hosts' list: where, when, what it gave."""
+
+    record: str  # the record it came from (make-local, make-local-fresh) or where reported
+    source: Literal["measured", "reported"]
+    note: str = ""  # reported: who ran it and where the figures are published
+    date: str
+    commit: str | None
+    machine: RecordMachine
+    e2e_speedup: dict[str, Interval]  # by prompt class
+    acceptance_by_class: dict[str, float]
+    host_expectation: dict[str, HostClassFigures] | None = None  # None: not kept by then
+
+
+class LocalHostsFigures(_Model):
+    """Every default local run recorded, one per measurement, so the README's expected
+    figures are a range over hosts rather than one draw (issue 33). ``python -m
+    bench.figures measure make-local`` (or make-local-fresh) appends its run."""
+
+    kind: Literal["local-hosts"] = "local-hosts"
+    runs: list[HostRun]
+
+
+class BindingRun(_Model):
+    """One cached default local run of ``python -m bench.binding_spread``."""
+
+    binding: str  # local.cpu_binding: apart, isolated or shared
+    turn: int  # its place in the interleaved sequence (0: first)
+    ok: bool  # the local run's own checks passed (exit 0)
+    wall_s: float
+    e2e_speedup: dict[str, Interval]  # by prompt class
+    host_expectation: dict[str, HostClassFigures]  # the step costs and their prediction
+    memory_bandwidth_gbs: float | None = None
+
+
+class BindingSpreadFigures(_Model):
+    """The default local run under each ``local.cpu_binding``: how far the core placement
+    alone moves the step ratio and the speedups (issue 33)."""
+
+    kind: Literal["binding-spread"] = "binding-spread"
+    runs: list[BindingRun]
+
+    def bindings(self) -> list[str]:
+        return list(dict.fromkeys(run.binding for run in self.runs))
+
+
 class TieredClassFigures(_Model):
     """The tiered arm (the gateway) in one prompt class against both serving arms."""
 
@@ -106,6 +175,9 @@ class TieredFigures(_Model):
     lossless_prompts: int
     failed_requests: int
     requests: int
+    # The gateway's own CPU and added latency per request during the tiered arm, and its cores
+    # against the servers' (the run summary's model; None: not measured in this record)
+    gateway: GatewayCost | None = None
 
 
 class LocalRunFigures(_Model):
@@ -132,6 +204,8 @@ class LocalRunFigures(_Model):
     # generation_seconds; cached afterwards, so a cached run's phases do not show it)
     drafter_generation_s: float | None = None
     tiered: TieredFigures | None = None  # local.tiered: the gateway as a third arm
+    # Per class: the step costs and what they predict (None: records from before 2026-11-27)
+    host_expectation: dict[str, HostClassFigures] | None = None
 
 
 class TestSuiteFigures(_Model):
@@ -416,7 +490,9 @@ Figures = Annotated[
     | BenchFigures
     | ArmsSpreadFigures
     | GuardrailsDrillFigures
-    | ReplayAccuracyFigures,
+    | ReplayAccuracyFigures
+    | LocalHostsFigures
+    | BindingSpreadFigures,
     Field(discriminator="kind"),
 ]
 

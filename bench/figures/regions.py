@@ -23,9 +23,12 @@ from bench.figures.records import (
     ArmsSpreadFigures,
     BenchFigures,
     BenchPoint,
+    BindingSpreadFigures,
     FigureRecord,
     GuardrailsDrillFigures,
+    HostRun,
     Interval,
+    LocalHostsFigures,
     LocalRunFigures,
     MiniatureFigures,
     ReplayAccuracyFigures,
@@ -34,6 +37,8 @@ from bench.figures.records import (
     TieredFigures,
     TuneFigures,
 )
+from loadtest.render.tiered import gateway_text
+from loadtest.step_model import e2e_speedup
 
 Records = dict[str, FigureRecord]
 F = TypeVar("F")
@@ -180,21 +185,238 @@ def readme_light_tiers(records: Records) -> str:
     )
 
 
+# Step ratios the relation is tabled at: a speculative step's price in plain decode steps.
+STEP_RATIOS = (1.4, 1.6, 1.8, 2.0, 2.2, 2.4)
+
+
+def _hosts(records: Records) -> tuple[FigureRecord, LocalHostsFigures]:
+    return need(records, "local-hosts", LocalHostsFigures)
+
+
+def _newest_with_costs(h: LocalHostsFigures) -> HostRun:
+    """The newest measured run that kept its step costs (loadtest.expected)."""
+    kept = [r for r in h.runs if r.source == "measured" and r.host_expectation]
+    if not kept:
+        raise RegionError("record local-hosts has no measured run with step costs")
+    return max(kept, key=lambda r: r.date)
+
+
+def _range(runs: list[HostRun], name: str) -> str:
+    values = [r.e2e_speedup[name].estimate for r in runs]
+    return f"{min(values):.2f}x-{max(values):.2f}x"
+
+
+def _ratio_speedup(run: HostRun, name: str, ratio: float) -> float:
+    """The relation: the E2E speedup ``run``'s class would give on a host whose speculative
+    step costs ``ratio`` plain steps (its other costs and tau as measured)."""
+    assert run.host_expectation is not None
+    c = run.host_expectation[name]
+    return e2e_speedup(
+        c.baseline_step_ms / 1000,
+        ratio * c.baseline_step_ms / 1000,
+        c.tokens_per_step,
+        output_tokens=c.output_tokens,
+        ttft_s=c.speculative_ttft_ms / 1000,
+        baseline_ttft_s=c.baseline_ttft_ms / 1000,
+    )
+
+
+def _implied_ratio(reference: HostRun, name: str, speedup: float) -> float | None:
+    """The step ratio at which ``reference``'s relation gives ``speedup`` (bisection: the
+    relation falls as the ratio grows); None outside ratios 0.5-10."""
+    low, high = 0.5, 10.0
+    if not _ratio_speedup(reference, name, high) <= speedup <= _ratio_speedup(reference, name, low):
+        return None
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (
+            (middle, high) if _ratio_speedup(reference, name, middle) > speedup else (low, middle)
+        )
+    return (low + high) / 2
+
+
+def _agreement(run: HostRun) -> str:
+    assert run.host_expectation is not None
+    verdicts = {c.agrees for c in run.host_expectation.values()}
+    if verdicts == {True}:
+        return "each inside its predicted interval"
+    if False in verdicts:
+        return "NOT all inside their predicted intervals (see docs/local-run.md)"
+    return "without a predicted interval to compare"
+
+
 def readme_local_expected(records: Records) -> str:
-    fresh_r, f = need(records, "make-local-fresh", LocalRunFigures)
-    cached_r, c = need(records, "make-local", LocalRunFigures)
+    _, h = _hosts(records)
+    run = _newest_with_costs(h)
+    assert run.host_expectation is not None
     s, o = "structured", "open_ended"
+    cs, co = run.host_expectation[s], run.host_expectation[o]
+    measured = [r for r in h.runs if r.source == "measured"]
+    reported = len(h.runs) - len(measured)
     return (
-        f"**Expected locally** (`make local`, measured {fresh_r.day} on a fresh clone, "
-        f"{fresh_r.machine.text()}): E2E speedup **{x(f.e2e_speedup[s].estimate)}** "
-        f"[95% CI {ci(f.e2e_speedup[s])[1:-1]}; {f.e2e_speedup[s].n} pairs] on structured "
-        f"prompts and **{x(f.e2e_speedup[o].estimate)}** {ci(f.e2e_speedup[o])} on "
-        f"open-ended ones; acceptance {pct(f.acceptance_by_class[s])} structured / "
-        f"{pct(f.acceptance_by_class[o])} open-ended; TTFT {x(f.ttft_speedup[s].estimate)} / "
-        f"{x(f.ttft_speedup[o].estimate)}; lossless {_lossless(f)}. The cached run of "
-        f"{cached_r.day}: {x(c.e2e_speedup[s].estimate)} / {x(c.e2e_speedup[o].estimate)}, "
-        f"TTFT {x(c.ttft_speedup[s].estimate)} / {x(c.ttft_speedup[o].estimate)}, lossless "
-        f"{c.lossless_exact_matches}/{c.lossless_prompts}."
+        f"**Expected locally** (`make local`): the speedup follows the host. The models fix "
+        f"acceptance ({pct(run.acceptance_by_class[s])} structured, "
+        f"{pct(run.acceptance_by_class[o])} open-ended: {cs.tokens_per_step:.2f} and "
+        f"{co.tokens_per_step:.2f} tokens per target step); the host fixes what a speculative "
+        "step costs in plain decode steps (its step ratio: memory bandwidth against per-step "
+        "overhead). Every run prints its step ratio and the speedup it predicts next to the "
+        f"measured one. Over the {len(h.runs)} default runs on record ({len(measured)} "
+        f"measured by `python -m bench.figures measure`, {reported} reported by a user), "
+        f"the E2E speedup was **{_range(h.runs, s)}** on structured prompts and "
+        f"**{_range(h.runs, o)}** on open-ended ones. The newest measured run "
+        f"({run.date[:10]}, {run.machine.text()}): **{x(run.e2e_speedup[s].estimate)}** "
+        f"{ci(run.e2e_speedup[s])} / **{x(run.e2e_speedup[o].estimate)}** "
+        f"{ci(run.e2e_speedup[o])} ({run.e2e_speedup[s].n} pairs each), step ratio "
+        f"{cs.step_ratio:.2f} / {co.step_ratio:.2f}, predicted {x(cs.predicted.estimate)} "
+        f"{ci(cs.predicted)} / {x(co.predicted.estimate)} {ci(co.predicted)}: "
+        f"{_agreement(run)}. On a host whose step ratio is {STEP_RATIOS[-1]:.1f} the same "
+        f"relation gives {x(_ratio_speedup(run, s, STEP_RATIOS[-1]))} / "
+        f"{x(_ratio_speedup(run, o, STEP_RATIOS[-1]))}.{_implied_text(h, run)} Per run and "
+        "per step ratio: [docs/local-run.md](docs/local-run.md#the-machine-matters)."
+    )
+
+
+def _implied_text(h: LocalHostsFigures, reference: HostRun) -> str:
+    """What the runs without step costs imply through the relation, both classes apart."""
+    pairs = []
+    for r in h.runs:
+        if r.host_expectation:
+            continue
+        implied = [_implied_ratio(reference, n, r.e2e_speedup[n].estimate) for n in CLASSES]
+        if None not in implied:
+            pairs.append((min(implied), max(implied)))  # type: ignore[type-var]
+    if not pairs:
+        return ""
+    apart = max(high - low for low, high in pairs)
+    return (
+        f" The {len(pairs)} runs that kept no step costs imply step ratios of "
+        f"{min(low for low, _ in pairs):.2f}-{max(high for _, high in pairs):.2f}, each run's two "
+        f"classes within {apart:.2f} of each other: one number per host accounts for both."
+    )
+
+
+def _cell(run: HostRun, name: str) -> str:
+    measured = run.e2e_speedup[name]
+    text = f"{x(measured.estimate)} {ci(measured)}"
+    if run.host_expectation and name in run.host_expectation:
+        c = run.host_expectation[name]
+        mark = {True: "agrees", False: "**disagrees**", None: "no interval"}[c.agrees]
+        text += f"; predicted {x(c.predicted.estimate)} {ci(c.predicted)}, {mark}"
+    return text
+
+
+def _costs(run: HostRun, reference: HostRun) -> str:
+    if not run.host_expectation:
+        implied = [_implied_ratio(reference, n, run.e2e_speedup[n].estimate) for n in CLASSES]
+        shown = " / ".join("-" if r is None else f"{r:.2f}" for r in implied)
+        return f"not kept; the relation implies a step ratio of {shown}"
+    return " / ".join(
+        f"{c.baseline_step_ms:.1f} ms, {c.step_ratio:.2f}"
+        for c in (run.host_expectation[n] for n in CLASSES if n in run.host_expectation)
+    )
+
+
+def local_hosts(records: Records) -> str:
+    """Every default local run on record and the relation its step costs give (issue 33)."""
+    _, h = _hosts(records)
+    run = _newest_with_costs(h)
+    rows = [
+        "| run | host | baseline step, step ratio (structured / open-ended) | structured "
+        "E2E [95% CI] | open-ended E2E [95% CI] |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(h.runs, key=lambda r: r.date):
+        where = f"{r.record} ({r.source}"
+        where += f", {r.commit})" if r.commit else ")"
+        rows.append(
+            f"| {r.date[:10]} {where} | {r.machine.text()} | {_costs(r, run)} | "
+            f"{_cell(r, 'structured')} | {_cell(r, 'open_ended')} |"
+        )
+    notes = [f"- {r.record}: {r.note}" for r in h.runs if r.note]
+    relation = [
+        "| step ratio | " + " | ".join(f"{ratio:.1f}" for ratio in STEP_RATIOS) + " |",
+        "| --- |" + " --- |" * len(STEP_RATIOS),
+        *(
+            f"| {name.replace('_', '-')} E2E | "
+            + " | ".join(x(_ratio_speedup(run, name, ratio)) for ratio in STEP_RATIOS)
+            + " |"
+            for name in CLASSES
+        ),
+    ]
+    return "\n".join(
+        [
+            "",
+            *rows,
+            "",
+            *notes,
+            *([""] if notes else []),
+            f"The relation, from the newest measured run's own costs ({run.date[:10]}: its "
+            "baseline step, TTFTs, output length and tokens per step) with the speculative "
+            "step set to each ratio of plain steps (loadtest/step_model.py `e2e_speedup`):",
+            "",
+            *relation,
+            "",
+        ]
+    )
+
+
+def binding_spread(records: Records) -> str:
+    """The default local run under each core placement, against the spread between hosts."""
+    record, b = need(records, "binding-spread", BindingSpreadFigures)
+    _, h = _hosts(records)
+    reference = _newest_with_costs(h)
+    rows = [
+        "| local.cpu_binding | baseline step | step ratio (structured / open-ended) | "
+        "structured E2E [95% CI] | open-ended E2E [95% CI] | predicted (structured / "
+        "open-ended) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in b.runs:
+        c = run.host_expectation
+        rows.append(
+            f"| {run.binding}{'' if run.ok else ' (run failed its checks)'} | "
+            f"{c['structured'].baseline_step_ms:.1f} ms | {c['structured'].step_ratio:.2f} / "
+            f"{c['open_ended'].step_ratio:.2f} | {x(run.e2e_speedup['structured'].estimate)} "
+            f"{ci(run.e2e_speedup['structured'])} | {x(run.e2e_speedup['open_ended'].estimate)} "
+            f"{ci(run.e2e_speedup['open_ended'])} | "
+            + " / ".join(
+                f"{x(c[n].predicted.estimate)} "
+                + {True: "agrees", False: "**disagrees**", None: "no interval"}[c[n].agrees]
+                for n in CLASSES
+            )
+            + " |"
+        )
+    ratios = [r.host_expectation["structured"].step_ratio for r in b.runs]
+    per_binding = "; ".join(
+        f"{binding} "
+        + span(
+            [r.host_expectation["structured"].step_ratio for r in b.runs if r.binding == binding]
+        )
+        for binding in b.bindings()
+    )
+    hosts = [
+        ratio
+        for r in h.runs
+        for ratio in (
+            [r.host_expectation["structured"].step_ratio]
+            if r.host_expectation
+            else [_implied_ratio(reference, "structured", r.e2e_speedup["structured"].estimate)]
+        )
+        if ratio is not None
+    ]
+    return "\n".join(
+        [
+            "",
+            f"{record.day}, {record.machine.text()}, "
+            f"{len(b.runs) // max(len(b.bindings()), 1)} run(s) per binding, interleaved:",
+            "",
+            *rows,
+            "",
+            f"On this host the binding alone moved the structured step ratio over "
+            f"{min(ratios):.2f}-{max(ratios):.2f} ({per_binding}); the default runs on record span "
+            f"{min(hosts):.2f}-{max(hosts):.2f} (measured or implied, record local-hosts).",
+            "",
+        ]
     )
 
 
@@ -472,8 +694,37 @@ def local_tiered(records: Records) -> str:
             f"of {t.requests}, "
             + ", ".join(f"{arm} {n}" for arm, n in f.failed_requests.items() if arm != "tiered")
             + f". Wall time {dur(f.wall_s)}: {_phases(f)}.",
+            "",
+            _gateway_cost(t),
         ]
     )
+
+
+def _gateway_cost(t: TieredFigures) -> str:
+    """The gateway's own cost during the tiered arm, or that the record has none."""
+    if t.gateway is None:
+        return (
+            "The gateway's own cost (its CPU and added latency per request, and whether it "
+            "shares a core with a server): not measured in this record."
+        )
+    text = gateway_text(t.gateway)
+    return f"The {text[0].lower()}{text[1:]}."
+
+
+def _gateway_brief(t: TieredFigures) -> str:
+    cost = t.gateway
+    if cost is None:
+        return "the gateway's own cost not measured in this record"
+    cpu = "n/a" if cost.cpu_ms_per_request is None else f"{cost.cpu_ms_per_request:.2f} ms"
+    added = "n/a" if cost.added_ms_per_request is None else f"{cost.added_ms_per_request:.2f} ms"
+    shared = cost.shared_with()
+    where = (
+        "on no server's core"
+        if not shared
+        else f"sharing a core with {' and '.join(shared)}"
+        + (" (unavoidable on these cores)" if cost.must_share() else "")
+    )
+    return f"the gateway itself took {cpu} CPU and added {added} per request, {where}"
 
 
 def readme_tiered(records: Records) -> str:
@@ -494,7 +745,7 @@ def readme_tiered(records: Records) -> str:
         f"measured locally ({r.day}, {r.machine.text()}, n={t.by_class[0].vs_baseline.n} "
         f"per class): tiered E2E {'; '.join(parts)}; "
         f"{matches}, lossless {t.lossless_exact_matches}/{t.lossless_prompts}, "
-        f"{t.failed_requests} failed requests"
+        f"{t.failed_requests} failed requests; {_gateway_brief(t)}"
     )
 
 
@@ -983,6 +1234,8 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-light-tiers": readme_light_tiers,
     "readme-local-expected": readme_local_expected,
+    "local-hosts": local_hosts,
+    "binding-spread": binding_spread,
     "readme-bench": readme_bench,
     "readme-tune": readme_tune,
     "local-run-expected": local_run_expected,

@@ -14,7 +14,7 @@ from experiment.config.gateway_plugin import DIGEST_MISSING
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import LoadTestConfig
 from experiment.config.local import LocalConfig
-from experiment.config.model_store import ModelStoreConfig
+from experiment.config.model_store import HUB_COMMIT, ModelStoreConfig, hub_revisions_missing
 from experiment.config.network import NetworkConfig
 from experiment.config.pricing import PricingConfig
 from experiment.config.profiles import PROFILES, ServingProfile
@@ -174,6 +174,33 @@ class ExperimentConfig(Section):
                     addon_version_missing(addon, f"cluster.{field}", cluster.kubernetes_version),
                 )
         return self
+
+    @model_validator(mode="after")
+    def _eks_app_pins_the_checkpoints(self, info: ValidationInfo) -> ExperimentConfig:
+        # Every checkpoint the import Job pulls is pinned to a commit, as the plugin binary is
+        # to a digest: the calendar's hub rows (eagle3-drafter, hub-checkpoints).
+        if not (info.context or {}).get(EKS_APP) or not self.model_store.import_checkpoints:
+            return self
+        revisions = self.model_store.hub_revisions
+        unpinned = [
+            model
+            for model in self.hub_models()
+            if not HUB_COMMIT.fullmatch(revisions.get(model, ""))
+        ]
+        if unpinned:
+            raise error_at(
+                ("model_store", "hub_revisions"),
+                hub_revisions_missing(unpinned, self.model_store.hub_endpoint),
+            )
+        return self
+
+    def hub_models(self) -> list[str]:
+        """The hub ids the model import Job pulls, each once: target, draft, then the tuning
+        drafts deployed as arms."""
+        models = [self.serving.target_model, self.serving.draft_model]
+        if self.tuning.deploy:
+            models += self.tuning.drafts
+        return list(dict.fromkeys(models))
 
     @model_validator(mode="after")
     def _eks_app_is_in_support(self, info: ValidationInfo) -> ExperimentConfig:

@@ -17,6 +17,10 @@ from runtime import validate as rules
 Drafter = Literal["draft-model", "eagle3"]
 
 
+# How the local servers share the cores (LocalConfig.cpu_binding explains each).
+CpuBinding = Literal["apart", "isolated", "shared"]
+
+
 class LocalConfig(Section):
     """The embedded default: both arms on real vLLM (CPU) with tiny generated models."""
 
@@ -127,7 +131,7 @@ class LocalConfig(Section):
     # tiered arm, switching servers at every class change, pays for (measured: a baseline
     # request right after a speculative one 10-45% slower); "isolated" keeps each server's
     # whole process tree on its share, as two trn2 nodes share nothing.
-    cpu_binding: Literal["apart", "isolated", "shared"] | None = Field(
+    cpu_binding: CpuBinding | None = Field(
         default=None,
         description=(
             "Cores of the local servers: apart (each server's compute on its own contiguous "
@@ -183,7 +187,7 @@ class LocalConfig(Section):
     )
 
     @property
-    def server_binding(self) -> Literal["apart", "isolated", "shared"]:
+    def server_binding(self) -> CpuBinding:
         """``cpu_binding``, or its default: isolated when the tiered arm switches servers."""
         if self.cpu_binding is not None:
             return self.cpu_binding

@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
 from experiment.config.base import Section, ServiceAccountName
+
+# A hub commit id: the "sha" the hub answers for a revision (huggingface_hub hf_api.py,
+# HfApi.model_info -> ModelInfo.sha; runtime/model_import.py resolves revisions with it). A branch
+# or tag can move; only a commit names the same files on every deploy.
+HUB_COMMIT = re.compile(r"[0-9a-f]{40}")
+_REVISIONS_KEY = "model_store.hub_revisions"
+
+
+def hub_revisions_missing(models: Iterable[str], endpoint: str) -> str:
+    """What synth says when imported models have no commit in ``model_store.hub_revisions``."""
+    models = list(models)
+    pages = ", ".join(f"{endpoint}/{model}/commits/main" for model in models)
+    example = json.dumps({model: "<40-hex commit>" for model in models}, separators=(",", ":"))
+    return (
+        f"{_REVISIONS_KEY} needs a commit for {models}: the model import Job pulls these "
+        "checkpoints from the hub, and only a commit (40 lower-case hex digits; a branch or tag "
+        "moves) makes two deploys serve the same weights. No commit of them was in a primary "
+        "source reachable when the support calendar was checked: read the commit you mean to "
+        "serve on each model's 'Files and versions' page (its history: "
+        f"{pages}) and set -c 'experiment.{_REVISIONS_KEY}={example}' (JSON: model ids hold "
+        "dots), or set model_store.import_checkpoints false and upload the checkpoints yourself"
+    )
+
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -61,8 +86,9 @@ class ModelStoreConfig(Section):
     hub_revisions: dict[str, str] = Field(
         default_factory=dict,
         description=(
-            "Model id -> hub revision (branch, tag or commit) to import; unlisted models "
-            "import 'main'. A commit makes the import reproducible."
+            "Model id -> hub revision to import. cdk synth requires a commit (40 hex digits) "
+            "for every model the import Job pulls (target, draft, deployed tuning drafts); "
+            "local tools accept a branch or tag, and unlisted models import 'main'."
         ),
     )
     import_timeout_minutes: Annotated[int, Field(ge=1)] = Field(

@@ -24,9 +24,15 @@ from experiment.config.base import Section
 # The day the rows below were last checked against their sources.
 CHECKED = date(2026, 11, 27)
 
+# The newest revision of the release calendar readable here: it lists 1.34 ("End of standard
+# support: December 2, 2026") and predates 1.35, whose end comes from a secondary source.
 _EKS_CALENDAR = (
-    "awsdocs/amazon-eks-user-guide latest/ug/clusters/kubernetes-versions.adoc "
+    "awsdocs/amazon-eks-user-guide latest/ug/versioning/kubernetes-versions.adoc@01385604 "
     "(Amazon EKS Kubernetes release calendar)"
+)
+_EKS_CALENDAR_135 = (
+    "endoflife.date/amazon-eks (1.35: end of standard support 27 Mar 2027); the EKS user "
+    "guide revision readable here (kubernetes-versions.adoc@01385604) predates 1.35"
 )
 _EKS_EXTENDED = (
     "EKS extended support: the control plane is billed at the extended-support hourly rate "
@@ -58,7 +64,7 @@ class Upstream:
         return None if self.end_of_support is None else (self.end_of_support - today).days
 
 
-def _eks(minor: int, end: date | None, source: str) -> Upstream:
+def _eks(minor: int, end: date | None, source: str, end_source: str = _EKS_CALENDAR) -> Upstream:
     return Upstream(
         name=f"eks-1.{minor}",
         component=f"EKS Kubernetes 1.{minor} (standard support)",
@@ -66,7 +72,7 @@ def _eks(minor: int, end: date | None, source: str) -> Upstream:
         source=source,
         checked=CHECKED,
         end_of_support=end,
-        end_source=_EKS_CALENDAR if end else None,
+        end_source=end_source if end else None,
         after_end=_EKS_EXTENDED,
         setting="cluster.kubernetes_version",
         when=("cluster.kubernetes_version", f"1.{minor}"),
@@ -79,7 +85,7 @@ UPSTREAMS: tuple[Upstream, ...] = (
     # The Neuron DRA driver needs 1.34 or newer and names no upper bound (EKS user guide,
     # device-management-neuron; Neuron docs deploy/eks/dra).
     _eks(34, date(2026, 12, 2), _EKS_CALENDAR),
-    _eks(35, date(2027, 3, 27), _EKS_CALENDAR),
+    _eks(35, date(2027, 3, 27), _EKS_CALENDAR_135, _EKS_CALENDAR_135),
     # 1.36: available on EKS; its end of standard support is not in a source reachable here.
     # AL2023 Neuron AMIs for it are named in awslabs/amazon-eks-ami release v20260728
     # (amazon-eks-node-al2023-x86_64-neuron-1.36-v20260728).
@@ -119,17 +125,32 @@ UPSTREAMS: tuple[Upstream, ...] = (
         when=("serving.profile", "new-deployment"),
         rendered="the serving pods' and the import Job's image",
     ),
+    # No commit of the hub repositories below is in a primary source reachable here (the hub
+    # pages stored here show no commit): cdk synth requires one per imported model
+    # (ExperimentConfig._eks_app_pins_the_checkpoints), read on the model's "Files and
+    # versions" page.
     Upstream(
         name="eagle3-drafter",
-        component="EAGLE3 drafter RedHatAI/Qwen3-32B-speculator.eagle3 (hub revision)",
+        component="EAGLE3 drafter RedHatAI/Qwen3-32B-speculator.eagle3 (hub commit)",
         version=None,
-        source="huggingface.co/RedHatAI/Qwen3-32B-speculator.eagle3 (no commit readable here)",
+        source="huggingface.co/RedHatAI/Qwen3-32B-speculator.eagle3 Files and versions (no "
+        "commit in a primary source reachable here: required at synth)",
         checked=CHECKED,
-        notice="the drafter's hub revision is not pinned: the import Job pulls 'main'; set "
-        "a commit with model_store.hub_revisions",
         setting="model_store.hub_revisions",
         when=("serving.profile", "new-deployment"),
-        rendered="the model import Job's revision",
+        rendered="the model import Job's --model <id>@<commit>",
+    ),
+    Upstream(
+        name="hub-checkpoints",
+        component="Hub checkpoints the import Job pulls (target Qwen/Qwen3-32B, the draft, "
+        "deployed tuning drafts)",
+        version=None,
+        source="huggingface.co/<model id> Files and versions (no commit in a primary source "
+        "reachable here: required at synth); the hub resolves it with GET "
+        "/api/models/<id>/revision/<commit> (huggingface_hub hf_api.py model_info)",
+        checked=CHECKED,
+        setting="model_store.hub_revisions",
+        rendered="the model import Job's --model <id>@<commit>",
     ),
     Upstream(
         name="neuron-helm-chart",

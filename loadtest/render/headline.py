@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from experiment.config import Arm
 from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION
 from loadtest.render.decision import margin_text
-from loadtest.results import ClassVerdict, RunSummary
+from loadtest.results import ClassVerdict, HostExpectation, RunSummary
 
 
 class ClassSpeedup(BaseModel):
@@ -46,6 +46,9 @@ class Headline(BaseModel):
     verdict: list[ClassVerdict] = Field(default_factory=list)
     # What a "no gain" verdict means in USD per 1M output tokens (render.decision.margin_text).
     margin_note: str | None = None
+    # Per class: what this host's step costs predict for the E2E speedup, next to what was
+    # measured (loadtest.expected); empty when not computed (no probed acceptance).
+    host_expectation: list[HostExpectation] = Field(default_factory=list)
 
 
 def bursty_arms_note(summary: RunSummary) -> str | None:
@@ -68,7 +71,9 @@ def bursty_arms_note(summary: RunSummary) -> str | None:
 
 
 def headline(
-    summary: RunSummary, acceptance_by_class: dict[str, float | None] | None = None
+    summary: RunSummary,
+    acceptance_by_class: dict[str, float | None] | None = None,
+    host_expectation: list[HostExpectation] | None = None,
 ) -> Headline:
     acceptance = summary.arm(Arm.SPECULATIVE).acceptance
     overall = summary.speedup.overall
@@ -98,6 +103,26 @@ def headline(
         acceptance_by_class=dict(acceptance_by_class or {}),
         verdict=summary.verdict,
         margin_note=margin_text(summary),
+        host_expectation=list(host_expectation or []),
+    )
+
+
+def expectation_text(expectation: HostExpectation) -> str:
+    """One class's prediction from its step costs, the measured figure and whether they agree."""
+    costs, predicted = expectation.costs, expectation.predicted_e2e_speedup
+    measured = expectation.measured_e2e_speedup
+    agreement = {
+        True: "agrees",
+        False: "DISAGREES: the measured speedup lies outside the interval the step costs predict",
+        None: "no interval to compare with",
+    }[expectation.agrees]
+    return (
+        f"{expectation.prompt_class}: predicted {_fmt(predicted.estimate, '{:.2f}x')} "
+        f"[{_fmt(predicted.low, '{:.2f}')}, {_fmt(predicted.high, '{:.2f}')}] from a baseline "
+        f"step of {costs.baseline_step_ms:.1f} ms, a speculative step of "
+        f"{costs.speculative_step_ms:.1f} ms ({costs.step_ratio:.2f} plain steps) and "
+        f"{costs.tokens_per_step:.2f} tokens per step; measured "
+        f"{_fmt(measured.estimate, '{:.2f}x')}: {agreement}"
     )
 
 
@@ -129,6 +154,11 @@ def headline_text(numbers: Headline) -> str:
         )
     if numbers.speedup_note:
         lines.append(f"  {numbers.speedup_note}")
+    if numbers.host_expectation:
+        lines.append(
+            "what this host's step costs predict (E2E; loadtest/expected.py), against the measured:"
+        )
+        lines += [f"  {expectation_text(e)}" for e in numbers.host_expectation]
     lines.append(
         f"lossless exact-match rate (greedy SD output == baseline output): "
         f"{_fmt(numbers.lossless_exact_match_rate, '{:.0%}')} of "

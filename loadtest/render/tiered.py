@@ -8,7 +8,7 @@ not drive the tiered arm.
 from __future__ import annotations
 
 from loadtest.render.decision import Table, interval_text
-from loadtest.results import Lossless, RunSummary, TieredClass
+from loadtest.results import GatewayCost, Lossless, RunSummary, TieredClass
 
 HELD = {True: "held", False: "did not hold", None: "can't tell"}
 
@@ -50,6 +50,51 @@ def tiered_rows(summary: RunSummary) -> Table:
     return header, rows
 
 
+def _cores(cores: list[int]) -> str:
+    return ",".join(map(str, cores)) or "none"
+
+
+def gateway_text(cost: GatewayCost) -> str:
+    """The gateway's own cost in one line: CPU and added latency per request, the cores it
+    ran on against the servers', and whether it shared one (unavoidable when the servers
+    may run on every core, as on 2 cores)."""
+    cpu = "n/a" if cost.cpu_ms_per_request is None else f"{cost.cpu_ms_per_request:.2f} ms"
+    through, upstream, added = (
+        cost.downstream_mean_ms,
+        cost.upstream_mean_ms,
+        cost.added_ms_per_request,
+    )
+    if through is None or upstream is None or added is None:
+        latency = "added latency not measured (no request in its histograms)"
+    else:
+        latency = (
+            f"added {added:.2f} ms per request (mean {through:.2f} ms through it - "
+            f"{upstream:.2f} ms on the servers)"
+        )
+    servers = ", ".join(f"{arm} {_cores(cores)}" for arm, cores in cost.server_cores.items())
+    shared = cost.shared_with()
+    if not shared:
+        where = "it shares no core with a server"
+    else:
+        where = f"it shares a core with {' and '.join(shared)}"
+        if cost.must_share():
+            where += (
+                f" (unavoidable here: the servers may run on all {len(cost.machine_cores)} "
+                "cores of the run, so the tiered figures include its cost)"
+            )
+    binding = f" (cpu_binding {cost.cpu_binding})" if cost.cpu_binding else ""
+    return (
+        f"gateway cost during the tiered arm: {cpu} CPU per request ({cost.cpu_s:.2f} s over "
+        f"{cost.requests} requests), {latency}; gateway on cores {_cores(cost.gateway_cores)}, "
+        f"servers{binding}: {servers}; {where}"
+    )
+
+
+def _gateway(summary: RunSummary) -> str:
+    cost = summary.tiered.gateway if summary.tiered is not None else None
+    return "gateway cost: not measured in this run" if cost is None else gateway_text(cost)
+
+
 def _lossless(lossless: Lossless) -> str:
     if lossless.exact_match_rate is None:
         return "lossless not computable (no prompt succeeded on the tiered arm and the baseline)"
@@ -83,6 +128,7 @@ def tiered_text(summary: RunSummary) -> str | None:
             f"requests: {overall.succeeded} of {overall.requests} succeeded, {failures}; "
             f"{tiered.unpaired} unpaired with the baseline.",
             _lossless(tiered.lossless),
+            _gateway(summary),
         ]
     )
 
@@ -99,4 +145,4 @@ def tiered_lines(summary: RunSummary) -> list[str]:
             f"{interval_text(check.vs_speculative, '{:.2f}')}, n={check.vs_baseline.n}: "
             f"{HELD[check.held]} ({check.reason})"
         )
-    return lines
+    return [*lines, _gateway(summary)]

@@ -73,13 +73,13 @@ def test_a_mode_tighter_for_one_class_only_keeps_sequential() -> None:
 
 
 def test_each_local_run_sets_the_mode_and_its_own_directory_and_may_wait_for_a_lock() -> None:
-    command = local_run_command("alternating", "runs/x/alternating-0", None)
+    command = local_run_command(["local.arms_mode=alternating"], "runs/x/alternating-0", None)
     assert command[:3] == [sys.executable, "-m", "local_run"]
     assert (
         "local.arms_mode=alternating" in command
         and "local.runs_dir=runs/x/alternating-0" in command
     )
-    locked = local_run_command("sequential", "runs/x/sequential-0", "some.lock")
+    locked = local_run_command(["local.arms_mode=sequential"], "runs/x/sequential-0", "some.lock")
     assert locked[:2] == ["flock", "some.lock"] and locked[2:5] == [
         sys.executable,
         "-m",

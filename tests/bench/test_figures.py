@@ -24,6 +24,7 @@ from bench.figures.records import (
     ROOT,
     BenchReported,
     FigureRecord,
+    LocalRunFigures,
     Provenance,
     StatsSpeedFigures,
     bench_record,
@@ -40,6 +41,8 @@ from bench.figures.regions import (
     span,
 )
 from bench.figures.scan import Quoted, check_reason, find_figures, read_quoted, unrendered
+from loadtest.results import GatewayCost, HostExpectation, StepCosts
+from loadtest.results import Interval as SummaryInterval
 
 GOLDEN_SUMMARY = ROOT / "tests" / "loadtest" / "summary_characterization.json"
 
@@ -156,6 +159,42 @@ def test_a_tiered_region_refuses_a_run_without_the_tiered_arm(region: str) -> No
     records = _records_with("local-tiered", tiered=None)
     with pytest.raises(RegionError, match=r"no tiered arm: run with local\.tiered=true"):
         REGIONS[region](records)
+
+
+def _tiered_with_gateway(cost: GatewayCost | None) -> dict[str, FigureRecord]:
+    record = load_records()["local-tiered"].figures
+    assert isinstance(record, LocalRunFigures) and record.tiered is not None
+    return _records_with("local-tiered", tiered=record.tiered.model_copy(update={"gateway": cost}))
+
+
+GATEWAY_COST = GatewayCost(
+    requests=66,
+    cpu_s=0.2,
+    cpu_ms_per_request=3.03,
+    downstream_mean_ms=812.4,
+    upstream_mean_ms=811.9,
+    added_ms_per_request=0.5,
+    gateway_cores=[0, 1],
+    server_cores={"baseline": [0], "speculative": [1]},
+    machine_cores=[0, 1],
+    cpu_binding="isolated",
+)
+
+
+def test_the_tiered_regions_state_the_gateways_cost_or_that_the_record_has_none() -> None:
+    # Records measured before the gateway's cost was kept still render, saying so.
+    bare = _tiered_with_gateway(None)
+    assert "not measured in this record" in REGIONS["local-tiered"](bare)
+    assert "the gateway's own cost not measured in this record" in REGIONS["readme-tiered"](bare)
+    measured = _tiered_with_gateway(GATEWAY_COST)
+    region = REGIONS["local-tiered"](measured)
+    assert "The gateway cost during the tiered arm: 3.03 ms CPU per request" in region
+    assert "added 0.50 ms per request" in region
+    assert "shares a core with baseline and speculative (unavoidable here" in region
+    assert (
+        "the gateway itself took 3.03 ms CPU and added 0.50 ms per request, sharing a core "
+        "with baseline and speculative (unavoidable on these cores)"
+    ) in REGIONS["readme-tiered"](measured)
 
 
 @pytest.mark.parametrize("region", ["local-eagle3", "readme-eagle3"])
@@ -401,6 +440,7 @@ def test_local_run_figures_carry_the_drafter_the_positions_and_the_tiered_arm(
         },
         "lossless": {**summary["lossless"], "exact_matches": 31, "prompts_compared": 32},
         "unpaired": 0,
+        "gateway": GATEWAY_COST.model_dump(mode="json"),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary))
     headline = {"acceptance_by_class": {"structured": 0.7, "open_ended": 0.1}}
@@ -418,6 +458,7 @@ def test_local_run_figures_carry_the_drafter_the_positions_and_the_tiered_arm(
     assert (row.prompt_class, row.routed_to, row.held) == ("structured", "speculative", True)
     assert row.vs_baseline.estimate == 3.0 and row.speculative_vs_baseline is not None
     assert (figures.tiered.lossless_exact_matches, figures.tiered.lossless_prompts) == (31, 32)
+    assert figures.tiered.gateway == GATEWAY_COST  # the record keeps the gateway's cost
     assert set(figures.failed_requests) == {"baseline", "speculative", "tiered"}
     # A draft model's manifest, and a run without the gateway.
     del summary["tiered"], summary["arms"]["tiered"]
@@ -427,6 +468,42 @@ def test_local_run_figures_carry_the_drafter_the_positions_and_the_tiered_arm(
     )
     figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
     assert figures.drafter == "draft-model" and figures.tiered is None
+
+
+def test_local_run_figures_keep_the_headlines_step_costs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(_summary_json())
+    interval = SummaryInterval(estimate=3.0, low=2.8, high=3.2, n=16, confidence=0.95)
+    kept = [
+        HostExpectation(
+            prompt_class=name,
+            costs=StepCosts(
+                baseline_step_ms=18.0,
+                speculative_step_ms=29.0,
+                tokens_per_step=5.8,
+                baseline_ttft_ms=60.0,
+                speculative_ttft_ms=75.0,
+                output_tokens=128.0,
+            ),
+            predicted_e2e_speedup=interval,
+            measured_e2e_speedup=interval,
+        ).model_dump(mode="json")
+        for name in ("structured", "open_ended")
+    ]
+    headline = {
+        "acceptance_by_class": {"structured": 0.7, "open_ended": 0.1},
+        "host_expectation": kept,
+    }
+    (run_dir / "local_run.json").write_text(
+        json.dumps({"headline": headline, "timings_s": {"total": 40.0}})
+    )
+    figures = local_run_figures(Outcome(tmp_path, 50.0, "", 0.0), fresh_clone=False)
+    assert figures.host_expectation is not None
+    structured = figures.host_expectation["structured"]
+    assert structured.step_ratio == pytest.approx(29 / 18)
+    assert structured.draft_cost_per_step_ms == pytest.approx(11.0)
+    assert structured.predicted.estimate == 3.0 and structured.agrees is True
 
 
 def test_tune_figures_come_from_tune_json(tmp_path: Path) -> None:

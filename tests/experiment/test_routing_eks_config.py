@@ -46,6 +46,7 @@ def test_the_plugin_digest_is_required_for_the_eks_app_only() -> None:
             "experiment.routing.eks.gateway_api_plugin_sha256": digest,
             "experiment.cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
             "experiment.cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
+            "experiment.model_store.import_checkpoints": "false",  # no hub commits needed
         },
         for_eks=True,
     ).routing.eks

@@ -4,6 +4,7 @@ clock."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import date, timedelta
 from pathlib import Path
@@ -16,10 +17,18 @@ from experiment.config import FORK_IMAGE, GATEWAY_API_PLUGIN_URL, PLUGIN_IMAGE, 
 from experiment.config.upstreams import BY_NAME, UPSTREAMS, pin
 
 ROOT = Path(__file__).resolve().parents[2]
+DRAFTER = "RedHatAI/Qwen3-32B-speculator.eagle3"
+HUB_COMMITS = {
+    "Qwen/Qwen3-32B": "1" * 40,
+    "Qwen/Qwen3-1.7B": "2" * 40,
+    "Qwen/Qwen3-0.6B": "3" * 40,
+    DRAFTER: "4" * 40,
+}
 EKS_READY = {
     "experiment.routing.eks.gateway_api_plugin_sha256": "0" * 64,
     "experiment.cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
     "experiment.cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
+    "experiment.model_store.hub_revisions": json.dumps(HUB_COMMITS),
 }
 
 
@@ -165,3 +174,48 @@ def test_the_command_prints_days_left_and_fails_on_a_refusal(on, capsys) -> None
     on(date(2027, 3, 28))
     assert main(["upstreams"]) == 1
     assert "cdk synth would stop: eks-1.35" in capsys.readouterr().out
+
+
+def _without_commit(*models: str, **overrides: str) -> dict[str, str]:
+    commits = {model: commit for model, commit in HUB_COMMITS.items() if model not in models}
+    return {
+        **EKS_READY,
+        "experiment.model_store.hub_revisions": json.dumps(commits),
+        **overrides,
+    }
+
+
+def test_every_imported_checkpoint_needs_a_hub_commit_at_synth() -> None:
+    """The calendar's hub rows: no commit of these repositories is in a primary source, so synth
+    requires one per model the import Job pulls, and says where to read it."""
+    with pytest.raises(ConfigError, match=r"hub_revisions needs a commit for \['Qwen/Qwen3-32B'\]"):
+        build_config(_without_commit("Qwen/Qwen3-32B"), for_eks=True)
+    new_deployment = {"experiment.serving.profile": "new-deployment"}
+    with pytest.raises(ConfigError) as refused:
+        build_config(_without_commit(DRAFTER, **new_deployment), for_eks=True)
+    message = str(refused.value)
+    assert f"https://huggingface.co/{DRAFTER}/commits/main" in message
+    assert "Files and versions" in message
+    # The drafter's id holds dots: the message's -c value is JSON, and that JSON is accepted.
+    example = re.search(r"-c 'experiment\.model_store\.hub_revisions=(\{.*?\})'", message)
+    assert example and DRAFTER in json.loads(example.group(1))
+    pinned = build_config({**EKS_READY, **new_deployment}, for_eks=True)
+    assert pinned.model_store.hub_revisions[DRAFTER] == HUB_COMMITS[DRAFTER]
+    # Deployed tuning drafts are imported too.
+    with pytest.raises(ConfigError, match=r"needs a commit for \['Qwen/Qwen3-0\.6B'\]"):
+        build_config(
+            _without_commit("Qwen/Qwen3-0.6B", **{"experiment.tuning.deploy": "true"}),
+            for_eks=True,
+        )
+
+
+def test_a_branch_is_not_a_pin_and_no_import_needs_no_commit() -> None:
+    moving = {**HUB_COMMITS, "Qwen/Qwen3-1.7B": "main"}
+    with pytest.raises(ConfigError, match=r"needs a commit for \['Qwen/Qwen3-1\.7B'\]"):
+        eks_config(**{"experiment.model_store.hub_revisions": json.dumps(moving)})
+    assert build_config(
+        _without_commit(*HUB_COMMITS, **{"experiment.model_store.import_checkpoints": "false"}),
+        for_eks=True,
+    )
+    # Local tools are not the deploy: a branch stays allowed there.
+    assert build_config({"experiment.model_store.hub_revisions": json.dumps(moving)})

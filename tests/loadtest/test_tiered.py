@@ -23,10 +23,10 @@ from loadtest.records import RequestRecord, write_records
 from loadtest.render.console import render_summary_table
 from loadtest.render.csv import write_csv
 from loadtest.render.markdown import render_markdown
-from loadtest.render.tiered import tiered_lines, tiered_rows
-from loadtest.results import RunSummary, TieredRouting
+from loadtest.render.tiered import gateway_text, tiered_lines, tiered_rows
+from loadtest.results import GatewayCost, RunSummary, TieredRouting
 from loadtest.runner import exit_code
-from loadtest.summary import summarize
+from loadtest.summary import GATEWAY_JSON, summarize
 from loadtest.tiered import tiered_comparison
 
 PAIRS = 16  # per class, like the local run
@@ -229,3 +229,78 @@ def test_the_tiered_arm_takes_its_turn_of_the_time_bound(tmp_path: Path, mode, t
     tiered = build_plan(config, TIERED_ARM, "http://t", tmp_path, tiered=True)
     assert plain.shape.max_duration_s == arm_time_budget(total, turns - 1)
     assert tiered.shape.max_duration_s == arm_time_budget(total, turns)
+
+
+GATEWAY = GatewayCost(
+    requests=66,
+    cpu_s=0.2,
+    cpu_ms_per_request=3.03,
+    downstream_mean_ms=812.4,
+    upstream_mean_ms=811.9,
+    added_ms_per_request=0.5,
+    gateway_cores=[0, 1],
+    server_cores={"baseline": [0], "speculative": [1]},
+    machine_cores=[0, 1],
+    cpu_binding="isolated",
+)
+
+
+def test_the_gateways_measured_cost_is_read_into_the_summary_and_reported(
+    tiered_run, tmp_path: Path
+) -> None:
+    (tmp_path / GATEWAY_JSON).write_text(GATEWAY.model_dump_json())
+    summary = tiered_run(ROUTED)
+    assert summary.tiered is not None and summary.tiered.gateway == GATEWAY
+    line = tiered_lines(summary)[-1]
+    assert line.startswith("gateway cost during the tiered arm: 3.03 ms CPU per request")
+    assert "added 0.50 ms per request (mean 812.40 ms through it - 811.90 ms" in line
+    assert "gateway on cores 0,1, servers (cpu_binding isolated): baseline 0, speculative 1" in line
+    assert "shares a core with baseline and speculative (unavoidable here" in line
+    assert line in render_markdown(summary, [])
+
+
+def test_a_gateway_with_a_core_of_its_own_is_said_to_share_none() -> None:
+    alone = GATEWAY.model_copy(update={"gateway_cores": [2], "machine_cores": [0, 1, 2]})
+    text = gateway_text(alone)
+    assert text.endswith("it shares no core with a server")
+    unmeasured = GATEWAY.model_copy(
+        update={"downstream_mean_ms": None, "added_ms_per_request": None}
+    )
+    assert "added latency not measured" in gateway_text(unmeasured)
+
+
+def test_a_tiered_run_without_the_meter_says_its_gateway_cost_was_not_measured(
+    tiered_run,
+) -> None:
+    summary = tiered_run(ROUTED)
+    assert summary.tiered is not None and summary.tiered.gateway is None
+    assert tiered_lines(summary)[-1] == "gateway cost: not measured in this run"
+
+
+def test_the_runner_meters_the_gateway_around_the_tiered_arm_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loadtest import runner
+
+    events: list[str] = []
+
+    def run_arms(plans, *args, **kwargs) -> None:
+        events.append("arms " + ",".join(plan.arm for plan in plans))
+
+    class Meter:
+        def begin(self) -> None:
+            events.append("begin")
+
+        def end(self) -> GatewayCost:
+            events.append("end")
+            return GATEWAY
+
+    monkeypatch.setattr(runner, "run_arms", run_arms)  # no Locust here
+    monkeypatch.setattr(runner, "write_report", lambda *args, **kwargs: None)
+    out = tmp_path / "run"
+    summary = runner.run_comparison(
+        build_config({}), "http://b", "http://s", out, tiered_url="http://t", gateway_meter=Meter()
+    )
+    assert events == ["arms baseline,speculative", "begin", f"arms {TIERED_ARM}", "end"]
+    assert GatewayCost.model_validate_json((out / GATEWAY_JSON).read_text()) == GATEWAY
+    assert summary.tiered is not None and summary.tiered.gateway == GATEWAY

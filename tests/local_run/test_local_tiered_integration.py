@@ -9,6 +9,7 @@ class against both arms with paired intervals.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from loadtest import RunSummary, run_comparison
 from loadtest.plan import local_scale
 from loadtest.prompts import load_prompts
 from loadtest.records import read_records
-from local_run.gateway import Address, EnvoyGateway, envoy_bootstrap
+from local_run.gateway import Address, EnvoyGateway, EnvoyMeter, envoy_bootstrap
 from local_run.run import _problems
 from local_run.servers import free_port
 
@@ -60,6 +61,8 @@ def tiered_dir(
         run_dir,
         local=True,
         tiered_url=gateway.url,
+        # The servers here are not pinned (their cores are not the gateway's concern here).
+        gateway_meter=EnvoyMeter(gateway, {}, sorted(os.sched_getaffinity(0))),
     )
     return run_dir
 
@@ -135,3 +138,18 @@ def test_the_summary_reports_tiered_per_class_against_both_arms(
     assert structured.vs_baseline.estimate > 1.0
     report = (tiered_dir / "report.md").read_text()
     assert "## Tiered arm: per class vs baseline and SD" in report
+
+
+def test_the_gateways_own_cost_is_measured_around_the_tiered_arm(
+    tiered_summary: RunSummary, tiered_dir: Path
+) -> None:
+    assert tiered_summary.tiered is not None
+    cost = tiered_summary.tiered.gateway
+    assert cost is not None
+    records = read_records(tiered_dir / f"records_{TIERED_ARM}.jsonl")
+    # Every tiered request (warm-ups included), plus the load test's /health and /metrics
+    # reads through the catch-all route.
+    assert cost.requests >= len(records)
+    assert cost.cpu_s > 0 and cost.cpu_ms_per_request is not None
+    assert cost.added_ms_per_request is not None and cost.added_ms_per_request >= 0
+    assert "gateway cost during the tiered arm" in (tiered_dir / "report.md").read_text()

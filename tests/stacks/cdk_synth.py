@@ -35,15 +35,23 @@ ADDON_VERSIONS = {
     "experiment.cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
     "experiment.cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
 }
+# And a hub commit for every checkpoint the import Job pulls (the operator reads them on the
+# models' hub pages): placeholders for the models any profile or tuning test imports. One JSON
+# value, as on the command line: the drafter's id holds dots.
+HUB_MODELS = ("Qwen/Qwen3-32B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B",
+              "RedHatAI/Qwen3-32B-speculator.eagle3")  # fmt: skip
+HUB_COMMITS = {model: f"{index:x}" * 40 for index, model in enumerate(HUB_MODELS, start=1)}
+HUB_REVISIONS = {"experiment.model_store.hub_revisions": json.dumps(HUB_COMMITS)}
 
 
 def app_context(overrides: dict[str, Any]) -> dict[str, Any]:
-    """cdk.json's context, the placeholder plugin digest and add-on versions, then
+    """cdk.json's context, the placeholder plugin digest, add-on versions and hub commits, then
     ``overrides``."""
     return {
         **cdk_json_context(),
         PLUGIN_SHA256_KEY: PLUGIN_SHA256,
         **ADDON_VERSIONS,
+        **HUB_REVISIONS,
         **overrides,
     }
 

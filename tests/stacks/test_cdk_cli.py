@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cdk_synth import ADDON_VERSIONS, PLUGIN_SHA256, PLUGIN_SHA256_KEY
+from cdk_synth import ADDON_VERSIONS, HUB_REVISIONS, PLUGIN_SHA256, PLUGIN_SHA256_KEY
 
 from experiment.loading import PROJECT_ROOT
 
@@ -49,9 +49,9 @@ def test_cdk_synth_offline_without_credentials(tmp_path: Path) -> None:
     )
     outdir = tmp_path / "cdk.out"
     cli = [npx, "--yes", f"aws-cdk@{cdk_cli_version()}", "synth", "--quiet"]
-    # The settings cdk.json cannot hold: the plugin digest and the add-on versions.
+    # The settings cdk.json cannot hold: the plugin digest, the add-on versions, hub commits.
     settings = [f"{PLUGIN_SHA256_KEY}={PLUGIN_SHA256}"]
-    settings += [f"{key}={value}" for key, value in ADDON_VERSIONS.items()]
+    settings += [f"{key}={value}" for key, value in {**ADDON_VERSIONS, **HUB_REVISIONS}.items()]
     result = subprocess.run(
         [*cli, *(arg for setting in settings for arg in ("-c", setting)), "-o", str(outdir)],
         cwd=PROJECT_ROOT,

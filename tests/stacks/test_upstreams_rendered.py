@@ -3,6 +3,7 @@ calendar finds (experiment/config/upstreams.py)."""
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from typing import Any
 
@@ -59,6 +60,13 @@ def test_every_pin_rendered_in_the_app_is_in_the_calendar(synth) -> None:
     assert tagged
     for image in tagged:
         assert image.rsplit(":", 1)[1] in PINNED, f"{image} is not pinned in the calendar"
+    # Every checkpoint the import Job pulls names a hub commit (the hub-checkpoints row).
+    jobs = [o for o in synth.manifests() if o.get("kind") == "Job" and "model-import" in str(o)]
+    assert jobs
+    command = jobs[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    models = [command[i + 1] for i, arg in enumerate(command) if arg == "--model"]
+    assert [m.split("@")[0] for m in models] == synth.config.hub_models()
+    assert all(re.fullmatch(r"[^@]+@[0-9a-f]{40}", model) for model in models), models
 
 
 def test_synth_prints_the_calendar_s_warnings_and_refuses_a_pin_past_its_end(

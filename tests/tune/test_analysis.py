@@ -7,6 +7,7 @@ import pytest
 from synthetic_runs import BOOT, C0, C1, make_run, sweep
 
 from loadtest.results import PriceBasis
+from loadtest.step_model import PredictionError
 from tune.analysis import (
     break_even_by_class,
     class_model,
@@ -16,7 +17,6 @@ from tune.analysis import (
     replayed_taus,
     within_one_step,
 )
-from tune.predict import PredictionError
 from tune.render.words import break_even_text
 from tune.results import Acceptance, Setting
 

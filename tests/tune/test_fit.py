@@ -17,10 +17,10 @@ from loadtest.analysis import analysis_info
 from loadtest.client import RequestParams
 from loadtest.records import RequestRecord, write_records
 from loadtest.results import LoadShapeInfo, RequestInfo, RunInfo, SloInfo
+from loadtest.step_model import PredictionError
 from loadtest.summary import RUN_JSON
 from tune.__main__ import main
 from tune.fit import fit_from_run_dirs
-from tune.predict import PredictionError
 from tune.report import TUNE_JSON, read_result
 from tune.results import Run, Setting
 

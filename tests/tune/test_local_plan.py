@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from experiment import build_config
+from loadtest.step_model import PredictionError
 from tune.__main__ import main
 from tune.local import concurrency_levels, local_plan, plan_text
-from tune.predict import PredictionError
 
 
 def test_plan_lists_every_server_and_what_is_predicted() -> None:

@@ -6,19 +6,21 @@ import math
 
 import pytest
 
-from tune.predict import (
+from loadtest.step_model import (
     PredictionError,
     StepCost,
-    break_even,
-    continuation_rate,
     expected_accepted,
     extend_rates,
-    fit_step_cost,
     predict,
-    rates_from_chunk_tokens,
     relative_error,
-    replay_tokens_per_step,
     tokens_per_step,
+)
+from tune.predict import (
+    break_even,
+    continuation_rate,
+    fit_step_cost,
+    rates_from_chunk_tokens,
+    replay_tokens_per_step,
     trace_steps,
 )
 
