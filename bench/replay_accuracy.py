@@ -46,13 +46,11 @@ from loadtest.traffic import (
     Message,
     TrafficRequest,
     approximate_tokens,
-    bucket_label,
     messages_sha256,
     write_traffic,
 )
 
 CLASSES = ("structured", "open_ended")
-LENGTH_BUCKETS = [512]
 # Every request's stream: 4 tokens, the first after TTFT_S, then one per GAP_S (the server's
 # workload): 1.6 s in flight, so `streams` in flight need streams / 1.6 requests a second.
 TTFT_S = 0.4
@@ -114,7 +112,6 @@ def synthetic_trace(requests: int, streams: int, seed: int = 0) -> list[TrafficR
                     "output_tokens": OUTPUT_TOKENS,
                     "offset_s": round(offset, 6),
                     "input_tokens": tokens,
-                    "input_bucket": bucket_label(tokens, LENGTH_BUCKETS),
                     "sha256": messages_sha256(dumped),
                 }
             )

@@ -1,11 +1,14 @@
 """The load-test Job: Locust headless against both services, bounded in time.
 
 Runs under its own service account, which EKS Pod Identity binds (CDK stack) to a role
-that may only put metrics in the project's CloudWatch namespace. It first waits, bounded by
-``loadtest.wait_ready_s``, until each compared arm's Service selects its own revision of the
-guardrail Rollout (init container, ``runtime/arms_routed.py``: before the speculative pods
-are available, and after an abort, the speculative Service reaches baseline pods), then for
-both services' ``/health`` (logged): on a first deploy they compile for hours.
+that may only put metrics in the project's CloudWatch namespace and, when it replays a traffic
+file (``loadtest.traffic.file``), read that one object of the model-store bucket
+(``loadtest.traffic.bucket_key()``), which the run copies into its run directory. It first
+waits, bounded by ``loadtest.wait_ready_s``, until each compared arm's Service selects its
+own revision of the guardrail Rollout (init container, ``runtime/arms_routed.py``: before
+the speculative pods are available, and after an abort, the speculative Service reaches
+baseline pods), then for both services' ``/health`` (logged): on a first deploy they compile
+for hours.
 
 With ``loadtest.drive_gateway`` the Job also drives the tiered gateway as a third arm (``--tiered``,
 ``charts.gateway.gateway_url``: the Envoy Service the routing chart names, in Envoy
@@ -51,6 +54,8 @@ CONFIG_DIR = "/etc/specdecode/experiment"
 CONFIG_FILE = "config.json"
 # The image's root filesystem is read-only in the pod; records and reports go here.
 RESULTS_DIR = "/results"
+# The model-store bucket the master copies the traffic file from (loadtest.traffic.file set).
+TRAFFIC_BUCKET_ENV = "TRAFFIC_BUCKET"
 
 
 def service_url(config: ExperimentConfig, arm: Arm) -> str:
@@ -137,6 +142,13 @@ def loadtest_command(config: ExperimentConfig) -> list[str]:
     ]  # fmt: skip
     if config.loadtest.drive_gateway:
         command += ["--tiered", gateway_url(config)]
+    if config.loadtest.traffic.file is not None:
+        # The run copies s3://<bucket>/<loadtest.traffic.bucket_key()> into its run directory
+        # (loadtest/traffic.py fetch_traffic) and replays that copy. The bucket is a deploy-
+        # time token: Kubernetes expands $(VAR) in a command from the container's env
+        # (kubernetes.io docs/tasks/inject-data-application/define-command-argument-container:
+        # "Use environment variables to define arguments"), so the Job's name hash is stable.
+        command += ["--traffic-bucket", f"$({TRAFFIC_BUCKET_ENV})"]
     if distributed(config):
         # --workers comes from the config file; the workers are the other Job's pods.
         command.append("--workers-external")
@@ -209,7 +221,14 @@ def pod_spec(
         "image": inputs.loadtest_image,
         "imagePullPolicy": "Always",
         "command": command,
-        "env": [{"name": "AWS_REGION", "value": config.region}],
+        "env": [
+            {"name": "AWS_REGION", "value": config.region},
+            *(
+                [{"name": TRAFFIC_BUCKET_ENV, "value": inputs.bucket_name}]
+                if reports and config.loadtest.traffic.file is not None
+                else []
+            ),
+        ],
         "resources": {
             "requests": {"cpu": str(pod.cpu), "memory": f"{pod.memory_gib}Gi"},
             "limits": {"cpu": str(pod.cpu_limit), "memory": f"{pod.memory_limit_gib}Gi"},

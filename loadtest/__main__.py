@@ -92,12 +92,21 @@ def _parser() -> argparse.ArgumentParser:
         help="first wait at most this long for both services' /health (default: no wait)",
     )
     run.add_argument(
+        "--traffic-bucket",
+        metavar="BUCKET",
+        help="copy the traffic file from s3://BUCKET/<loadtest.traffic.bucket_key> into the run "
+        "directory and replay that copy (the cluster's load-test Job: the model-store bucket)",
+    )
+    run.add_argument(
         "--no-cloudwatch",
         action="store_true",
         help="do not publish to CloudWatch (default: publish when credentials exist)",
     )
     report = sub.add_parser("report", help="rebuild summary and report from a run directory")
     report.add_argument("run_dir", type=Path)
+    # -c loadtest.traffic.length_buckets=[...] rebuckets a replayed trace (no re-import, no
+    # rerun); the other keys do not change a finished run.
+    add_config_arguments(report)
     publish = sub.add_parser("publish", help="publish a finished run to CloudWatch")
     publish.add_argument("run_dir", type=Path)
     add_config_arguments(publish)
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "report":
-            return _report(args.run_dir)
+            return _report(args)
         if args.command == "schema":
             return _schema(args.out)
         if args.command == "probe":
@@ -193,6 +202,8 @@ def _run(args: argparse.Namespace) -> int:
             "give both --baseline URL and --speculative URL (or --local for the local run's ports)"
         )
     out = args.out or Path(config.local.runs_dir) / f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.traffic_bucket:
+        config = _traffic_from_bucket(config, args.traffic_bucket, out)
     try:
         summary = run_comparison(
             config,
@@ -223,14 +234,37 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _report(run_dir: Path) -> int:
+def _traffic_from_bucket(config: ExperimentConfig, bucket: str, out: Path) -> ExperimentConfig:
+    """The config replaying the copy of the traffic file that the bucket holds under
+    ``loadtest.traffic.bucket_key()``: copied into the run directory, where the prompts stay."""
+    from loadtest.traffic import TRAFFIC_COPY, fetch_traffic
+
+    traffic = config.loadtest.traffic
+    key = traffic.bucket_key()
+    if key is None:
+        raise ConfigError(
+            "--traffic-bucket needs loadtest.traffic.file (the traffic file's name under "
+            "loadtest.traffic.bucket_prefix)"
+        )
+    copy = fetch_traffic(bucket, key, out / TRAFFIC_COPY, region=config.region)
+    replay = traffic.model_copy(update={"file": str(copy.resolve())})
+    return config.model_copy(
+        update={"loadtest": config.loadtest.model_copy(update={"traffic": replay})}
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
     from loadtest.render.console import render_summary_table
     from loadtest.report import write_report
     from loadtest.summary import previous_cloudwatch, summarize, write_summary
 
+    run_dir: Path = args.run_dir
+    traffic = _config(args).loadtest.traffic
+    # Only edges the user set (cdk.json, --config or -c) replace the run's own.
+    edges = traffic.length_buckets if "length_buckets" in traffic.model_fields_set else None
     # Older run directories (summary.json schema_version 1) are rebuilt from their records.
     cloudwatch = previous_cloudwatch(run_dir)
-    summary = summarize(run_dir)
+    summary = summarize(run_dir, length_buckets=edges)
     if cloudwatch is not None:
         summary.cloudwatch = cloudwatch
         write_summary(summary, run_dir)
@@ -307,7 +341,9 @@ def _traffic_import(args: argparse.Namespace) -> int:
     if not args.log.is_file():
         raise ValueError(f"request log {args.log} does not exist")
     result = import_log(args.log, settings)
-    print(profile(result, approximate=args.tokenizer is None))
+    print(
+        profile(result, approximate=args.tokenizer is None, length_buckets=settings.length_buckets)
+    )
     if not result.requests:
         print("error: no usable request; nothing written", file=sys.stderr)
         return 2

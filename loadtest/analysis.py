@@ -8,7 +8,7 @@ run directory alone; ``analyse`` does that from the records.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from experiment.config import Arm, ExperimentConfig
@@ -25,6 +25,7 @@ from loadtest.results import (
     PilotFloors,
 )
 from loadtest.stats import paired_statistics
+from loadtest.traffic import record_bucket
 from loadtest.verdict import MorePairs, bucket_verdicts, pilot_floors, verdict_flips, verdicts
 
 # The local CPU servers are bit-exact: the local bar is 100% exact match.
@@ -75,6 +76,8 @@ def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisI
         pairs_setting=pairs_setting,
         requests_per_prompt=requests_per_prompt,
         pilot_floor_factor=config.guardrails.live.pilot_floor_factor,
+        # The local replay's config carries local.traffic_length_buckets here (replay_config).
+        length_buckets=list(config.loadtest.traffic.length_buckets) if trace else None,
     )
 
 
@@ -104,12 +107,19 @@ def lossless_failures_by_class(lossless: Lossless, min_agreement: float) -> dict
 
 
 def _mismatches_by_cell(
-    lossless: Lossless, min_agreement: float, measured: Mapping[str, list[RequestRecord]]
+    lossless: Lossless,
+    min_agreement: float,
+    measured: Mapping[str, list[RequestRecord]],
+    length_buckets: Sequence[int] | None,
 ) -> dict[tuple[str, str], int]:
     """As lossless_failures_by_class, per (class, input bucket) of the prompt's requests."""
     if not lossless.applicable:
         return {}
-    bucket = {r.prompt_id: r.input_bucket for rs in measured.values() for r in rs}
+    bucket = {
+        r.prompt_id: record_bucket(r.input_tokens, length_buckets)
+        for rs in measured.values()
+        for r in rs
+    }
     return dict(
         Counter(
             (m.prompt_class, bucket.get(m.prompt_id, ""))
@@ -124,17 +134,22 @@ def analyse(
     records: Mapping[Arm, list[RequestRecord]],
     arms: Mapping[str, ArmSummary],
     lossless: Lossless,
+    length_buckets: Sequence[int] | None = None,
 ) -> Analysis:
     """Paired statistics, cost per 1M output tokens and the verdict (empty without pairs or
-    without the run's analysis settings, e.g. a run directory from an older version)."""
+    without the run's analysis settings, e.g. a run directory from an older version).
+    A replayed trace's requests are bucketed by ``length_buckets`` when given (new edges at
+    report time), else by the run's (``info.length_buckets``)."""
     if info is None or Arm.BASELINE.value not in arms or Arm.SPECULATIVE.value not in arms:
         return Analysis()
+    edges = length_buckets if length_buckets is not None else info.length_buckets
     measured = {arm.value: [r for r in rs if not r.warmup] for arm, rs in records.items()}
     statistics = paired_statistics(
         measured.get(Arm.BASELINE.value, []),
         measured.get(Arm.SPECULATIVE.value, []),
         num_speculative_tokens=info.num_speculative_tokens,
         settings=info.statistics,
+        length_buckets=edges,
     )
     if statistics.overall.pairs == 0:
         return Analysis(statistics=statistics)
@@ -151,6 +166,7 @@ def analyse(
         {name: arm.window_s for name, arm in arms.items()},
         ratios,
         bucket_ratios=cells,
+        length_buckets=edges,
     )
     more_pairs = (
         MorePairs(info.pairs_setting, info.requests_per_prompt)
@@ -162,7 +178,7 @@ def analyse(
     by_bucket = bucket_verdicts(
         statistics,
         cost,
-        _mismatches_by_cell(lossless, info.lossless_min_prefix_agreement, measured),
+        _mismatches_by_cell(lossless, info.lossless_min_prefix_agreement, measured, edges),
         info.statistics,
         more_pairs,
     )

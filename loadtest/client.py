@@ -82,6 +82,16 @@ def build_payload(
     return payload
 
 
+def request_body(
+    prompt: str,
+    params: RequestParams,
+    messages: list[dict[str, str]] | None = None,
+    max_tokens: int | None = None,
+) -> bytes:
+    """``build_payload`` as the bytes sent."""
+    return json.dumps(build_payload(prompt, params, messages, max_tokens)).encode()
+
+
 def endpoint_url(base_url: str, api: Api) -> str:
     if api not in API_PATHS:
         raise ValueError(f"api {api!r} is not supported; use one of {sorted(API_PATHS)}")
@@ -194,10 +204,13 @@ def stream_request(
     *,
     messages: list[dict[str, str]] | None = None,
     max_tokens: int | None = None,
+    body: bytes | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; never raises for server faults.
-    ``messages``, ``max_tokens``: as ``build_payload``."""
-    body = json.dumps(build_payload(prompt, params, messages, max_tokens)).encode()
+    ``messages``, ``max_tokens``: as ``build_payload``; ``body``: that payload already
+    encoded (``request_body``), so a scheduled send does no encoding at its time."""
+    if body is None:
+        body = request_body(prompt, params, messages, max_tokens)
     url = endpoint_url(base_url, params.api)
     record.max_tokens = max_tokens or params.max_tokens
     record.wall_start = time.time()

@@ -10,11 +10,12 @@ from ``config.pricing`` (no lookup at run time); a nominal price is labelled as 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from experiment.config import Arm, ExperimentConfig
 from loadtest.records import RequestRecord
 from loadtest.results import CostSummary, Interval, OptimalLoadCost, PriceBasis, ScopeCost
+from loadtest.traffic import record_bucket
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_UNIT = 1_000_000
@@ -157,12 +158,14 @@ def cost_summary(
     busy_rate_ratios: Mapping[str | None, Interval],
     sweep: Mapping[str, Mapping[int, float | None]] | None = None,
     bucket_ratios: Mapping[tuple[str, str], Interval] | None = None,
+    length_buckets: Sequence[int] | None = None,
 ) -> CostSummary:
     """Every cost figure of a run.
 
     ``measured``: each arm's measured records (warm-up excluded); ``busy_rate_ratios``: the
     paired ratio per scope (None: all classes); ``sweep``: arm -> concurrency -> throughput;
-    ``bucket_ratios``: a replayed trace's paired ratio per (class, input bucket)."""
+    ``bucket_ratios``: a replayed trace's paired ratio per (class, input bucket), the buckets
+    of ``length_buckets``."""
     classes = sorted({r.prompt_class for records in measured.values() for r in records})
 
     def of_class(name: str) -> dict[str, list[RequestRecord]]:
@@ -183,7 +186,7 @@ def cost_summary(
             for name in classes
             if name in busy_rate_ratios
         },
-        by_bucket=_by_bucket(basis, measured, windows_s, bucket_ratios or {}),
+        by_bucket=_by_bucket(basis, measured, windows_s, bucket_ratios or {}, length_buckets),
         at_optimal_load=optimal or None,
         optimal_load_note=None if optimal else NO_SWEEP,
     )
@@ -194,13 +197,19 @@ def _by_bucket(
     measured: Mapping[str, list[RequestRecord]],
     windows_s: Mapping[str, float],
     ratios: Mapping[tuple[str, str], Interval],
+    length_buckets: Sequence[int] | None,
 ) -> dict[str, dict[str, ScopeCost]]:
     """Class -> input bucket -> cost: a cell is charged its share of the arm's busy time, as a
     class is."""
     result: dict[str, dict[str, ScopeCost]] = {}
     for (name, bucket), ratio in sorted(ratios.items()):
         scope = {
-            arm: [r for r in rs if r.prompt_class == name and r.input_bucket == bucket]
+            arm: [
+                r
+                for r in rs
+                if r.prompt_class == name
+                and record_bucket(r.input_tokens, length_buckets) == bucket
+            ]
             for arm, rs in measured.items()
         }
         result.setdefault(name, {})[bucket] = scope_cost(basis, scope, measured, windows_s, ratio)

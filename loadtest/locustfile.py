@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace as dataclass_replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from experiment.config import TIERED_ARM, Arm
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from loadtest.acceptance import scrape
 from loadtest.arms import READY_POLL_S, announce_ready, shared_start
-from loadtest.client import stream_request
+from loadtest.client import endpoint_url, request_body, stream_request
 from loadtest.distributed import (
     CLOCK_MESSAGE,
     PLAN_MESSAGE,
@@ -63,6 +64,7 @@ from loadtest.distributed import (
     warmup_share,
     worker_share,
 )
+from loadtest.open_loop import wait_until
 from loadtest.plan import API, RunPlan, build_plan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
@@ -154,22 +156,32 @@ class _RunState:
         return item
 
     def execute(self, session: Transport, item: ScheduleItem) -> RequestRecord:
+        """Send ``item`` (open loop: at its arrival time) and record it. Everything a send
+        needs is made before the wait (record, encoded body, connection): between the
+        arrival and the send there is only the write."""
+        prompt = item.prompt
+        params = self.plan.params
         record = RequestRecord(
             arm=self.plan.arm,
             index=item.index,
-            prompt_id=item.prompt.id,
-            prompt_class=item.prompt.prompt_class,
+            prompt_id=prompt.id,
+            prompt_class=prompt.prompt_class,
             warmup=item.warmup,
-            input_bucket=item.prompt.input_bucket,
+            input_tokens=prompt.input_tokens,
         )
-        if item.arrival_s is not None:
-            lag = time.perf_counter() - (self.window_start + item.arrival_s)
-            record.scheduled_lag_s = max(lag, 0.0)
+        body = request_body(prompt.text, params, prompt.messages, prompt.max_tokens)
         counted = dataclass_replace(session.stamps) if isinstance(session, StreamSession) else None
-        prompt = item.prompt
+        if item.arrival_s is not None:
+            arrival = self.window_start + item.arrival_s
+            connect = None
+            if isinstance(session, StreamSession):
+                url = endpoint_url(self.plan.base_url, params.api)
+                connect = partial(session.connect_ahead, url, params.timeout_s)
+            wait_until(arrival, connect)
+            record.scheduled_lag_s = max(time.perf_counter() - arrival, 0.0)
         stream_request(
-            session, self.plan.base_url, prompt.text, self.plan.params, record,
-            messages=prompt.messages, max_tokens=prompt.max_tokens,
+            session, self.plan.base_url, prompt.text, params, record,
+            messages=prompt.messages, max_tokens=prompt.max_tokens, body=body,
         )  # fmt: skip
         if counted is not None and isinstance(session, StreamSession) and not item.warmup:
             self.stamps = self.stamps or ArrivalStamps()
@@ -589,8 +601,6 @@ class StreamingUser(User):
                 if not isinstance(state, _WorkerState):  # a worker's master ends the run
                     _quit_after_csv(self.environment)
             raise StopUser()
-        if item.arrival_s is not None:  # open loop: wait for the item's arrival time
-            gevent.sleep(max(0.0, state.window_start + item.arrival_s - time.perf_counter()))
-        state.execute(self.session, item)
+        state.execute(self.session, item)  # open loop: at the item's arrival time
         # Not in a finally: a request killed at the time limit stays counted as unfinished.
         state.pending -= 1

@@ -33,10 +33,11 @@ class Prompt:
     text: str
     kind: str = ""
     # A replayed request (loadtest.traffic): its own conversation, output length and input
-    # bucket; None/"" for the suite's single-turn prompts (text, loadtest.max_tokens).
+    # tokens (bucketed by the report); None for the suite's single-turn prompts (text,
+    # loadtest.max_tokens).
     messages: list[dict[str, str]] | None = None
     max_tokens: int | None = None
-    input_bucket: str = ""
+    input_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def traffic_schedule(
             text="",
             messages=[m.model_dump() for m in r.messages],
             max_tokens=r.output_tokens,
-            input_bucket=r.input_bucket,
+            input_tokens=r.input_tokens,
         )
         for r in sorted(requests, key=lambda r: r.offset_s)
     ]

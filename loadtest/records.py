@@ -40,7 +40,9 @@ class RequestRecord:
     prompt_id: str
     prompt_class: str
     warmup: bool = False
-    input_bucket: str = ""  # a replayed request's input-length bucket (loadtest.traffic)
+    # A replayed request's input tokens as imported (loadtest.traffic): the report buckets
+    # it by the edges in force when it is built. None: a prompt-suite request.
+    input_tokens: int | None = None
     max_tokens: int = 0
     wall_start: float = 0.0  # time.time() at start, for humans and CloudWatch timestamps
     start: float = 0.0  # perf_counter at request start

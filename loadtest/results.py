@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -46,6 +46,10 @@ SCHEMA_VERSION = 10
 #    the margin in AnalysisInfo.statistics.
 # 10: the gateway's own cost during the tiered arm (issue 33): TieredComparison.gateway
 #    (None: not measured, e.g. a gateway the run did not start).
+# 11: a replayed trace's buckets follow the edges at report time: AnalysisInfo.length_buckets
+#    (the run's edges; `report -c loadtest.traffic.length_buckets=...` replaces them) and
+#    each record's input_tokens (records of schema 8 to 10 carried a fixed bucket label,
+#    which is no longer read: rerun such a trace for its per-bucket verdict).
 
 
 class _Result(BaseModel):
@@ -604,6 +608,10 @@ class AnalysisInfo(_Result):
     pilot_floor_factor: float = LiveGuardrailConfig.model_fields["pilot_floor_factor"].default
     """guardrails.live.pilot_floor_factor of the run: the proposed acceptance floors are this
     times the lower bound of each routed class's acceptance (older runs: the default)."""
+    length_buckets: list[int] | None = None
+    """A replayed trace: the input-length bucket edges of the run (loadtest.traffic.
+    length_buckets; `python -m loadtest report RUN_DIR -c loadtest.traffic.length_buckets=[..]`
+    rebuckets the recorded input tokens); None: no trace."""
 
     @model_validator(mode="before")
     @classmethod

@@ -44,7 +44,7 @@ Definitions (docs/costs-and-statistics.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from statistics import NormalDist
@@ -55,6 +55,7 @@ from experiment.config import StatisticsConfig
 from loadtest.metrics import tpot_s
 from loadtest.records import RequestRecord
 from loadtest.results import Interval, PairedStatistics, ScopeStatistics
+from loadtest.traffic import record_bucket
 
 NO_DIFFERENCE = 1.0
 MAX_COUNT = np.iinfo(np.uint8).max
@@ -381,9 +382,12 @@ VALUE_NAMES = tuple(request_values(RequestRecord(arm="", index=0, prompt_id="", 
 
 
 def pair_records(
-    baseline: Iterable[RequestRecord], speculative: Iterable[RequestRecord]
+    baseline: Iterable[RequestRecord],
+    speculative: Iterable[RequestRecord],
+    length_buckets: Sequence[int] | None = None,
 ) -> PairedSamples:
-    """Pairs of measured requests that succeeded on both arms, by schedule index."""
+    """Pairs of measured requests that succeeded on both arms, by schedule index; a replayed
+    request's bucket by ``length_buckets`` (None: no buckets)."""
     base = {r.index: r for r in baseline if not r.warmup}
     sd = {r.index: r for r in speculative if not r.warmup}
     indices = sorted(i for i in set(base) & set(sd) if base[i].ok and sd[i].ok)
@@ -397,7 +401,9 @@ def pair_records(
     return PairedSamples(
         index=np.array(indices, dtype=int),
         prompt_class=np.array([base[i].prompt_class for i in indices], dtype=object),
-        bucket=np.array([base[i].input_bucket for i in indices], dtype=object),
+        bucket=np.array(
+            [record_bucket(base[i].input_tokens, length_buckets) for i in indices], dtype=object
+        ),
         values={
             name: (base_table[:, column], sd_table[:, column])
             for column, name in enumerate(VALUE_NAMES)
@@ -455,8 +461,10 @@ def paired_statistics(
     *,
     num_speculative_tokens: int,
     settings: StatisticsConfig,
+    length_buckets: Sequence[int] | None = None,
 ) -> PairedStatistics:
-    samples = pair_records(baseline, speculative)
+    """``length_buckets``: the edges a replayed trace's requests are grouped by (by_bucket)."""
+    samples = pair_records(baseline, speculative, length_buckets)
     classes = sorted(set(samples.prompt_class.tolist()))
     cells = sorted({(c, b) for c, b in zip(samples.prompt_class, samples.bucket, strict=True) if b})
     by_bucket: dict[str, dict[str, ScopeStatistics]] = {}

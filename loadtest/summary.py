@@ -8,6 +8,7 @@ from any run directory (``python -m loadtest report RUN_DIR``) without rerunning
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -193,9 +194,10 @@ def read_arm(run_dir: Path, arm: str) -> tuple[list[RequestRecord], WindowMeta]:
     return (read_records(path) if path.is_file() else []), read_window_meta(run_dir, arm)
 
 
-def summarize(run_dir: Path) -> RunSummary:
+def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> RunSummary:
     """Compute the summary from the records and window files of a run directory and write
-    it to summary.json."""
+    it to summary.json. ``length_buckets``: new input-length bucket edges for a replayed
+    trace (None: the run's own); the summary records the edges it used."""
     run_dir = Path(run_dir)
     run = read_run_info(run_dir)
     arms: dict[str, ArmSummary] = {}
@@ -221,6 +223,8 @@ def summarize(run_dir: Path) -> RunSummary:
     lossless = lossless_check(
         records_by_arm[Arm.BASELINE], records_by_arm[Arm.SPECULATIVE], run.request.temperature
     )
+    if length_buckets is not None and run.analysis is not None and run.analysis.length_buckets:
+        run.analysis.length_buckets = list(length_buckets)
     analysis = analyse(run.analysis, records_by_arm, arms, lossless)
     tiered = None
     if run.tiered is not None:

@@ -48,7 +48,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 REDACTED = "[REDACTED]"
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -79,10 +79,19 @@ class TrafficRequest(BaseModel):
     offset_s: float = Field(ge=0)
     """Arrival after the log's first request, seconds."""
     input_tokens: int = Field(ge=1)
-    input_bucket: str
-    """Its input-length bucket (loadtest.traffic.length_buckets)."""
+    """Its input length as imported: the report buckets it by the edges in force when the
+    report is built (loadtest.traffic.length_buckets), so new edges need no re-import."""
     sha256: str
     """Of its messages as written (after redaction): names the prompt without showing it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bucket_of_older_files(cls, data: Any) -> Any:
+        # Files of the first importer carry the bucket label of the edges at import time;
+        # the bucket now follows the edges at report time (input_tokens is kept).
+        if isinstance(data, dict) and "input_bucket" in data:
+            return {k: v for k, v in data.items() if k != "input_bucket"}
+        return data
 
 
 class Reason(StrEnum):
@@ -190,6 +199,14 @@ def bucket_label(tokens: int, edges: Sequence[int]) -> str:
             return f"{low}-{edge - 1}"
         low = edge
     return f"{low}+"
+
+
+def record_bucket(input_tokens: int | None, edges: Sequence[int] | None) -> str:
+    """A replayed request's bucket under ``edges``; "" when it has no recorded input length
+    (a prompt-suite request) or there are no edges (no trace in the run)."""
+    if input_tokens is None or edges is None:
+        return ""
+    return bucket_label(input_tokens, edges)
 
 
 def bucket_labels(edges: Sequence[int]) -> list[str]:
@@ -420,7 +437,6 @@ def import_lines(lines: Iterable[str | bytes], settings: ImportSettings) -> Impo
                 "output_tokens": p.output_tokens,
                 "offset_s": round(p.time_s - start, 6),
                 "input_tokens": p.input_tokens,
-                "input_bucket": bucket_label(p.input_tokens, settings.length_buckets),
                 "sha256": messages_sha256(p.messages),
             }
         )
@@ -524,8 +540,13 @@ def _spark(counts: Sequence[int], width: int = 60) -> str:
     )
 
 
-def profile(result: ImportResult, *, approximate: bool) -> str:
-    """The traffic's profile and every rejected line, by reason: ids and hashes, no prompt."""
+def _cell_order(cell: tuple[str, str]) -> tuple[str, int]:
+    return cell[0], int(cell[1].split("-")[0].rstrip("+"))
+
+
+def profile(result: ImportResult, *, approximate: bool, length_buckets: Sequence[int]) -> str:
+    """The traffic's profile and every rejected line, by reason: ids and hashes, no prompt.
+    Input buckets by ``length_buckets`` (the configured edges)."""
     requests = result.requests
     lines = [
         f"{len(requests)} requests from {result.lines} lines; {len(result.rejected)} lines "
@@ -552,8 +573,10 @@ def profile(result: ImportResult, *, approximate: bool) -> str:
     lines.append("per class and input bucket:")
     groups: dict[tuple[str, str], list[TrafficRequest]] = defaultdict(list)
     for request in requests:
-        groups[(request.prompt_class, request.input_bucket)].append(request)
-    for (name, bucket), members in sorted(groups.items()):
+        groups[(request.prompt_class, bucket_label(request.input_tokens, length_buckets))].append(
+            request
+        )
+    for (name, bucket), members in sorted(groups.items(), key=lambda kv: _cell_order(kv[0])):
         lines.append(
             f"  {name} {bucket}: {len(members)} requests, output "
             f"{_quantiles([m.output_tokens for m in members])}"
@@ -571,8 +594,63 @@ def profile(result: ImportResult, *, approximate: bool) -> str:
     lines.append("requests (id, class, bucket, sha256 of messages):")
     for request in requests[:10]:
         lines.append(
-            f"  {request.id} {request.prompt_class} {request.input_bucket} {request.sha256[:16]}"
+            f"  {request.id} {request.prompt_class} "
+            f"{bucket_label(request.input_tokens, length_buckets)} {request.sha256[:16]}"
         )
     if len(requests) > 10:
         lines.append(f"  ... {len(requests) - 10} more")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the cluster
+
+TRAFFIC_COPY = "traffic.jsonl"  # the copy's name in the run directory
+CHUNK_BYTES = 1 << 20
+
+
+def fetch_traffic(bucket: str, key: str, dest: Path, *, region: str, client: Any = None) -> Path:
+    """Copy ``s3://bucket/key`` (the encrypted model-store bucket) to ``dest`` (0600), then
+    check it reads as a traffic file. ``client``: a boto3 S3 client (tests pass a stub).
+    What is logged names the object and its size, never its content: botocore's own loggers
+    stay above DEBUG while the body streams (its debug log prints wire data)."""
+    import logging
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.Session(region_name=region).client(
+            "s3", config=Config(retries={"max_attempts": 5, "mode": "standard"})
+        )
+    loggers = [logging.getLogger(name) for name in ("botocore", "boto3", "urllib3")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.INFO))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            body = client.get_object(Bucket=bucket, Key=key)["Body"]
+            for chunk in body.iter_chunks(CHUNK_BYTES):
+                handle.write(chunk)
+    except (BotoCoreError, ClientError) as err:
+        dest.unlink(missing_ok=True)
+        raise ValueError(
+            f"could not read the traffic file s3://{bucket}/{key}: {err}; upload it there "
+            "first (docs/traffic.md) or check loadtest.traffic.file and bucket_prefix"
+        ) from None
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    requests = read_traffic(dest)  # a malformed copy fails here, naming line and field
+    logging.getLogger("loadtest").info(
+        "traffic file s3://%s/%s: %d requests, %d bytes",
+        bucket,
+        key,
+        len(requests),
+        dest.stat().st_size,
+    )
+    return dest

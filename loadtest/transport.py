@@ -358,6 +358,21 @@ class StreamSession:
             raise TransportError(TransportError.CONNECT, f"send failed: {err}") from None
         return self._read_head(key, sock, sent)
 
+    def connect_ahead(self, url: str, timeout_s: float) -> None:
+        """Open the origin's connection now, before a scheduled send, when none is idle: the
+        send then writes at once instead of connecting first. A failure is left for
+        ``post_stream`` to meet again and report."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return
+        key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        if key in self._idle:
+            return
+        try:
+            self._idle[key] = self._connect(key, timeout_s)
+        except TransportError:
+            return
+
     def close(self) -> None:
         for sock in self._idle.values():
             sock.close()

@@ -123,7 +123,11 @@ def import_trace(config: ExperimentConfig, run_dir: Path, tokenizer_dir: Path | 
     if result.rejected:
         raise ValueError(
             "the generated local trace does not import whole:\n"
-            + profile(result, approximate=tokenizer_dir is None)
+            + profile(
+                result,
+                approximate=tokenizer_dir is None,
+                length_buckets=config.local.traffic_length_buckets,
+            )
         )
     return write_traffic(result.requests, run_dir / TRACE_FILE)
 

@@ -64,6 +64,7 @@ def create_stacks(app: cdk.App, config: ExperimentConfig) -> list[cdk.Stack]:
         logs_key=network.logs_key,
         bucket_name=store.bucket.bucket_name,
         mountpoint_role=store.mountpoint_role,
+        bucket_key_arn=store.key.key_arn,
         model_import_role=store.model_import_role,
         guardrail_workspace=observability.workspace,
         env=env,

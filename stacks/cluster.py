@@ -71,6 +71,7 @@ class ClusterStack(cdk.Stack):
         logs_key: kms.IKey,
         bucket_name: str,
         mountpoint_role: iam.IRole,
+        bucket_key_arn: str | None = None,
         model_import_role: iam.IRole | None = None,
         guardrail_workspace: GuardrailWorkspace | None = None,
         **kwargs,
@@ -168,6 +169,7 @@ class ClusterStack(cdk.Stack):
             "cloudwatch:PutMetricData supports no resource-level permissions; the "
             "cloudwatch:namespace condition limits it to the load test's own namespace.",
         )
+        self._grant_traffic_read(config, bucket_name, bucket_key_arn)
         self.loadtest_association = associate(
             self,
             "LoadTestIdentity",
@@ -231,6 +233,37 @@ class ClusterStack(cdk.Stack):
             ],
         )
         self._acknowledge_eks_internals()
+
+    def _grant_traffic_read(
+        self, config: ExperimentConfig, bucket_name: str, bucket_key_arn: str | None
+    ) -> None:
+        """A replayed traffic file (loadtest.traffic.file): the load test may read that one
+        object of the model-store bucket and decrypt it through S3 only; nothing without one."""
+        key = config.loadtest.traffic.bucket_key()
+        if key is None:
+            return
+        if bucket_key_arn is None:
+            raise ValueError(
+                "loadtest.traffic.file is set but the cluster stack was given no model-store "
+                "key: pass bucket_key_arn (stacks/app.py) or unset loadtest.traffic.file"
+            )
+        self.loadtest_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[f"arn:{cdk.Aws.PARTITION}:s3:::{bucket_name}/{key}"],
+            )
+        )
+        self.loadtest_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt"],
+                resources=[bucket_key_arn],
+                # Only when S3 asks on the role's behalf (AWS KMS Developer Guide,
+                # policy-conditions: kms:ViaService).
+                conditions={
+                    "StringEquals": {"kms:ViaService": f"s3.{config.region}.amazonaws.com"}
+                },
+            )
+        )
 
     def _acknowledge_eks_internals(self) -> None:
         """Findings on roles and functions aws_eks_v2 creates for itself, each with why."""

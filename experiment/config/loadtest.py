@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from itertools import pairwise
+from pathlib import PurePosixPath
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
@@ -62,9 +63,30 @@ class TrafficConfig(Section):
         default_factory=lambda: [512, 2048, 8192],
         description=(
             "Input-length bucket edges in tokens, strictly increasing: [512, 2048] makes the "
-            "buckets 0-511, 512-2047 and 2048+; the report decides per class and bucket."
+            "buckets 0-511, 512-2047 and 2048+; the report decides per class and bucket, "
+            "bucketing each request's recorded input tokens when it is built (`python -m "
+            "loadtest report RUN_DIR -c` with new edges: no re-import, no rerun)."
         ),
     )
+
+    bucket_prefix: Annotated[
+        str, Field(pattern=r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
+    ] = Field(
+        default="loadtest-traffic",
+        description=(
+            "On the cluster: the key prefix in the model-store bucket (model_store.bucket_"
+            "name, KMS-encrypted) the load-test Job copies the traffic file from: "
+            "<bucket_prefix>/<file name of loadtest.traffic.file>; its role may read that "
+            "one object only. No leading or trailing slash."
+        ),
+    )
+
+    def bucket_key(self) -> str | None:
+        """The S3 key the cluster's load-test Job reads the traffic file from (None: no
+        traffic file): the file's name under ``bucket_prefix`` (docs/traffic.md)."""
+        if self.file is None:
+            return None
+        return f"{self.bucket_prefix}/{PurePosixPath(self.file).name}"
 
     @field_validator("length_buckets")
     @classmethod

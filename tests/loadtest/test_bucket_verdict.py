@@ -17,6 +17,8 @@ from loadtest.stats import paired_statistics
 from loadtest.verdict import bucket_verdicts, verdict_flips
 
 SETTINGS = StatisticsConfig(resamples=400)
+EDGES = [128]
+INPUT_TOKENS = {"0-127": 60, "128+": 300}  # a recorded input length in each bucket of EDGES
 PAIRS = 24
 
 
@@ -27,7 +29,7 @@ def _record(arm: str, index: int, cls: str, bucket: str, e2e: float) -> RequestR
         index=index,
         prompt_id=f"r{index}",
         prompt_class=cls,
-        input_bucket=bucket,
+        input_tokens=INPUT_TOKENS[bucket],
         max_tokens=chunks,
         ttft_s=e2e / chunks,
         e2e_s=e2e,
@@ -64,7 +66,11 @@ def _records() -> dict[str, list[RequestRecord]]:
 def test_each_class_and_bucket_gets_its_own_statistics_cost_and_verdict():
     records = _records()
     statistics = paired_statistics(
-        records["baseline"], records["speculative"], num_speculative_tokens=4, settings=SETTINGS
+        records["baseline"],
+        records["speculative"],
+        num_speculative_tokens=4,
+        settings=SETTINGS,
+        length_buckets=EDGES,
     )
     assert {c: sorted(b) for c, b in statistics.by_bucket.items()} == {
         "open_ended": ["0-127", "128+"],
@@ -83,6 +89,7 @@ def test_each_class_and_bucket_gets_its_own_statistics_cost_and_verdict():
         windows,
         {None: statistics.overall.busy_rate_ratio, **classes},
         bucket_ratios=cells,
+        length_buckets=EDGES,
     )
     short = cost.by_bucket["structured"]["0-127"].ratio
     long = cost.by_bucket["structured"]["128+"].ratio
@@ -112,6 +119,26 @@ def test_each_class_and_bucket_gets_its_own_statistics_cost_and_verdict():
     # Can't tell does not count as a flip.
     calm = [r for r in rows if r.prompt_class == "structured"][:1]
     assert verdict_flips(calm) == []
+
+
+def test_the_buckets_follow_the_edges_given_when_the_statistics_are_computed():
+    records = _records()
+    one = paired_statistics(
+        records["baseline"],
+        records["speculative"],
+        num_speculative_tokens=4,
+        settings=SETTINGS,
+        length_buckets=[500],  # both recorded lengths (60, 300) below the one edge
+    )
+    assert {c: sorted(b) for c, b in one.by_bucket.items()} == {
+        "open_ended": ["0-499"],
+        "structured": ["0-499"],
+    }
+    assert one.by_bucket["structured"]["0-499"].pairs == 2 * PAIRS
+    none = paired_statistics(
+        records["baseline"], records["speculative"], num_speculative_tokens=4, settings=SETTINGS
+    )
+    assert none.by_bucket == {}  # no edges: no trace buckets
 
 
 def _cell(bucket: str, decision: Decision) -> ClassVerdict:

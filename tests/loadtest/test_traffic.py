@@ -119,7 +119,7 @@ def test_every_unusable_line_is_counted_by_reason_with_its_number_and_no_usable_
     g2 = result.requests[2]
     assert [m.role for m in g2.messages] == ["system", "user", "assistant", "user"]
     assert g2.messages[1].content == "a story"
-    assert g2.input_bucket == "64+" and result.requests[0].input_bucket == "0-15"
+    assert g2.input_tokens >= 64 and result.requests[0].input_tokens < 16
     over = [r for r in result.rejected if r.reason is Reason.OVER_LONG]
     assert over[0].request_id == "long-1" and "max_model_len 200" in over[0].detail
 
@@ -171,7 +171,7 @@ def test_the_profile_shows_ids_and_hashes_never_the_prompts():
     lines.append(_line(id="private", messages=[{"role": "user", "content": "TOP SECRET"}]))
     lines.append("{broken")
     result = import_lines(lines, SETTINGS)
-    text = profile(result, approximate=True)
+    text = profile(result, approximate=True, length_buckets=[16, 64])
     assert "TOP SECRET" not in text and "count to ten" not in text
     assert "not JSON: 1 (lines 14)" in text
     assert "structured: 13" in text and "approximated" in text
@@ -179,6 +179,25 @@ def test_the_profile_shows_ids_and_hashes_never_the_prompts():
     counts = per_second(result.requests)
     assert counts[0] == 6 and sum(counts) == 13  # r0-r4 and "private" in the first second
     assert bursts(counts) == [0]
+
+
+def test_the_profile_buckets_by_the_edges_it_is_given_and_the_file_holds_no_bucket(
+    tmp_path: Path,
+):
+    short = _line(id="s", messages=[{"role": "user", "content": "hi"}])
+    long = _line(id="l", messages=[{"role": "user", "content": "x" * 400}])
+    result = import_lines([short, long], SETTINGS)
+    assert "structured 0-15: 1 requests" in profile(result, approximate=True, length_buckets=[16])
+    assert "structured 16+: 1 requests" in profile(result, approximate=True, length_buckets=[16])
+    assert "structured 0-999: 2 requests" in profile(
+        result, approximate=True, length_buckets=[1000]
+    )
+    path = write_traffic(result.requests, tmp_path / "traffic.jsonl")
+    assert "input_bucket" not in path.read_text()  # bucketed when the report is built
+    # A file of the first importer (a bucket label per request) still reads.
+    older = [json.loads(line) | {"input_bucket": "0-511"} for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in older))
+    assert read_traffic(path) == result.requests
 
 
 def test_buckets_and_the_approximation():
@@ -237,3 +256,60 @@ def test_the_trace_schedule_keeps_offsets_scaled_messages_and_lengths():
         build_payload("", RequestParams(model="m", max_tokens=1, api="completions"), g2.messages)
     with pytest.raises(ValueError, match="time scale"):
         traffic_schedule(requests, time_scale=0)
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def iter_chunks(self, size: int):
+        for start in range(0, len(self.data), size):
+            yield self.data[start : start + size]
+
+
+class _S3:
+    """A stub S3 client holding objects by (bucket, key)."""
+
+    def __init__(self, objects: dict[tuple[str, str], bytes]) -> None:
+        self.objects = objects
+
+    def get_object(self, Bucket: str, Key: str) -> dict:
+        from botocore.exceptions import ClientError
+
+        if (Bucket, Key) not in self.objects:
+            raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "no"}}, "GetObject")
+        return {"Body": _Body(self.objects[(Bucket, Key)])}
+
+
+def test_the_cluster_run_replays_a_private_copy_of_the_bucket_object(
+    tmp_path: Path, caplog, monkeypatch
+):
+    import logging
+
+    from loadtest.__main__ import _traffic_from_bucket
+    from loadtest.traffic import TRAFFIC_COPY, fetch_traffic
+
+    secret = _line(id="s", messages=[{"role": "user", "content": "PROMPT TEXT"}])
+    requests = import_lines([secret], SETTINGS).requests
+    data = "".join(r.model_dump_json(by_alias=True) + "\n" for r in requests).encode()
+    config = build_config({"loadtest.traffic.file": "runs/pilot/traffic.jsonl"})
+    key = config.loadtest.traffic.bucket_key()
+    assert key == "loadtest-traffic/traffic.jsonl"
+    s3 = _S3({("bucket", key): data})
+    caplog.set_level(logging.DEBUG)
+    copy = fetch_traffic("bucket", key, tmp_path / "run" / TRAFFIC_COPY, region="r", client=s3)
+    assert read_traffic(copy) == requests and stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert "PROMPT TEXT" not in caplog.text and key in caplog.text  # named, never shown
+    with pytest.raises(ValueError, match=r"s3://bucket/loadtest-traffic/other.jsonl.*upload"):
+        fetch_traffic(
+            "bucket", "loadtest-traffic/other.jsonl", tmp_path / "x", region="r", client=s3
+        )
+    assert not (tmp_path / "x").exists()
+    # The run command: the config then names the copy in the run directory.
+    import loadtest.traffic
+
+    monkeypatch.setattr(
+        loadtest.traffic, "fetch_traffic", lambda *a, **k: fetch_traffic(*a, **k, client=s3)
+    )
+    replay = _traffic_from_bucket(config, "bucket", tmp_path / "run2")
+    assert replay.loadtest.traffic.file == str((tmp_path / "run2" / TRAFFIC_COPY).resolve())

@@ -12,8 +12,11 @@ import pytest
 from bench.scripted_server import Script, ScriptedServer
 from experiment import build_config
 from experiment.config import Arm
+from loadtest.__main__ import main
 from loadtest.records import read_records
+from loadtest.results import RunSummary
 from loadtest.runner import run_comparison
+from loadtest.summary import SUMMARY_JSON
 from loadtest.traffic import ImportSettings, import_lines, write_traffic
 from loadtest.window import WindowMeta
 
@@ -69,6 +72,7 @@ def test_the_trace_reaches_both_arms_at_its_offsets_with_its_messages_and_length
         {
             "loadtest.traffic.file": str(traffic),
             "loadtest.traffic.time_scale": str(TIME_SCALE),
+            "loadtest.traffic.length_buckets": "[14]",
             "loadtest.concurrency": "4",
             "loadtest.warmup_requests": "1",
             "loadtest.max_duration_s": "120",
@@ -105,10 +109,67 @@ def test_the_trace_reaches_both_arms_at_its_offsets_with_its_messages_and_length
         for record in records:
             assert record.ok and record.output_tokens == by_id[record.prompt_id].output_tokens
             assert record.max_tokens == record.output_tokens
-            assert record.input_bucket == by_id[record.prompt_id].input_bucket
-    assert {r.input_bucket for r in requests} == {"0-13", "14+"}
+            assert record.input_tokens == by_id[record.prompt_id].input_tokens
+    assert _cells(summary) == {
+        "open_ended": ["0-13", "14+"],
+        "structured": ["0-13", "14+"],
+    }
+    assert summary.run.analysis is not None and summary.run.analysis.length_buckets == [14]
     assert summary.run.load_shape.traffic_file == str(traffic)
     assert summary.run.load_shape.time_scale == TIME_SCALE
     assert not [w for w in summary.warnings if "differ from" in w], summary.warnings
     plan = out / "plan_baseline.json"
     assert plan.stat().st_mode & 0o777 == 0o600
+    # New edges at report time: the recorded input tokens are bucketed again, the traffic
+    # file untouched (no re-import), and a rebuild without the key keeps the run's edges.
+    imported = traffic.read_bytes()
+    assert main(["report", str(out), "-c", "loadtest.traffic.length_buckets=[50]"]) == 0
+    rebuilt = RunSummary.model_validate_json((out / SUMMARY_JSON).read_text())
+    assert _cells(rebuilt) == {"open_ended": ["0-49", "50+"], "structured": ["0-49"]}
+    assert {(v.prompt_class, v.input_bucket) for v in rebuilt.verdict_by_bucket} == {
+        ("open_ended", "0-49"),
+        ("open_ended", "50+"),
+        ("structured", "0-49"),
+    }
+    assert rebuilt.run.analysis is not None and rebuilt.run.analysis.length_buckets == [50]
+    assert "50+" in (out / "report.md").read_text()
+    assert traffic.read_bytes() == imported
+    assert main(["report", str(out)]) == 0
+    again = RunSummary.model_validate_json((out / SUMMARY_JSON).read_text())
+    assert _cells(again) == _cells(summary)
+
+
+def _cells(summary: RunSummary) -> dict[str, list[str]]:
+    assert summary.statistics is not None
+    return {c: sorted(b) for c, b in summary.statistics.by_bucket.items()}
+
+
+def test_the_open_loop_wait_connects_ahead_and_returns_at_its_moment() -> None:
+    import time
+
+    from loadtest.open_loop import CONNECT_AHEAD_S, wait_until
+
+    connected: list[float] = []
+    moment = time.perf_counter() + 2 * CONNECT_AHEAD_S
+    wait_until(moment, lambda: connected.append(time.perf_counter()))
+    done = time.perf_counter()
+    assert done >= moment and len(connected) == 1 and connected[0] < moment
+    wait_until(time.perf_counter() - 1)  # a moment already past: no wait
+
+
+def test_a_connection_opened_ahead_carries_the_send(serve) -> None:
+    from loadtest.client import RequestParams, stream_request
+    from loadtest.records import RequestRecord
+    from loadtest.transport import StreamSession
+
+    server = serve(_script)
+    params = RequestParams(model="m", max_tokens=3, timeout_s=10)
+    with StreamSession() as session:
+        session.connect_ahead(server.url + "/v1/chat/completions", 5)
+        assert len(session._idle) == 1
+        ahead = next(iter(session._idle.values()))
+        record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
+        stream_request(session, server.url, "hi", params, record)
+        assert record.ok and record.output_tokens == 3
+        assert next(iter(session._idle.values())) is ahead  # the send reused it
+        session.connect_ahead("not a url", 5)  # ignored; post_stream reports bad URLs

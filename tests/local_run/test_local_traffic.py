@@ -12,7 +12,7 @@ import pytest
 from experiment import build_config
 from experiment.config import Arm
 from loadtest.plan import build_plan, local_scale
-from loadtest.traffic import per_second, read_traffic
+from loadtest.traffic import bucket_label, per_second, read_traffic
 from local_run.traffic import import_trace, replay_config, trace_log
 
 MODELS = Path(".cache/models")
@@ -47,7 +47,8 @@ def test_the_trace_imports_whole_with_both_buckets_in_each_class(tmp_path: Path,
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     requests = read_traffic(path)
     assert len(requests) == 32
-    cells = Counter((r.prompt_class, r.input_bucket) for r in requests)
+    edges = config.local.traffic_length_buckets
+    cells = Counter((r.prompt_class, bucket_label(r.input_tokens, edges)) for r in requests)
     assert set(cells) == {(c, b) for c in ("structured", "open_ended") for b in ("0-127", "128+")}
     assert max(r.input_tokens + r.output_tokens for r in requests) <= config.local.max_model_len
     assert max(per_second(requests)) >= 3

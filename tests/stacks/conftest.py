@@ -14,6 +14,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 
 
 OPERATOR_ARN = "arn:aws:iam::123456789012:role/Oncall"
+TRAFFIC_FILE = "runs/pilot/traffic.jsonl"  # a replayed trace: the load test reads its copy
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,7 @@ def synth_options(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         "experiment.cluster.admin_principal_arns": '["arn:aws:iam::123456789012:role/Admin"]',
         "experiment.routing.eks.operator_principal_arns": f'["{OPERATOR_ARN}"]',
         "experiment.model_store.retain_on_delete": "false",
+        "experiment.loadtest.traffic.file": TRAFFIC_FILE,
     }
     return synthesize(overrides, tmp_path_factory.mktemp("cdk.out-options"))
 

@@ -423,6 +423,40 @@ def test_loadtest_role_can_only_put_metrics_in_its_namespace(synth) -> None:
     )
 
 
+def test_a_traffic_file_lets_the_load_test_read_that_one_object_and_decrypt_it_via_s3(
+    synth_options,
+) -> None:
+    key = synth_options.config.loadtest.traffic.bucket_key()
+    assert key == "loadtest-traffic/traffic.jsonl"
+    template = json.loads(json.dumps(synth_options.templates["Cluster"]))
+    role = next(
+        k
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Role" and k.startswith("LoadTestRole")
+    )
+    statements = [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert sorted(s["Action"] for s in statements) == [
+        "cloudwatch:PutMetricData",
+        "kms:Decrypt",
+        "s3:GetObject",
+    ]
+    read = next(s for s in statements if s["Action"] == "s3:GetObject")
+    # arn:<partition>:s3:::<the model bucket>/<that key>: one object, no wildcard.
+    parts = read["Resource"]["Fn::Join"][1]
+    assert parts[-1] == f"/{key}" and "*" not in json.dumps(read)
+    assert "model-store" in json.dumps(parts)  # the model-store stack's bucket name
+    decrypt = next(s for s in statements if s["Action"] == "kms:Decrypt")
+    assert decrypt["Condition"] == {
+        "StringEquals": {"kms:ViaService": f"s3.{synth_options.config.region}.amazonaws.com"}
+    }
+    assert "model-store" in json.dumps(decrypt["Resource"])  # the model-store key only
+
+
 def test_model_bucket_is_encrypted_private_versioned_tls_only(synth) -> None:
     template = _template(synth, "ModelStore")
     template.has_resource_properties(

@@ -1,0 +1,34 @@
+"""The open loop's wait: a scheduled request leaves at its arrival time, as exactly as one
+gevent loop allows (Locust's users are greenlets; no Locust import here, so tests can use it
+without Locust's monkey patching)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import gevent
+
+# A gevent timer wakes its greenlet only when the loop next gets
+# control, after whatever the other greenlets are doing (reading and parsing streams; a burst's
+# other sends), so a sleep to the arrival itself ends late by that much. The wait sleeps to
+# SPIN_AHEAD_S before the arrival, then yields to the other greenlets until it comes
+# (gevent.sleep(0): "yield execution to any other runnable greenlets", gevent's sleep
+# docstring): late only by one other greenlet's turn. The connection is opened CONNECT_AHEAD_S
+# before (not at the start of a long wait: servers close idle keep-alive connections).
+SPIN_AHEAD_S = 0.002
+CONNECT_AHEAD_S = 0.05
+
+
+def wait_until(moment: float, connect: Callable[[], None] | None = None) -> None:
+    """Return at ``moment`` (perf_counter), having called ``connect`` shortly before it."""
+    if connect is not None:
+        ahead = moment - CONNECT_AHEAD_S - time.perf_counter()
+        if ahead > 0:
+            gevent.sleep(ahead)
+        connect()
+    ahead = moment - SPIN_AHEAD_S - time.perf_counter()
+    if ahead > 0:
+        gevent.sleep(ahead)
+    while time.perf_counter() < moment:
+        gevent.sleep(0)
