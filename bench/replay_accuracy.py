@@ -140,6 +140,20 @@ class LevelErrors:
     # origin: receive - (window start + offset x time_scale), connect and loopback included.
     absolute_p50_ms: float | None = None
     absolute_p99_ms: float | None = None
+    # The requests alone at their offset against those sharing one with others (a burst):
+    # one process writes a burst's sends one after another, so they wait on each other.
+    alone_p99_ms: float | None = None
+    burst_p99_ms: float | None = None
+    largest_burst: int = 0
+
+
+def burst_members(trace: Sequence[TrafficRequest]) -> tuple[set[str], int]:
+    """The ids of requests that share their offset with another, and the largest such group."""
+    by_offset: dict[float, list[str]] = {}
+    for request in trace:
+        by_offset.setdefault(request.offset_s, []).append(request.id)
+    groups = [ids for ids in by_offset.values() if len(ids) > 1]
+    return {i for ids in groups for i in ids}, max((len(ids) for ids in groups), default=0)
 
 
 def receive_times(log: Sequence[dict[str, Any]]) -> dict[str, float | None]:
@@ -217,6 +231,7 @@ def summarize(
     log: Sequence[dict[str, Any]],
     worker_of: dict[str, int] | None = None,
     absolute: Sequence[float] = (),
+    bursts: tuple[set[str], int] = (set(), 0),
 ) -> LevelErrors:
     if not errors:
         raise ValueError(f"{level.streams} streams: no request was matched to a receive stamp")
@@ -241,7 +256,14 @@ def summarize(
         worker_p50_ms={w: float(np.percentile(v, 50)) for w, v in sorted(by_worker.items())},
         absolute_p50_ms=float(np.percentile(absolute, 50)) if len(absolute) else None,
         absolute_p99_ms=float(np.percentile(absolute, 99)) if len(absolute) else None,
+        alone_p99_ms=_p99([e for i, e in errors.items() if i not in bursts[0]]),
+        burst_p99_ms=_p99([e for i, e in errors.items() if i in bursts[0]]),
+        largest_burst=bursts[1],
     )
+
+
+def _p99(values: Sequence[float]) -> float | None:
+    return float(np.percentile(values, 99)) if len(values) else None
 
 
 def run_level(level: Level, run_dir: Path, seed: int = 0) -> tuple[LevelErrors, dict[str, Any]]:
@@ -290,7 +312,13 @@ def run_level(level: Level, run_dir: Path, seed: int = 0) -> tuple[LevelErrors, 
         else []
     )
     result = summarize(
-        level, errors, missing, log, worker_of if level.workers > 1 else None, absolute
+        level,
+        errors,
+        missing,
+        log,
+        worker_of if level.workers > 1 else None,
+        absolute,
+        burst_members(trace),
     )
     detail = {
         "stopped_by": meta.stopped_by,

@@ -435,7 +435,7 @@ class GuardrailsDrillFigures(_Model):
 
 class ReplayLevel(_Model):
     """Replay timing error (ms) at one level: each request's kernel receive time behind its
-    recorded offset, relative to the trace's first request (bench/replay_accuracy.py)."""
+    recorded offset, relative to the median request (bench/replay_accuracy.py)."""
 
     streams: int  # requests in flight the trace was made to keep (Little's law)
     workers: int  # loadtest.workers: Locust processes sending
@@ -454,6 +454,10 @@ class ReplayLevel(_Model):
     # One Locust process: receive - (its window start + offset x time scale), no origin
     absolute_p50_ms: float | None = None
     absolute_p99_ms: float | None = None
+    # Requests alone at their offset vs those in a burst (sharing one); None: older records
+    alone_p99_ms: float | None = None
+    burst_p99_ms: float | None = None
+    largest_burst: int = 0
     stopped_by: str
 
 

@@ -1250,6 +1250,13 @@ def replay_accuracy(records: Records) -> str:
                 f"p50 {level.absolute_p50_ms:.2f} ms, p99 {level.absolute_p99_ms:.2f} ms "
                 "(the connect and loopback path included).",
             ]
+        if level.alone_p99_ms is not None and level.burst_p99_ms is not None:
+            rows += [
+                "",
+                f"At {level.streams} streams, the requests alone at their offset: p99 "
+                f"{level.alone_p99_ms:.2f} ms; those in a burst (up to {level.largest_burst} at "
+                f"one offset, written one after another): p99 {level.burst_p99_ms:.2f} ms.",
+            ]
         if level.worker_p50_ms:
             starts = ", ".join(f"{v:.2f}" for _, v in sorted(level.worker_p50_ms.items()))
             rows += [

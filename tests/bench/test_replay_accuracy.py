@@ -16,6 +16,7 @@ from bench.replay_accuracy import (
     SERVICE_S,
     Level,
     absolute_errors,
+    burst_members,
     in_flight,
     parse_levels,
     receive_times,
@@ -184,6 +185,22 @@ def test_each_workers_requests_get_their_own_p50() -> None:
     result = summarize(Level(2, 4, 2), errors, [], log, {"r0": 0, "r1": 1, "r2": 0, "r3": 1})
     assert result.worker_p50_ms == pytest.approx({"0": 0.1, "1": 3.1})
     assert summarize(Level(2, 4, 1), errors, [], log).worker_p50_ms == {}
+
+
+def test_bursts_and_lone_requests_get_their_own_p99() -> None:
+    trace = synthetic_trace(40, 8, seed=0)
+    members, largest = burst_members(trace)
+    offsets = [r.offset_s for r in trace]
+    assert members == {r.id for r in trace if offsets.count(r.offset_s) > 1}
+    assert largest == max(offsets.count(o) for o in offsets) > 1
+    # A burst's sends wait on each other; a lone request is on time.
+    errors = {r.id: (5.0 if r.id in members else 0.1) for r in trace}
+    result = summarize(
+        Level(8, 40, 1), errors, [], [_entry("a", 0.0, 0.0)], None, (), (members, largest)
+    )
+    assert result.alone_p99_ms == pytest.approx(0.1) and result.burst_p99_ms == pytest.approx(5.0)
+    assert result.largest_burst == largest
+    assert summarize(Level(8, 40, 1), errors, [], []).burst_p99_ms is None  # not asked: none
 
 
 @pytest.mark.skipif(not KERNEL_STAMPS, reason="kernel receive stamps: Linux x86_64/aarch64")
