@@ -71,6 +71,8 @@ def _class_expectation(
     settings: StatisticsConfig,
 ) -> HostExpectation:
     tau = acceptance.mean_acceptance_length
+    if tau is None:
+        raise ValueError(f"{name}: no tokens per step from the counters")
     columns = np.stack([samples.values[key][arm] for key, arm in _COLUMNS], axis=1)
     columns = np.nan_to_num(columns)
     pairs = len(samples)

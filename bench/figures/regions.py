@@ -278,13 +278,14 @@ def readme_local_expected(records: Records) -> str:
 
 def _implied_text(h: LocalHostsFigures, reference: HostRun) -> str:
     """What the runs without step costs imply through the relation, both classes apart."""
-    pairs = []
+    pairs: list[tuple[float, float]] = []
     for r in h.runs:
         if r.host_expectation:
             continue
-        implied = [_implied_ratio(reference, n, r.e2e_speedup[n].estimate) for n in CLASSES]
-        if None not in implied:
-            pairs.append((min(implied), max(implied)))  # type: ignore[type-var]
+        found = [_implied_ratio(reference, n, r.e2e_speedup[n].estimate) for n in CLASSES]
+        implied = [ratio for ratio in found if ratio is not None]
+        if len(implied) == len(found):
+            pairs.append((min(implied), max(implied)))
     if not pairs:
         return ""
     apart = max(high - low for low, high in pairs)
