@@ -45,7 +45,6 @@ from experiment.config.loadtest import (
     LoadTestPodConfig,
     PromptSuiteConfig,
     SloConfig,
-    TrafficConfig,
 )
 from experiment.config.local import LocalConfig
 from experiment.config.metric_names import MetricNames
@@ -70,6 +69,7 @@ from experiment.config.routing import FallbackConfig, HealthConfig, RoutingConfi
 from experiment.config.routing_line import routing_override_line
 from experiment.config.serving import SecurityProfile, ServingConfig
 from experiment.config.stats import StatisticsConfig
+from experiment.config.traffic import TrafficConfig
 from experiment.config.tuning import TuningConfig
 
 __all__ = [
