@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.figures.records import ROOT, ArmsSpreadFigures, ArmsSpreadRun, Interval
@@ -37,7 +39,8 @@ def local_run_command(overrides: list[str], runs_dir: str, lock: str | None) -> 
     return ["flock", lock, *command] if lock else command
 
 
-def _interval(found: SummaryInterval, where: Path) -> Interval:
+def record_interval(found: SummaryInterval, where: Path) -> Interval:
+    """A summary's speedup interval as a record's (an estimate is required)."""
     if found.estimate is None:
         raise ValueError(f"{where}: a speedup without an estimate")
     return Interval(estimate=found.estimate, low=found.low, high=found.high, n=found.n)
@@ -58,7 +61,9 @@ def read_run(run_dir: Path, mode: str, turn: int, ok: bool, wall_s: float) -> Ar
         turn=turn,
         ok=ok,
         wall_s=wall_s,
-        e2e_speedup={c: _interval(by_class[c].speedup["e2e_ms"]["mean"], path) for c in CLASSES},
+        e2e_speedup={
+            c: record_interval(by_class[c].speedup["e2e_ms"]["mean"], path) for c in CLASSES
+        },
         load_test_s=timing.run_elapsed_s if timing else None,
         locust_overhead_s=(
             sum(timing.arms_elapsed_s.values()) - sum(a.window_s for a in summary.arms.values())
@@ -76,21 +81,41 @@ def newest_run(runs_dir: Path, since: float) -> Path:
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One local run of an interleaved sequence: the setting's value it ran with."""
+
+    value: str
+    turn: int
+    run_dir: Path  # the run's own directory (newest_run under the turn's runs_dir)
+    ok: bool  # the local run exited 0
+    wall_s: float  # flock's wait included: see the record's machine
+
+
+def interleaved_runs(
+    setting: str, values: list[str], runs: int, out_dir: Path, lock: str | None, label: str
+) -> Iterator[Turn]:
+    """The cached local run ``runs`` times per value of ``local.<setting>``, interleaved (a,
+    b, a, b, ...) so a drift of the machine falls on every value alike."""
+    order = [value for _ in range(runs) for value in values]
+    for turn, value in enumerate(order):
+        runs_dir = out_dir / f"{value}-{turn // len(values)}"
+        shown = os.path.relpath(runs_dir, ROOT) if runs_dir.is_relative_to(ROOT) else runs_dir
+        print(f"{label}: run {turn + 1} of {len(order)}, {value} -> {shown}", flush=True)
+        began, started = time.monotonic(), time.time()
+        command = local_run_command([f"local.{setting}={value}"], str(runs_dir), lock)
+        code = subprocess.run(command, cwd=ROOT).returncode
+        wall_s = time.monotonic() - began
+        yield Turn(value, turn, newest_run(runs_dir, started), code == 0, wall_s)
+
+
 def measure(
     modes: list[str], runs: int, out_dir: Path, lock: str | None, block_requests: int
 ) -> ArmsSpreadFigures:
-    results = []
-    order = [mode for _ in range(runs) for mode in modes]
-    for turn, mode in enumerate(order):
-        runs_dir = out_dir / f"{mode}-{turn // len(modes)}"
-        shown = os.path.relpath(runs_dir, ROOT) if runs_dir.is_relative_to(ROOT) else runs_dir
-        print(f"arms spread: run {turn + 1} of {len(order)}, {mode} arms -> {shown}", flush=True)
-        began, started = time.monotonic(), time.time()
-        code = subprocess.run(
-            local_run_command([f"local.arms_mode={mode}"], str(runs_dir), lock), cwd=ROOT
-        ).returncode
-        wall_s = time.monotonic() - began  # flock's wait included: see the record's machine
-        results.append(read_run(newest_run(runs_dir, started), mode, turn, code == 0, wall_s))
+    results = [
+        read_run(t.run_dir, t.value, t.turn, t.ok, t.wall_s)
+        for t in interleaved_runs("arms_mode", modes, runs, out_dir, lock, "arms spread")
+    ]
     return ArmsSpreadFigures(block_requests=block_requests, runs=results)
 
 

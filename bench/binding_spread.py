@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import get_args
 
-from bench.arms_spread import local_run_command, newest_run
+from bench.arms_spread import interleaved_runs, record_interval
 from bench.figures.measure import host_expectation_figures
-from bench.figures.records import ROOT, BindingRun, BindingSpreadFigures, Interval
+from bench.figures.records import ROOT, BindingRun, BindingSpreadFigures
 from experiment.config.local import CpuBinding
 from loadtest.results import RunSummary
 
@@ -44,14 +42,10 @@ def read_run(run_dir: Path, binding: str, turn: int, ok: bool, wall_s: float) ->
     costs = host_expectation_figures(local["headline"].get("host_expectation") or [])
     if costs is None or set(costs) != set(CLASSES):
         raise ValueError(f"{run_dir}/local_run.json kept no step costs for {CLASSES}")
-    measured = {}
-    for name in CLASSES:
-        found = summary.statistics.by_class[name].speedup["e2e_ms"]["mean"]
-        if found.estimate is None:
-            raise ValueError(f"{run_dir}: {name} has no E2E speedup")
-        measured[name] = Interval(
-            estimate=found.estimate, low=found.low, high=found.high, n=found.n
-        )
+    by_class = summary.statistics.by_class
+    measured = {
+        name: record_interval(by_class[name].speedup["e2e_ms"]["mean"], run_dir) for name in CLASSES
+    }
     return BindingRun(
         binding=binding,
         turn=turn,
@@ -66,18 +60,10 @@ def read_run(run_dir: Path, binding: str, turn: int, ok: bool, wall_s: float) ->
 def measure(
     bindings: list[str], runs: int, out_dir: Path, lock: str | None
 ) -> BindingSpreadFigures:
-    results = []
-    order = [binding for _ in range(runs) for binding in bindings]
-    for turn, binding in enumerate(order):
-        runs_dir = out_dir / f"{binding}-{turn // len(bindings)}"
-        shown = os.path.relpath(runs_dir, ROOT) if runs_dir.is_relative_to(ROOT) else runs_dir
-        print(f"binding spread: run {turn + 1} of {len(order)}, {binding} -> {shown}", flush=True)
-        began, started = time.monotonic(), time.time()
-        command = local_run_command([f"local.cpu_binding={binding}"], str(runs_dir), lock)
-        code = subprocess.run(command, cwd=ROOT).returncode
-        wall_s = time.monotonic() - began
-        results.append(read_run(newest_run(runs_dir, started), binding, turn, code == 0, wall_s))
-    return BindingSpreadFigures(runs=results)
+    turns = interleaved_runs("cpu_binding", bindings, runs, out_dir, lock, "binding spread")
+    return BindingSpreadFigures(
+        runs=[read_run(t.run_dir, t.value, t.turn, t.ok, t.wall_s) for t in turns]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,11 +156,8 @@ def host_expectation_figures(kept: list[dict[str, Any]]) -> dict[str, HostClassF
         predicted = expectation.predicted_e2e_speedup
         if predicted.estimate is None:
             continue
-        costs = expectation.costs
         out[expectation.prompt_class] = HostClassFigures(
-            **costs.model_dump(exclude={"draft_cost_per_step_ms", "step_ratio"}),
-            draft_cost_per_step_ms=costs.speculative_step_ms - costs.baseline_step_ms,
-            step_ratio=costs.speculative_step_ms / costs.baseline_step_ms,
+            **expectation.costs.model_dump(),  # the derived step ratio and draft cost too
             predicted=_interval(predicted),
             agrees=expectation.agrees,
         )

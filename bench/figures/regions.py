@@ -26,6 +26,7 @@ from bench.figures.records import (
     BindingSpreadFigures,
     FigureRecord,
     GuardrailsDrillFigures,
+    HostClassFigures,
     HostRun,
     Interval,
     LocalHostsFigures,
@@ -296,13 +297,17 @@ def _implied_text(h: LocalHostsFigures, reference: HostRun) -> str:
     )
 
 
+def _verdict(costs: HostClassFigures) -> str:
+    """Whether a class's measured speedup lies inside what its step costs predict."""
+    return {True: "agrees", False: "**disagrees**", None: "no interval"}[costs.agrees]
+
+
 def _cell(run: HostRun, name: str) -> str:
     measured = run.e2e_speedup[name]
     text = f"{x(measured.estimate)} {ci(measured)}"
     if run.host_expectation and name in run.host_expectation:
         c = run.host_expectation[name]
-        mark = {True: "agrees", False: "**disagrees**", None: "no interval"}[c.agrees]
-        text += f"; predicted {x(c.predicted.estimate)} {ci(c.predicted)}, {mark}"
+        text += f"; predicted {x(c.predicted.estimate)} {ci(c.predicted)}, {_verdict(c)}"
     return text
 
 
@@ -380,11 +385,7 @@ def binding_spread(records: Records) -> str:
             f"{c['open_ended'].step_ratio:.2f} | {x(run.e2e_speedup['structured'].estimate)} "
             f"{ci(run.e2e_speedup['structured'])} | {x(run.e2e_speedup['open_ended'].estimate)} "
             f"{ci(run.e2e_speedup['open_ended'])} | "
-            + " / ".join(
-                f"{x(c[n].predicted.estimate)} "
-                + {True: "agrees", False: "**disagrees**", None: "no interval"}[c[n].agrees]
-                for n in CLASSES
-            )
+            + " / ".join(f"{x(c[n].predicted.estimate)} {_verdict(c[n])}" for n in CLASSES)
             + " |"
         )
     ratios = [r.host_expectation["structured"].step_ratio for r in b.runs]

@@ -3,10 +3,13 @@ mode, the mode it chooses and the text docs/local-run.md renders from it."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import bench.arms_spread as spread_bench
 from bench.arms_spread import local_run_command, spread_lines
 from bench.figures.records import (
     ArmsSpreadFigures,
@@ -95,3 +98,23 @@ def test_the_region_says_which_tree_the_record_measured() -> None:
     assert isinstance(record.figures, ArmsSpreadFigures)
     text = arms_spread({"arms-spread": record})
     assert "default" not in text.split("\n")[-1]
+
+
+def test_interleaved_runs_alternate_the_values_each_in_its_own_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[list[str]] = []
+
+    def fake_run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+        started.append(command)
+        runs_dir = Path(command[-1].split("=", 1)[1])
+        (runs_dir / "20260101-000000").mkdir(parents=True)
+        (runs_dir / "20260101-000000" / "summary.json").write_text("{}")
+        return subprocess.CompletedProcess(command, 1 if "b-1" in str(runs_dir) else 0)
+
+    monkeypatch.setattr(spread_bench.subprocess, "run", fake_run)
+    turns = list(spread_bench.interleaved_runs("cpu_binding", ["a", "b"], 2, tmp_path, None, "t"))
+    assert [(t.value, t.turn, t.run_dir.parent.name, t.ok) for t in turns] == [
+        ("a", 0, "a-0", True), ("b", 1, "b-0", True), ("a", 2, "a-1", True), ("b", 3, "b-1", False)
+    ]  # fmt: skip
+    assert all("local.cpu_binding=" + t.value in started[t.turn] for t in turns)
