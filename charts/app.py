@@ -30,7 +30,7 @@ from charts.model_store import model_store_volumes
 from charts.naming import labels
 from charts.network_policy import network_policies
 from charts.objects import api_object
-from charts.probe import probe_manifests
+from charts.probe import probe_manifests, start_probe_manifests
 from charts.rollout import (
     check_prometheus_url,
     managed_scrape_config,
@@ -232,7 +232,8 @@ class RoutingChart(cdk8s.Chart):
     ):
         super().__init__(scope, construct_id)
         rollouts = rollout_manifests(config, prometheus_url=inputs.prometheus_url)
-        for body in [*gateway_manifests(config), *rollouts]:
+        start_probe = start_probe_manifests(config, inputs)  # named by the Rollout's steps
+        for body in [*gateway_manifests(config), *start_probe, *rollouts]:
             api_object(self, f"{body['kind']}-{body['metadata']['name']}", body)
 
 

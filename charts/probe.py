@@ -33,6 +33,7 @@ from charts.loadtest_job import CHECKOV_SKIPS, CONFIG_DIR, CONFIG_FILE, pod_spec
 from charts.model_import_job import DNS_PORT, KUBE_DNS, KUBE_SYSTEM
 from charts.naming import labels, metadata
 from charts.network_policy import collector_cidrs
+from charts.rollout import ROLLOUTS_API, probe_once_template_name
 from experiment.config import ExperimentConfig
 from experiment.config.upstreams import pin
 from guardrails.scrape import PUSHGATEWAY_NAME
@@ -54,8 +55,7 @@ HISTORY = 1  # finished Jobs kept per outcome: the last success and the last fai
 
 
 def enabled(config: ExperimentConfig) -> bool:
-    guard = config.guardrails
-    return guard.live.enabled and guard.probe.enabled
+    return config.guardrails.probe_runs
 
 
 def pushgateway_service_name(config: ExperimentConfig) -> str:
@@ -117,6 +117,53 @@ def cron_job(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+PROBE_ONCE_METRIC = "probe-once"
+# Attempts of the start probe before the step fails (the canary is then aborted): a run
+# that meets a transient error is repeated after its deadline, not judged on one request.
+PROBE_ONCE_ATTEMPTS = 3
+
+
+def probe_once_template(config: ExperimentConfig, inputs: ClusterInputs) -> dict[str, Any]:
+    """The AnalysisTemplate of the Rollout's start step: one probe run as a Kubernetes Job as
+    soon as the canary is available, so the checks that need the probe's results have them
+    before the background analysis starts (charts/rollout.py).
+
+    Argo's Job provider (argo-rollouts v1.9.1 metricproviders/job/job.go: the Job is created
+    in the AnalysisRun's namespace, a completed Job is a Successful measurement, a failed one
+    Failed; the controller's ClusterRole creates and deletes jobs, manifests/role/
+    argo-rollouts-clusterrole.yaml). The metric ends Successful at its first success
+    (consecutiveSuccessLimit 1) and Failed when all ``PROBE_ONCE_ATTEMPTS`` fail
+    (failureLimit attempts - 1; analysis/analysis.go assessMetricStatus), an attempt every
+    ``deadline_s``."""
+    probe = config.guardrails.probe
+    pod_labels = probe_pod_labels(config)
+    spec = pod_spec(config, inputs, probe_command(config), reports=False, config_file=True)
+    name = probe_once_template_name(config)
+    metric = {
+        "name": PROBE_ONCE_METRIC,
+        "interval": f"{probe.deadline_s}s",
+        "count": PROBE_ONCE_ATTEMPTS,
+        "consecutiveSuccessLimit": 1,
+        "failureLimit": PROBE_ONCE_ATTEMPTS - 1,
+        "provider": {
+            "job": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "backoffLimit": 0,
+                    "activeDeadlineSeconds": probe.deadline_s,
+                    "template": {"metadata": {"labels": pod_labels}, "spec": spec},
+                },
+            }
+        },
+    }
+    return {
+        "apiVersion": ROLLOUTS_API,
+        "kind": "AnalysisTemplate",
+        "metadata": metadata(config, name, pod_labels),
+        "spec": {"metrics": [metric]},
     }
 
 
@@ -256,6 +303,12 @@ PUSHGATEWAY_SKIPS: dict[str, str] = {
     "checkov.io/skip1": "CKV_K8S_43=Pinned by its immutable release tag (prometheus/pushgateway "
     f"{pin('pushgateway')}); the digest differs per registry mirror",
 }
+
+
+def start_probe_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[dict[str, Any]]:
+    """The start probe's AnalysisTemplate, which the Rollout's steps name (the routing chart
+    applies it before the Rollout), or none when the probe is off."""
+    return [probe_once_template(config, inputs)] if enabled(config) else []
 
 
 def probe_manifests(config: ExperimentConfig, inputs: ClusterInputs) -> list[dict[str, Any]]:

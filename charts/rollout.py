@@ -48,7 +48,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,7 +76,7 @@ from charts.vllm_service import (
 )
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import ConfigError
-from guardrails.rules import CLASS, Alert, rule_set
+from guardrails.analysis import live_checks, live_metric
 from guardrails.scrape import eks_scrape_config
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
@@ -177,48 +176,10 @@ def analysis_template_name(config: ExperimentConfig) -> str:
     return f"{config.project}-guardrails"
 
 
-# Argo's verdict on a Prometheus vector (``result`` is its values as floats; argo-rollouts
-# utils/evaluate/evaluate.go: neither condition true is Inconclusive).
-LIVE_SUCCESS = "len(result) == 1 && result[0] == 0"
-LIVE_FAILURE = "len(result) == 1 && result[0] > 0"
 # Argo signs its queries with SigV4 only when the address names an AMP workspace
 # (argo-rollouts metricproviders/prometheus/prometheus.go, NewPrometheusAPI: "aps-workspaces").
 AMP_HOST_MARK = "aps-workspaces"
 CDK_TOKEN_MARK = "${Token["  # an unresolved CDK token (the stack's output, resolved at deploy)
-
-
-@dataclass(frozen=True)
-class LiveCheck:
-    """One alert of the rule set as an analysis metric: fails while the alert's condition
-    holds for any series."""
-
-    name: str
-    alert: Alert
-
-    @property
-    def query(self) -> str:
-        return f"count({self.alert.expr}) or vector(0)"
-
-
-def _kebab(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).replace("_", "-").lower()
-
-
-def live_checks(config: ExperimentConfig) -> list[LiveCheck]:
-    """The rule set's ``analysis`` alerts for the cluster's servers (``serving.generation``),
-    named after the alert and, for per-class alerts, the class."""
-    checks = []
-    for alert in rule_set(config, config.serving.generation).alerts:
-        if not alert.analysis:
-            continue
-        name = _kebab(alert.name)
-        if CLASS in alert.labels:
-            name = f"{name}-{_kebab(alert.labels[CLASS])}"
-        checks.append(LiveCheck(name, alert))
-    names = [check.name for check in checks]
-    if len(set(names)) != len(names):  # Argo keys measurements by metric name
-        raise ValueError(f"two guardrail analysis metrics share a name: {sorted(names)}")
-    return checks
 
 
 def check_prometheus_url(config: ExperimentConfig, prometheus_url: str | None) -> str:
@@ -245,33 +206,6 @@ def check_prometheus_url(config: ExperimentConfig, prometheus_url: str | None) -
     return prometheus_url
 
 
-def _live_metric(config: ExperimentConfig, check: LiveCheck, address: str) -> dict[str, Any]:
-    live = config.guardrails.live
-    # Field names: the vendored AnalysisTemplate CRD (charts/crds/analysis-template-crd.yaml,
-    # argo-rollouts v1.9.0) and docs/features/analysis.md. No roleArn: the controller's own
-    # credentials (its service account's, from the SDK's default chain) sign the queries;
-    # a roleArn would only add an AssumeRole on top (prometheus/sigv4, NewSigV4RoundTripper).
-    return {
-        "name": check.name,
-        "interval": f"{live.evaluation_interval_s}s",
-        "successCondition": LIVE_SUCCESS,
-        "failureCondition": LIVE_FAILURE,
-        "failureLimit": live.failure_limit,
-        # The query cannot come back empty (`or vector(0)`), so no measurement is inconclusive
-        # and no setting would take effect; 0 (Argo's default, written out) stops the analysis
-        # for a person at the first one a changed query might give, never a pass.
-        "inconclusiveLimit": 0,
-        "consecutiveErrorLimit": live.consecutive_error_limit,
-        "provider": {
-            "prometheus": {
-                "address": address,
-                "query": check.query,
-                "authentication": {"sigv4": {"region": config.region}},
-            }
-        },
-    }
-
-
 def analysis_template(
     config: ExperimentConfig, prometheus_url: str | None = None
 ) -> dict[str, Any]:
@@ -285,7 +219,7 @@ def analysis_template(
             "kind": "AnalysisTemplate",
             "metadata": metadata(config, name, labels(config, "rollout", name)),
             "spec": {
-                "metrics": [_live_metric(config, check, address) for check in live_checks(config)]
+                "metrics": [live_metric(config, check, address) for check in live_checks(config)]
             },
         }
     eks = config.routing.eks
@@ -492,6 +426,37 @@ def controller_route_access(config: ExperimentConfig) -> list[dict[str, Any]]:
     return role_with_binding(config, name, "rollout", rules, controller)
 
 
+def probe_once_template_name(config: ExperimentConfig) -> str:
+    """The start probe's AnalysisTemplate (charts/probe.py ``probe_once_template``)."""
+    return f"{config.project}-probe-once"
+
+
+def progress_deadline_s(config: ExperimentConfig) -> int:
+    serving = config.serving
+    return (serving.precompile_timeout_minutes + serving.startup_timeout_minutes) * 60
+
+
+def canary_steps(config: ExperimentConfig) -> list[dict[str, Any]]:
+    """Scale the canary, run the probe once (when the probe is on), then pause for ever."""
+    steps: list[dict[str, Any]] = [
+        # As many speculative pods as the baseline has, whatever the weight (which stays 0:
+        # the tiered HTTPRoute, not a weight, decides which requests they serve).
+        {"setCanaryScale": {"replicas": config.serving.replicas}},
+    ]
+    if config.guardrails.probe_runs:
+        steps.append(
+            {"analysis": {"templates": [{"templateName": probe_once_template_name(config)}]}}
+        )
+    steps.append({"pause": {}})  # indefinite: only the controller or an abort ends it
+    return steps
+
+
+def analysis_starting_step(config: ExperimentConfig) -> int:
+    """The index of the pause: every step before it (the canary available, the probe's
+    first results pushed) has completed when the background analysis starts."""
+    return len(canary_steps(config)) - 1
+
+
 def rollout(config: ExperimentConfig) -> dict[str, Any]:
     """The Rollout as ``cdk deploy`` creates it: the baseline template, which Argo makes the
     stable revision at once ("Initial deploy": rollout/sync.go shouldFullPromote, v1.9.1).
@@ -514,15 +479,20 @@ def rollout(config: ExperimentConfig) -> dict[str, Any]:
                 }
             }
         },
-        # Background analysis (types.go RolloutAnalysisBackground): runs from the first
-        # step while the canary lives; a failed run aborts the Rollout.
-        "analysis": {"templates": [{"templateName": analysis_template_name(config)}]},
-        "steps": [
-            # As many speculative pods as the baseline has, whatever the weight (which stays
-            # 0: the tiered HTTPRoute, not a weight, decides which requests they serve).
-            {"setCanaryScale": {"replicas": serving.replicas}},
-            {"pause": {}},  # indefinite: only the controller or an abort ends it
-        ],
+        # Background analysis (types.go RolloutAnalysisBackground) while the canary lives; a
+        # Failed or Error run aborts the Rollout. It starts at ``startingStep``: Argo creates
+        # no background run while the current step index is below it (utils/replicaset/
+        # canary.go BeforeStartingStep, rollout/analysis.go reconcileBackgroundAnalysisRun),
+        # and the steps before it complete only once the canary's pods are *available*
+        # (setCanaryScale: rollout/canary.go completedCurrentCanaryStep ->
+        # AtDesiredReplicaCountsForCanary) and the start probe succeeded (an analysis step
+        # completes when its run is Successful). A pod in its init container (hours of
+        # precompile on a first deploy) is not available: nothing is measured before.
+        "analysis": {
+            "templates": [{"templateName": analysis_template_name(config)}],
+            "startingStep": analysis_starting_step(config),
+        },
+        "steps": canary_steps(config),
     }
     return {
         "apiVersion": ROLLOUTS_API,
@@ -533,6 +503,11 @@ def rollout(config: ExperimentConfig) -> dict[str, Any]:
         },
         "spec": {
             "replicas": serving.replicas,
+            # A revision whose pods do not become available within their precompile and
+            # start-up budgets aborts (types.go ProgressDeadlineAbort): a canary that never
+            # became ready is the deploy's fault to report, not a guardrail's.
+            "progressDeadlineSeconds": progress_deadline_s(config),
+            "progressDeadlineAbort": True,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": rollout_pods(config)},
             "template": revision_template(config, Arm.BASELINE),
@@ -597,8 +572,10 @@ def canary_step_files(config: ExperimentConfig) -> dict[str, str]:
 def rollout_manifests(
     config: ExperimentConfig, *, prometheus_url: str | None
 ) -> list[dict[str, Any]]:
-    """In apply order: what the Rollout references exists before it. ``prometheus_url``: the
-    workspace the live analysis queries (required when ``guardrails.live.enabled``)."""
+    """In apply order: what the Rollout references exists before it (the start probe's
+    template, charts/probe.py, is applied before these by the routing chart).
+    ``prometheus_url``: the workspace the live analysis queries (required when
+    ``guardrails.live.enabled``)."""
     return [
         analysis_template(config, prometheus_url),
         *operator_role(config),

@@ -12,8 +12,10 @@ Labels the rules rely on are put on the series by the scrape (guardrails/scrape.
 
 What fires, and when:
 
-- **missing data**: an arm's or the gateway's target is absent, stale or down
-  (``absent(up{...} == 1)``: no successful scrape in Prometheus' lookback), or the speculative
+- **missing data**: an arm that served within ``serving_lookback_s`` is absent, stale or down
+  (``absent(up{...} == 1)``: no successful scrape in Prometheus' lookback; a pod still starting
+  has not served yet and is the deploy's to judge), the gateway's target likewise, or the
+  speculative
   arm finishes requests while its speculation counters do not move. An idle arm (scraped,
   nothing finished, nothing running) is not missing: the rules that need traffic stay quiet.
 - **acceptance**: the speculative arm's accepted / draft tokens over the window below its
@@ -21,8 +23,10 @@ What fires, and when:
   when it serves several: a mix below every floor has a class below its own); per class
   through the probe.
 - **failed and fell-back share** of each speculative route, from the gateway.
-- **speculation stopped paying**: the speculative arm's mean time per output token over the
-  window above ``1 + latency_margin`` times the baseline's over the same window.
+- **speculation stopped paying**, like with like: the probe's mean time per output token of
+  each class on the speculative arm above ``1 + latency_margin`` times the baseline's on the
+  same prompts (the arms' live traffic is not compared: under tiered routing they serve
+  different classes).
 - **lossless**, through the probe: prefix agreement below the tolerance; the probe's own
   results missing or too old, or a run's agreement or a class's acceptance missing.
 """
@@ -101,6 +105,9 @@ GATEWAY_RETRIES = "envoy_cluster_upstream_rq_retry"
 PROBE_ACCEPTANCE = f"{PREFIX}_probe_acceptance"
 PROBE_AGREEMENT = f"{PREFIX}_probe_prefix_agreement"
 PROBE_LAST_SUCCESS = f"{PREFIX}_probe_last_success_timestamp_seconds"
+# Per class and arm: the mean time per output token of the probe's requests, the same prompts
+# sent to both arms one after the other (like with like, whatever the routing sends each arm).
+PROBE_TOKEN_TIME = f"{PREFIX}_probe_time_per_output_token_seconds"
 
 
 def jobs(config: ExperimentConfig) -> dict[str, str]:
@@ -241,7 +248,6 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
     live = guard.live
     job = jobs(config)
     sd = _selector(**{ARM: Arm.SPECULATIVE.value})
-    base = _selector(**{ARM: Arm.BASELINE.value})
 
     def active(arm: str) -> str:
         """The arm is serving: it finished requests over the window or has some running."""
@@ -252,18 +258,25 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
         return f'label_replace({expr}, "{ARM}", "{label}", "", "")' if label else expr
 
     def arm_missing(arm: Arm) -> str:
-        """Not scraped, or scraped without vLLM's series (a renamed metric, a wrong port):
-        the running-requests gauge is exported from start-up, idle or not."""
+        """Scraped no more, or without vLLM's series (a renamed metric, a wrong port; the
+        running-requests gauge is exported from start-up, idle or not), after serving within
+        ``serving_lookback_s``. A pod still starting (hours in its precompile init container
+        on a first deploy) or one that never became ready has never served: that is the
+        deploy's progress deadline to judge, not a guardrail fault."""
         selector = _selector(job=job["vllm"], **{ARM: arm.value})
         seen = f"up{selector} == 1 and on() group({served.running}{selector})"
-        return f'label_replace(absent({seen}), "{ARM}", "{arm.value}", "", "")'
+        served_recently = f"max(max_over_time(up{selector}[{live.serving_lookback_s}s])) == 1"
+        return (
+            f'(label_replace(absent({seen}), "{ARM}", "{arm.value}", "", "") '
+            f"and on() ({served_recently}))"
+        )
 
     arms_missing = " or ".join(arm_missing(arm) for arm in Arm)
     yield Alert(
         "SpecDecodeArmMetricsMissing",
         arms_missing,
-        "An arm's /metrics is absent, stale or down (no successful scrape): the guardrails "
-        "cannot see it, which is a fault, not a pass",
+        "An arm that was serving is gone: its /metrics is absent, stale or down (no successful "
+        "scrape), which the guardrails cannot see through: a fault, not a pass",
     )
     yield Alert(
         "SpecDecodeGatewayMetricsMissing",
@@ -304,13 +317,6 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
             f"More than {live.max_fallback_share} of a speculative route's requests were "
             "retried on the baseline",
         )
-    yield Alert(
-        "SpecDecodeSlowerThanBaseline",
-        f"{TOKEN_TIME_RATIO} > {1 + live.latency_margin!r} and on() {active(sd)} "
-        f"and on() {active(base)}",
-        f"The speculative arm's time per output token exceeds the baseline's by more than "
-        f"{live.latency_margin:.0%} over the same window: speculation stopped paying",
-    )
     if guard.probe.enabled:
         probe = _selector(job=job["probe"])
         for name, floor in floors.items():
@@ -326,17 +332,47 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
             "The speculative arm reproduced less than "
             f"{guard.lossless_min_prefix_agreement} of the baseline's greedy output (probe)",
         )
+        # Speculation stopped paying, judged like with like: the probe's own pair of each
+        # class (the same prompts on both arms). The arms' live per-token times are not
+        # compared: under tiered routing they serve different classes.
+        for name in floors:
+            pair = {
+                arm: f"{PROBE_TOKEN_TIME}"
+                + _selector(job=job["probe"], **{CLASS: name, ARM: arm.value})
+                for arm in Arm
+            }
+            yield Alert(
+                "SpecDecodeSlowerThanBaseline",
+                f"{pair[Arm.SPECULATIVE]} / ignoring({ARM}) {pair[Arm.BASELINE]} > "
+                f"{1 + live.latency_margin!r}",
+                f"The speculative arm's time per output token on the probe's {name} prompts "
+                f"exceeds the baseline's on the same prompts by more than "
+                f"{live.latency_margin:.0%}: speculation stopped paying for {name}",
+                labels={CLASS: name},
+            )
         # A fresh run that pushed no agreement or no acceptance of a class (a probe of an older
         # class list, a class it could not measure) leaves that rule without data: missing too
         # (tests/guardrails/test_promtool_rules.py, the "absent: the probe ran but" cases).
         results = [
             f"{PROBE_AGREEMENT}{probe}",
             *(f"{PROBE_ACCEPTANCE}{_selector(job=job['probe'], **{CLASS: n})}" for n in floors),
+            *(
+                f"{PROBE_TOKEN_TIME}{_selector(job=job['probe'], **{CLASS: n, ARM: arm.value})}"
+                for n in floors
+                for arm in Arm
+            ),
         ]
+        missing = (
+            f"absent({PROBE_LAST_SUCCESS}{probe}) or time() - {PROBE_LAST_SUCCESS}{probe} > "
+            f"{guard.probe.stale_after_s}" + "".join(f" or absent({result})" for result in results)
+        )
+        # Only while the speculative arm serves: before its first start (a first deploy's
+        # precompile) the probe cannot run, and the rollout runs it once before the analysis
+        # starts (charts/rollout.py).
+        sd_up = _selector(job=job["vllm"], **{ARM: Arm.SPECULATIVE.value})
         yield Alert(
             "SpecDecodeProbeMissing",
-            f"absent({PROBE_LAST_SUCCESS}{probe}) or time() - {PROBE_LAST_SUCCESS}{probe} > "
-            f"{guard.probe.stale_after_s}" + "".join(f" or absent({result})" for result in results),
-            "The probe's results are absent or older than guardrails.probe.stale_after_s: "
-            "lossless and per-class acceptance are unwatched",
+            f"({missing}) and on() (max(up{sd_up}) == 1)",
+            "The probe's results are absent or older than guardrails.probe.stale_after_s while "
+            "the speculative arm serves: lossless and per-class acceptance are unwatched",
         )

@@ -35,15 +35,18 @@ from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
 from experiment.config import Arm, ExperimentConfig
 from guardrails.rules import (
+    ARM,
     CLASS,
     PROBE_ACCEPTANCE,
     PROBE_AGREEMENT,
     PROBE_LAST_SUCCESS,
+    PROBE_TOKEN_TIME,
     jobs,
 )
 from loadtest.analysis import served_k
 from loadtest.client import RequestParams, stream_request
 from loadtest.lossless import lossless_check
+from loadtest.metrics import tpot_s
 from loadtest.prompts import Prompt, load_prompts
 from loadtest.records import RequestRecord
 from loadtest.stats import paired_statistics
@@ -63,6 +66,8 @@ class ProbeRun:
     selected: dict[str, list[str]]  # class -> prompt ids
     records: dict[Arm, list[RequestRecord]] = field(default_factory=dict)
     acceptance: dict[str, float | None] = field(default_factory=dict)
+    # class -> arm -> mean time per output token of the class's prompts (the same on both)
+    token_time: dict[str, dict[Arm, float | None]] = field(default_factory=dict)
     agreement: float | None = None
     failures: Counter[str] = field(default_factory=Counter)
 
@@ -157,6 +162,18 @@ def run_probe(
         run.acceptance[name] = estimate
         if estimate is None:
             run.failures[f"no acceptance estimate for class {name}"] += 1
+        run.token_time[name] = {}
+        for arm in Arm:
+            # Per request, decode time / tokens after the first (loadtest.metrics.tpot_s):
+            # independent of how the server batches tokens into chunks.
+            times = [
+                t
+                for r in run.records[arm]
+                if r.prompt_class == name and (t := tpot_s(r)) is not None
+            ]
+            run.token_time[name][arm] = sum(times) / len(times) if times else None
+            if not times:
+                run.failures[f"no time per output token for class {name} on {arm.value}"] += 1
     return run
 
 
@@ -174,6 +191,16 @@ def registry_of(config: ExperimentConfig, run: ProbeRun, now: float) -> Collecto
     for name, value in run.acceptance.items():
         assert value is not None  # a complete run has every class's estimate
         acceptance.labels(name).set(value)
+    token_time = Gauge(
+        PROBE_TOKEN_TIME,
+        "Mean time per output token of the class's probe prompts on each arm, seconds (probe)",
+        [CLASS, ARM],
+        registry=registry,
+    )
+    for name, by_arm in run.token_time.items():
+        for arm, seconds in by_arm.items():
+            assert seconds is not None  # a complete run has every class's pair
+            token_time.labels(name, arm.value).set(seconds)
     Gauge(
         PROBE_AGREEMENT,
         "Greedy-output tokens before the first divergence / tokens compared (probe)",

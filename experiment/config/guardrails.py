@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from experiment.config.base import Section
+from experiment.config.cron import longest_gap_s
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
@@ -76,18 +77,34 @@ class LiveGuardrailConfig(Section):
             "above 0, at most 1."
         ),
     )
-    failure_limit: Annotated[int, Field(ge=0, le=100)] = Field(
-        default=1,
+    serving_lookback_s: Annotated[int, Field(ge=60, le=86400)] = Field(
+        default=3600,
         description=(
-            "Failed measurements of one guardrail before the rollback analysis fails and "
-            "aborts the speculative revision (Argo failureLimit); 0-100."
+            "Seconds back an arm must have been scraped up for its absence to fire as "
+            "missing: an arm that served within this time and is gone is a fault; a pod "
+            "still starting (a first deploy's precompile) or never ready has not served, and "
+            "is the deploy's progress deadline to judge. An arm gone longer than this stops "
+            "firing (the analysis has aborted long before); 60-86400."
+        ),
+    )
+    failure_limit: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=0,
+        description=(
+            "Failed measurements of one guardrail the rollback analysis tolerates: Argo fails "
+            "the analysis (and aborts the speculative revision) when a metric's failed "
+            "measurements exceed this, counted over the canary's whole life (Argo "
+            "failureLimit). A measurement fails only on a firing alert, already debounced by "
+            "pending_s, so 0 (abort at the first) is the default; 0-100."
         ),
     )
     consecutive_error_limit: Annotated[int, Field(ge=0, le=100)] = Field(
-        default=2,
+        default=6,
         description=(
-            "Consecutive query errors (workspace unreachable, SigV4 refused) before the "
-            "analysis counts the measurement as failed (Argo consecutiveErrorLimit); 0-100."
+            "Consecutive query errors (workspace unreachable, SigV4 refused) the analysis "
+            "tolerates: Argo retries an error after 10 s and errors the analysis, which "
+            "aborts the speculative revision, when they exceed this (Argo "
+            "consecutiveErrorLimit): the default aborts after about a minute without an "
+            "answer; 0-100."
         ),
     )
 
@@ -98,6 +115,12 @@ class LiveGuardrailConfig(Section):
                 f"guardrails.live.window_s {self.window_s} holds fewer than two scrapes of "
                 f"guardrails.live.scrape_interval_s {self.scrape_interval_s}: a rate needs two "
                 f"samples; set window_s to at least {2 * self.scrape_interval_s}"
+            )
+        if self.pending_s > self.window_s:
+            raise ValueError(
+                f"guardrails.live.pending_s {self.pending_s} is longer than "
+                f"guardrails.live.window_s {self.window_s}: the window a condition is judged on "
+                "would end before the alert could fire; shorten pending_s or lengthen window_s"
             )
         if self.evaluation_interval_s > self.window_s:
             raise ValueError(
@@ -148,6 +171,23 @@ class ProbeConfig(Section):
         ),
     )
 
+    @model_validator(mode="after")
+    def _stale_outlasts_the_schedule(self) -> ProbeConfig:
+        """Between two runs the results age by up to the schedule's longest gap plus a run's
+        deadline; a shorter stale_after_s fires the probe-missing rule on a healthy probe."""
+        try:
+            gap = longest_gap_s(self.schedule)
+        except ValueError as error:
+            raise ValueError(f"guardrails.probe.schedule: {error}") from None
+        if self.stale_after_s <= gap + self.deadline_s:
+            raise ValueError(
+                f"guardrails.probe.stale_after_s {self.stale_after_s} is not longer than the "
+                f"schedule's longest gap ({gap} s for {self.schedule!r}) plus "
+                f"guardrails.probe.deadline_s {self.deadline_s}: the probe-missing rule would "
+                f"fire between two healthy runs; set it above {gap + self.deadline_s}"
+            )
+        return self
+
 
 class GuardrailConfig(Section):
     """Alarm thresholds of the Observability stack (stacks/alarms.py), checked per run."""
@@ -192,6 +232,11 @@ class GuardrailConfig(Section):
         default=None,
         description="E-mail address subscribed to the alarms; null: alarms without notification.",
     )
+
+    @property
+    def probe_runs(self) -> bool:
+        """The probe runs on the cluster: it feeds only the live rules."""
+        return self.live.enabled and self.probe.enabled
 
     @model_validator(mode="after")
     def _live_settings_take_effect(self) -> GuardrailConfig:

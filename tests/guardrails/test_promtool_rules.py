@@ -58,7 +58,10 @@ OVERRIDES = {
     "guardrails.min_acceptance_rate": "0.5",
     "guardrails.max_failed_request_share": "0.01",
     "guardrails.lossless_min_prefix_agreement": "0.95",
-    "guardrails.probe.stale_after_s": "120",
+    "guardrails.probe.schedule": "* * * * *",  # every minute: runs 60 s apart
+    "guardrails.probe.deadline_s": "30",
+    "guardrails.probe.stale_after_s": "120",  # above 60 + 30
+    "guardrails.live.serving_lookback_s": "3600",  # longer than any case: "has served" holds
     "routing.speculative_classes": "structured",
 }
 STEP_S = 15  # one scrape
@@ -129,6 +132,9 @@ UP_GATEWAY = "up" + _labels(job=JOB["gateway"], instance="envoy:19001")
 PROBE_ACCEPTANCE = probe(rules.PROBE_ACCEPTANCE, **{rules.CLASS: CLASS})
 PROBE_AGREEMENT = probe(rules.PROBE_AGREEMENT)
 PROBE_LAST_SUCCESS = probe(rules.PROBE_LAST_SUCCESS)
+PROBE_TIME_SD, PROBE_TIME_BASE = (
+    probe(rules.PROBE_TOKEN_TIME, **{rules.CLASS: CLASS, rules.ARM: arm}) for arm in (SD, BASE)
+)
 GW_REQUESTS = gateway(rules.GATEWAY_REQUESTS, SD_ROUTE)
 GW_OK = gateway(rules.GATEWAY_RESPONSES, SD_ROUTE, envoy_response_code_class="2")
 GW_5XX = gateway(rules.GATEWAY_RESPONSES, SD_ROUTE, envoy_response_code_class="5")
@@ -142,7 +148,8 @@ def healthy(served: ServedMetrics) -> dict[str, str]:
     take 0.04 s against the baseline's 0.05 s (0.8 times); acceptance 9 of 12 draft tokens
     (0.75, floor 0.5); the speculative route 10 requests/s, none failed, none retried (Envoy
     has no 5xx or retry series yet); the baseline's route fails 10 % (not a speculative route:
-    not these rules' business); the probe ran a minute ago: acceptance 0.75, agreement 1."""
+    not these rules' business); the probe ran a minute ago: acceptance 0.75, agreement 1, the
+    class's prompts 0.04 s per token on the speculative arm against 0.05 s on the baseline."""
     series = {UP_SD: steady(1), UP_BASE: steady(1), UP_GATEWAY: steady(1)}
     for arm, seconds_per_token in ((SD, 0.04), (BASE, 0.05)):
         series[vllm(served.finished, arm)] = rising(2)
@@ -161,6 +168,8 @@ def healthy(served: ServedMetrics) -> dict[str, str]:
     series[PROBE_ACCEPTANCE] = steady(0.75)
     series[PROBE_AGREEMENT] = steady(1)
     series[PROBE_LAST_SUCCESS] = steady(STEPS * STEP_S - 60)
+    series[PROBE_TIME_SD] = steady(0.04)
+    series[PROBE_TIME_BASE] = steady(0.05)
     return series
 
 
@@ -186,7 +195,9 @@ def arm_series(served: ServedMetrics, arm: str) -> list[str]:
 
 
 GATEWAY_SERIES = [GW_REQUESTS, GW_OK, GW_DEFAULT_REQUESTS, GW_DEFAULT_5XX]
-PROBE_SERIES = [PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS]
+PROBE_SERIES = [
+    PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS, PROBE_TIME_SD, PROBE_TIME_BASE
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -250,6 +261,7 @@ MISSING_DATA = {ARM_MISSING, GATEWAY_MISSING, FROZEN, PROBE_MISSING}
 
 SD_ARM = {rules.ARM: SD}
 PROBE_JOB = {"job": JOB["probe"]}
+PROBE_TIME_LABELS = [{**PROBE_JOB, rules.CLASS: CLASS, rules.ARM: arm} for arm in (SD, BASE)]
 
 CASES = [
     Case("healthy: both arms serve within every threshold", "healthy", _none),
@@ -335,10 +347,21 @@ CASES = [
         {FALLING_BACK: [{rules.ROUTE: SD_ROUTE}]},
     ),
     Case(
-        "degraded: the speculative arm 1.2 times the baseline's time per token",
-        "degraded",
+        # Live traffic is not compared: under tiered routing the arms serve different classes.
+        "healthy: the speculative arm's live traffic 1.2 times the baseline's time per token",
+        "healthy",
         lambda s, series: series.update({vllm(s.token_time_sum, SD): rising(100 * 0.06)}),
-        {SLOWER: [{}]},
+    ),
+    Case(
+        "degraded: the probe's class prompts take 1.2 times the baseline's time per token",
+        "degraded",
+        _set(**{PROBE_TIME_SD: steady(0.06)}),
+        {SLOWER: [{**PROBE_JOB, rules.CLASS: CLASS}]},
+    ),
+    Case(
+        "healthy: the probe's class prompts take 1.05 times the baseline's (margin 0.1)",
+        "healthy",
+        _set(**{PROBE_TIME_SD: steady(0.0525)}),
     ),
     Case(
         "degraded: the probe's acceptance of the class 0.25 below its floor 0.5",
@@ -388,17 +411,24 @@ CASES = [
         "stale: the probe's series are gone from 1.5m",
         "stale",
         _each(lambda s: PROBE_SERIES, stops),
-        {PROBE_MISSING: [PROBE_JOB, {**PROBE_JOB, rules.CLASS: CLASS}]},
+        {PROBE_MISSING: [PROBE_JOB, {**PROBE_JOB, rules.CLASS: CLASS}, *PROBE_TIME_LABELS]},
     ),
     # absent: series never there
     Case(
-        "absent: no arm was ever scraped",
-        "absent",
+        # A first deploy's precompile: the pods are targets, never up. Not a guardrail fault
+        # (the rollout's progress deadline judges it), and the probe cannot run yet.
+        "healthy: still starting, both arms' targets up 0 since their discovery",
+        "healthy",
         _both(
-            _set(**{UP_SD: None, UP_BASE: None}),
-            _each(lambda s: arm_series(s, SD) + arm_series(s, BASE), None),
+            _set(**{UP_SD: steady(0), UP_BASE: steady(0)}),
+            _each(lambda s: arm_series(s, SD) + arm_series(s, BASE) + PROBE_SERIES, None),
         ),
-        {ARM_MISSING: [SD_ARM, {rules.ARM: BASE}]},
+    ),
+    Case(
+        "stale: the speculative arm served, then its target is up 0 from 1.5m",
+        "stale",
+        _both(_set(**{UP_SD: down_from_half()}), _each(lambda s: arm_series(s, SD), stops)),
+        {ARM_MISSING: [SD_ARM]},
     ),
     Case(
         "absent: the gateway was never scraped",
@@ -414,10 +444,16 @@ CASES = [
         counters=True,
     ),
     Case(
-        "absent: the probe never pushed",
+        "absent: the probe never pushed while the speculative arm serves",
         "absent",
         _each(lambda s: PROBE_SERIES, None),
-        {PROBE_MISSING: [PROBE_JOB, {**PROBE_JOB, rules.CLASS: CLASS}]},
+        {PROBE_MISSING: [PROBE_JOB, {**PROBE_JOB, rules.CLASS: CLASS}, *PROBE_TIME_LABELS]},
+    ),
+    Case(
+        "absent: the probe ran but pushed no time per token of the speculative arm",
+        "absent",
+        _set(**{PROBE_TIME_SD: None}),
+        {PROBE_MISSING: [PROBE_TIME_LABELS[0]]},
     ),
     Case(
         "absent: the probe ran but pushed no acceptance of the class",
@@ -664,6 +700,22 @@ MUTATIONS = [
     ),
     Mutation("the latency margin raised", SLOWER, "> 1.1", "> 1.5"),
     Mutation("the fork's latency margin raised", SLOWER, "> 1.1", "> 1.5", Generation.NEURON_FORK),
+    Mutation(
+        "an arm that never served counts as gone",
+        ARM_MISSING,
+        ' and on() (max(max_over_time(up{job="'
+        + JOB["vllm"]
+        + '", arm="'
+        + SD
+        + '"}[3600s])) == 1)',
+        "",
+    ),
+    Mutation(
+        "the probe counts as missing before the speculative arm serves",
+        PROBE_MISSING,
+        ' and on() (max(up{job="' + JOB["vllm"] + '", arm="' + SD + '"}) == 1)',
+        "",
+    ),
     Mutation("the probe's floor lowered", PROBE_ACCEPTANCE_LOW, "< 0.5", "< 0.2"),
     Mutation("the lossless tolerance lowered", LOSSY, "< 0.95", "< 0.5"),
     Mutation(

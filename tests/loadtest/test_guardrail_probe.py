@@ -11,14 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.scripted_server import Fault, Script, ScriptedServer, SentLog
-from experiment.config import ExperimentConfig
-from guardrails.rules import PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS, jobs
+from experiment.config import Arm, ExperimentConfig
+from guardrails.rules import (
+    PROBE_ACCEPTANCE,
+    PROBE_AGREEMENT,
+    PROBE_LAST_SUCCESS,
+    PROBE_TOKEN_TIME,
+    jobs,
+)
 from loadtest.__main__ import main
 from loadtest.analysis import served_k
-from loadtest.guardrail_probe import DEADLINE, run_probe
+from loadtest.guardrail_probe import DEADLINE, ProbeRun, registry_of, run_probe
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(60)]
 
@@ -159,6 +166,9 @@ def test_a_lossless_run_pushes_agreement_acceptance_and_its_time(
     expected = (3 / 1 - 1) / served_k(config, local=False)
     for name in CLASSES:
         assert pushed[(PROBE_ACCEPTANCE, (("class", name),))] == pytest.approx(expected)
+        # The like-with-like pair of "speculation stopped paying": both arms, every class.
+        for arm in ("speculative", "baseline"):
+            assert pushed[(PROBE_TOKEN_TIME, (("arm", arm), ("class", name)))] >= 0
     assert pushed[(PROBE_LAST_SUCCESS, ())] > 1.7e9
 
 
@@ -236,3 +246,22 @@ def test_a_speculative_class_without_prompts_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"'open_ended' but loadtest\.prompts\.files hold no"):
         run_probe(config, "http://127.0.0.1:9")
+
+
+def test_the_pushed_time_per_token_is_each_class_and_arms_own(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    run = ProbeRun(
+        selected={name: [] for name in CLASSES},
+        acceptance={name: 0.5 for name in CLASSES},
+        token_time={
+            name: {Arm.SPECULATIVE: 0.01 * (i + 1), Arm.BASELINE: 0.05 * (i + 1)}
+            for i, name in enumerate(CLASSES)
+        },
+        agreement=1.0,
+    )
+    pushed = _pushed(generate_latest(registry_of(config, run, 1.8e9)).decode())
+    for i, name in enumerate(CLASSES):
+        key = (PROBE_TOKEN_TIME, (("arm", "speculative"), ("class", name)))
+        assert pushed[key] == pytest.approx(0.01 * (i + 1))
+        key = (PROBE_TOKEN_TIME, (("arm", "baseline"), ("class", name)))
+        assert pushed[key] == pytest.approx(0.05 * (i + 1))

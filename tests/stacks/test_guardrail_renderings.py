@@ -70,14 +70,19 @@ def workspace_rules(config: ExperimentConfig) -> dict[str, Any]:
     return yaml.safe_load(data)
 
 
-def analysis_exprs(template: dict[str, Any]) -> dict[str, str]:
-    """Each analysis metric's alert expression (its query is ``count(<expr>) or vector(0)``)."""
+def analysis_alerts(template: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each analysis metric's alert, (name, class label): its query counts the alert's
+    firing ``ALERTS`` series, ``count(ALERTS{alertname=..., alertstate="firing"[, class=...]})
+    or vector(0)``."""
     found = {}
     for metric in template["spec"]["metrics"]:
         query = metric["provider"]["prometheus"]["query"]
-        match = re.fullmatch(r"count\((.*)\) or vector\(0\)", query, re.S)
-        assert match, f"{metric['name']}: {query!r} is not count(<alert>) or vector(0)"
-        found[metric["name"]] = match.group(1)
+        match = re.fullmatch(r"count\(ALERTS\{(.*)\}\) or vector\(0\)", query, re.S)
+        assert match, f"{metric['name']}: {query!r} is not count(ALERTS{{...}}) or vector(0)"
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        assert labels.pop("alertstate") == "firing", query
+        found[metric["name"]] = (labels.pop("alertname"), labels.pop("class", ""))
+        assert not labels, f"{metric['name']}: unexpected matchers {labels}"
     return found
 
 
@@ -112,11 +117,11 @@ def check_agreement(
 ) -> None:
     rules = rule_set(config, config.serving.generation)
     assert workspace == rules.prometheus()
-    # Every analysis alert of the workspace's groups is checked by the analysis, verbatim.
-    expected = sorted(a.expr for a in rules.alerts if a.analysis)
-    assert sorted(analysis_exprs(analysis).values()) == expected
-    in_workspace = set(_alerts(workspace).values())
-    assert set(analysis_exprs(analysis).values()) <= in_workspace
+    # Every analysis alert of the workspace's groups is watched by the analysis, by its name
+    # and class, through the workspace's own evaluation of it (ALERTS).
+    expected = sorted((a.name, a.labels.get("class", "")) for a in rules.alerts if a.analysis)
+    assert sorted(analysis_alerts(analysis).values()) == expected
+    assert set(analysis_alerts(analysis).values()) <= set(_alerts(workspace))
 
 
 @pytest.mark.parametrize("overrides", PROFILES.values(), ids=PROFILES.keys())
@@ -130,7 +135,8 @@ def test_the_local_file_is_the_clusters_rules_without_the_probe(tmp_path: Path) 
     workspace = workspace_rules(config)
     local = local_rules(config, tmp_path)
     assert _records(local) == _records(workspace)
-    probe_alerts = {key for key in _alerts(workspace) if key[0].startswith("SpecDecodeProbe")}
+    # The alerts that read the probe's series (acceptance, lossless, like-with-like latency).
+    probe_alerts = {key for key, expr in _alerts(workspace).items() if "specdecode_probe_" in expr}
     assert probe_alerts, "the cluster's rules watch the probe"
     cluster_without_probe = {k: v for k, v in _alerts(workspace).items() if k not in probe_alerts}
     assert _alerts(local) == cluster_without_probe
