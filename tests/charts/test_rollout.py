@@ -16,17 +16,15 @@ from moto import mock_aws
 from workspace import PROMETHEUS_URL
 
 from charts.rollout import (
-    LIVE_FAILURE,
-    LIVE_SUCCESS,
     OPERATOR_STATUS_FIELDS,
     GuardrailCheck,
     analysis_template,
     guardrail_checks,
-    live_checks,
     no_promote_policy,
     operator_role,
 )
 from experiment import Arm, ConfigError, ExperimentConfig, build_config
+from guardrails.analysis import LIVE_FAILURE, LIVE_SUCCESS, live_checks
 from guardrails.rules import (
     GATEWAY_REQUESTS,
     GATEWAY_RESPONSES,
@@ -34,6 +32,7 @@ from guardrails.rules import (
     PROBE_ACCEPTANCE,
     PROBE_AGREEMENT,
     PROBE_LAST_SUCCESS,
+    PROBE_TOKEN_TIME,
     SERVED_METRICS,
     rule_set,
 )
@@ -252,6 +251,7 @@ def test_the_rollouts_stable_and_canary_are_the_baseline_and_speculative_service
     from charts.rollout import (
         GATEWAY_API_PLUGIN,
         analysis_template_name,
+        probe_once_template_name,
         revision_template,
         rollout,
         weights_route_name,
@@ -264,13 +264,21 @@ def test_the_rollouts_stable_and_canary_are_the_baseline_and_speculative_service
     assert canary["canaryService"] == config.serving.service_name(Arm.SPECULATIVE)
     assert body["spec"]["template"] == revision_template(config, Arm.BASELINE)
     assert body["spec"]["replicas"] == config.serving.replicas
-    # Scale the canary like the baseline, then hold it: no step ever promotes it.
+    # Scale the canary like the baseline, run the probe once, then hold it: no step ever
+    # promotes it. The background analysis starts at the pause, once the steps before it
+    # completed: the canary's pods available and the probe's first results pushed.
+    probe = [{"analysis": {"templates": [{"templateName": probe_once_template_name(config)}]}}]
     assert canary["steps"] == [
         {"setCanaryScale": {"replicas": config.serving.replicas}},
+        *(probe if config.guardrails.probe_runs else []),
         {"pause": {}},
     ]
     assert not any("setWeight" in step or "setHeaderRoute" in step for step in canary["steps"])
-    assert canary["analysis"] == {"templates": [{"templateName": analysis_template_name(config)}]}
+    assert canary["analysis"] == {
+        "templates": [{"templateName": analysis_template_name(config)}],
+        "startingStep": len(canary["steps"]) - 1,
+    }
+    assert body["spec"]["progressDeadlineAbort"] is True
     plugin = canary["trafficRouting"]["plugins"][GATEWAY_API_PLUGIN]
     route = weights_route_name(config)
     assert plugin == {"httpRoute": route, "namespace": config.serving.namespace}
@@ -403,7 +411,8 @@ def _exported(config: ExperimentConfig) -> set[str]:
     served = SERVED_METRICS[config.serving.generation]
     own = {value for value in vars(served).values() if value}
     gateway = {GATEWAY_REQUESTS, GATEWAY_RESPONSES, GATEWAY_RETRIES}
-    return own | gateway | {PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS, "up"}
+    probe = {PROBE_ACCEPTANCE, PROBE_AGREEMENT, PROBE_LAST_SUCCESS, PROBE_TOKEN_TIME}
+    return own | gateway | probe | {"up"}
 
 
 def _raw_series(config: ExperimentConfig, expr: str) -> set[str]:
@@ -434,11 +443,13 @@ def test_every_analysis_query_reads_what_the_servers_gateway_and_probe_export(ov
     Every live query reads the servers', gateway's and probe's own series."""
     config = build_config(overrides)
     exported = _exported(config)
+    checks = {check.name: check for check in live_checks(config)}
     for metric in _metrics(config):
         assert set(metric["provider"]) == {"prometheus"}, metric["name"]
-        query = metric["provider"]["prometheus"]["query"]
-        assert "AcceptanceRateEstimate" not in query
-        read = _raw_series(config, query)
+        # The query reads the alert's ALERTS series; the alert's expression the raw series.
+        expr = checks[metric["name"]].alert.expr
+        assert "AcceptanceRateEstimate" not in expr
+        read = _raw_series(config, expr)
         assert read and read <= exported, (metric["name"], read - exported)
 
 
@@ -450,7 +461,15 @@ def test_one_metric_per_analysis_alert_named_after_it(overrides) -> None:
     names = [m["name"] for m in metrics]
     assert len(set(names)) == len(names)
     queries = sorted(m["provider"]["prometheus"]["query"] for m in metrics)
-    assert queries == sorted(f"count({a.expr}) or vector(0)" for a in alerts if a.analysis)
+    # Each reads its alert's firing state (the rule's `for` applies), never the raw condition.
+    expected = []
+    for alert in alerts:
+        if alert.analysis:
+            matchers = {"alertname": alert.name, "alertstate": "firing", **alert.labels}
+            inner = ", ".join(f'{k}="{v}"' for k, v in matchers.items())
+            expected.append(f"count(ALERTS{{{inner}}}) or vector(0)")
+    assert queries == sorted(expected)
+    assert all(m["failureLimit"] == config.guardrails.live.failure_limit == 0 for m in metrics)
     for check in live_checks(config):
         assert check.name.startswith(re.sub(r"(?<=[a-z])(?=[A-Z])", "-", check.alert.name).lower())
 
@@ -492,13 +511,16 @@ def test_missing_data_fails_the_analysis_through_the_missing_data_alerts() -> No
     """The query cannot be empty, so no data is judged by the alerts that fire on it: they
     are analysis metrics too."""
     config = build_config(NEW_DEPLOYMENT)
+    exprs = {check.name: check.alert.expr for check in live_checks(config)}
     queries = {m["name"]: m["provider"]["prometheus"]["query"] for m in _metrics(config)}
     job = f"{config.project}-vllm"
-    assert f'absent(up{{job="{job}", arm="speculative"}} == 1 and on() group(' in queries[
+    assert f'absent(up{{job="{job}", arm="speculative"}} == 1 and on() group(' in exprs[
         "spec-decode-arm-metrics-missing"]  # fmt: skip
-    assert "absent(up{" in queries["spec-decode-gateway-metrics-missing"]
-    assert "absent(specdecode_probe_last_success" in queries["spec-decode-probe-missing"]
+    assert "absent(up{" in exprs["spec-decode-gateway-metrics-missing"]
+    assert "absent(specdecode_probe_last_success" in exprs["spec-decode-probe-missing"]
     assert "spec-decode-counters-frozen" in queries
+    for name in ("SpecDecodeArmMetricsMissing", "SpecDecodeProbeMissing"):
+        assert any(f'alertname="{name}", alertstate="firing"' in q for q in queries.values())
 
 
 def test_limits_interval_address_and_sigv4_come_from_the_config() -> None:
