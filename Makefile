@@ -142,6 +142,16 @@ test: $(STAMP) $(SCAN_STAMP) promtool
 test-fast: $(FAST_STAMP)
 	$(FAST_VENV)/bin/pytest -m "$(FAST_MARKERS)"
 
+# Resolve every deploy pin in one run (a hub commit per imported checkpoint, the Gateway API
+# plugin's sha256, the two EKS add-on versions) into cdk.context.json, which `make synth` and
+# `make dist` read. Needs the network and AWS credentials (EKS DescribeAddonVersions); writes
+# nothing unless every pin resolved. PINS_ARGS=--refresh resolves them all again,
+# PINS_ARGS=--check checks the recorded ones upstream; -c/--config as for synth.
+.PHONY: pins
+PINS_ARGS ?=
+pins: $(STAMP)
+	$(PY) -m experiment pins $(PINS_ARGS)
+
 # Synthesize every stack offline (no AWS credentials, no lookups) into cdk.out/.
 synth: $(STAMP)
 	$(CDK) synth --quiet

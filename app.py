@@ -20,12 +20,19 @@ if (_VENV_BIN / "node").exists():
 import aws_cdk as cdk  # noqa: E402
 
 from experiment import ConfigError  # noqa: E402
+from experiment.loading import context_file_pins  # noqa: E402
+from experiment.pins.record import PINS_KEY  # noqa: E402
 from stacks import build_app  # noqa: E402
 
 
 def main() -> int:
     app = cdk.App()
     try:
+        # The deploy pins `make pins` records in cdk.context.json: the CDK CLI passes that file's
+        # keys as context; run without the CLI (python app.py), the app reads them itself.
+        if app.node.try_get_context(PINS_KEY) is None:
+            for key, value in context_file_pins().items():
+                app.node.set_context(key, value)
         build_app(app)
     except ConfigError as err:
         print(f"cdk synth stopped: {err}", file=sys.stderr)

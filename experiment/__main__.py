@@ -4,6 +4,10 @@
   with days left; the rows that apply to the configuration given with ``-c``/``--config`` are
   marked, and its warnings and refusals printed as ``cdk synth`` would. ``--markdown`` prints
   docs/upstreams.md instead.
+- ``pins``: resolves every deploy pin (a hub commit per imported checkpoint, the Gateway API
+  plugin's SHA-256, the two EKS add-on versions) and records them in cdk.context.json, where
+  ``cdk synth`` and ``python -m charts`` read them; ``--refresh`` resolves them again,
+  ``--check`` asks upstream whether the recorded ones still exist (experiment/pins/cli.py).
 
 The configuration reference has its own entry point, ``python -m experiment.reference``.
 """
@@ -15,11 +19,12 @@ import sys
 from collections.abc import Sequence
 
 from experiment import calendar
-from experiment.config import upstreams
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
+from experiment.pins import cli as pins_cli
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, eks_client: pins_cli.EksClient | None = None) -> int:
+    """``eks_client``: region -> EKS client for ``pins`` (tests pass a stubbed one)."""
     parser = argparse.ArgumentParser(
         prog="python -m experiment",
         description=__doc__,
@@ -33,7 +38,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add_argument(
         "--markdown", action="store_true", help="print docs/upstreams.md (generated) instead"
     )
+    pins = commands.add_parser(
+        "pins",
+        help="resolve every deploy pin into cdk.context.json (--refresh, --check)",
+        description=pins_cli.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pins_cli.add_arguments(pins)
     args = parser.parse_args(argv)
+    if args.command == "pins":
+        return pins_cli.run(args, eks_client or pins_cli.default_eks_client)
     if args.markdown:
         print(calendar.markdown(), end="")
         return 0
@@ -42,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    print(calendar.table(upstreams.today(), config))
+    print(calendar.table(config.upstreams.on(), config))
     findings = config.calendar()
     for warning in findings.warnings:
         print(f"warning: {warning}")

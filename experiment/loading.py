@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import tomllib
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,7 +37,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from experiment.config import ExperimentConfig
-from experiment.config.experiment import EKS_APP
+from experiment.config.base import EKS_APP
+from experiment.config.deploy_pins import PIN_ERROR, PIN_NOTES
+from experiment.pins import record as pin_record
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_KEY = "experiment"
@@ -347,11 +350,44 @@ def config_help(model: type[BaseModel] = ExperimentConfig) -> str:
     return "\n".join(lines)
 
 
-def config_from_arguments(args: Any, *, file_option: bool = True) -> ExperimentConfig:
+def context_file_pins(root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    """The deploy pins ``make pins`` recorded in cdk.context.json, as context (the CDK CLI
+    passes that file's keys to the app itself; the kubectl path reads them here)."""
+    try:
+        return pin_record.context_entries(root / pin_record.CONTEXT_FILE)
+    except pin_record.PinRecordError as err:
+        raise ConfigError(str(err)) from None
+
+
+def config_from_arguments(
+    args: Any, *, file_option: bool = True, deploy: bool = False
+) -> ExperimentConfig:
     """cdk.json context < ``--config`` file < ``-c`` overrides, as ``cdk synth`` layers them
-    (``file_option`` as given to ``add_config_arguments``)."""
-    context = {**cdk_json_context(), **context_from_pairs(args.overrides or [])}
-    return build_config(context, config_file=args.config if file_option else None)
+    (``file_option`` as given to ``add_config_arguments``). ``deploy`` (the kubectl path):
+    also the pins of cdk.context.json, and the validation ``cdk synth`` applies
+    (``deploy_config``)."""
+    pins = context_file_pins() if deploy else {}
+    context = {**cdk_json_context(), **pins, **context_from_pairs(args.overrides or [])}
+    file = args.config if file_option else None
+    return deploy_config(context, file) if deploy else build_config(context, config_file=file)
+
+
+def deploy_config(
+    context: Mapping[str, Any], config_file: str | Path | None = None
+) -> ExperimentConfig:
+    """The one validation of everything that deploys, ``cdk synth`` (stacks/app.py) and the
+    kubectl path (``python -m charts``) alike: the configuration, every deploy pin (all
+    missing or malformed ones in one error) and the support calendar, whose warnings are
+    printed here and whose refusals stop it (experiment/config/upstreams.py)."""
+    config = build_config(context, config_file, for_eks=True)
+    if config.upstreams.as_of is not None:
+        print(
+            f"support calendar: read as of {config.upstreams.as_of} (upstreams.as_of), not today",
+            file=sys.stderr,
+        )
+    for warning in config.calendar().warnings:
+        print(f"support calendar: {warning}", file=sys.stderr)
+    return config
 
 
 def _format_validation_error(err: ValidationError) -> str:
@@ -363,6 +399,12 @@ def _format_validation_error(err: ValidationError) -> str:
             message = "unknown key; check the spelling against experiment/config.py"
         # A rule that names its own path (`serving.draft_model is ...`) is not prefixed twice.
         lines.append(f"  - {message}" if message.startswith(where) else f"  - {where}: {message}")
+    if any(problem["type"] == PIN_ERROR for problem in err.errors()):
+        lines.append(
+            f"  deploy pins: `make pins` (python -m experiment pins) resolves every one of them "
+            f"and records them in {pin_record.CONTEXT_FILE}, which cdk synth and python -m "
+            "charts read; a -c value or the config file still overrides a recorded pin"
+        )
     return "\n".join(lines)
 
 
@@ -376,8 +418,10 @@ def build_config(
 
     ``context`` is CDK context (cdk.json merged with ``-c`` values); when None,
     ``cdk.json`` is read from the project root so non-CDK consumers see the
-    same values as ``cdk deploy``. ``for_eks`` (the CDK app) also requires what only the
-    EKS stacks use and has no default: ``routing.eks.gateway_api_plugin_sha256``.
+    same values as ``cdk deploy``. The deploy pins recorded under ``experiment:pins`` (from
+    cdk.context.json, experiment/pins/record.py) lie under every other layer. ``for_eks``
+    (the CDK app, the kubectl path) also requires what only a deploy uses and has no default:
+    the deploy pins.
     """
     context = dict(cdk_json_context() if context is None else context)
     data: dict[str, Any] = {}
@@ -400,6 +444,24 @@ def build_config(
     for path, raw in sorted(overrides.items()):
         data = _deep_merge(data, _dotted_to_nested(path, _parse_override_value(raw)))
     try:
-        return ExperimentConfig.model_validate(data, context={EKS_APP: for_eks})
+        recorded = pin_record.from_context(context)
+    except pin_record.PinRecordError as err:
+        raise ConfigError(str(err)) from None
+    notes: dict[str, str] = {}
+    if recorded is not None:
+        # The recorded pins lie under every layer the operator writes: which apply depends on
+        # the configuration without them (its cluster version, region, hub, plugin version).
+        overlay, notes = recorded.overlay(_validated(data, for_eks=False))
+        data = _deep_merge(overlay, data)
+    return _validated(data, for_eks=for_eks, notes=notes)
+
+
+def _validated(
+    data: Mapping[str, Any], *, for_eks: bool, notes: Mapping[str, str] | None = None
+) -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(
+            data, context={EKS_APP: for_eks, PIN_NOTES: dict(notes or {})}
+        )
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import aws_cdk as cdk
 
-from experiment import ExperimentConfig, build_config
+from experiment import ExperimentConfig
+from experiment.loading import deploy_config
 from stacks.checkov import AcknowledgeCdkHandlers
 from stacks.cluster import ClusterStack
 from stacks.dashboard import ObservabilityStack
@@ -21,11 +20,9 @@ def build_app(app: cdk.App) -> tuple[ExperimentConfig, list[cdk.Stack]]:
     A bad configuration raises ``experiment.ConfigError`` before any construct exists, and so
     does one without what only these stacks need (``build_config``'s ``for_eks``).
     """
-    config = build_config(context=app.node.get_all_context(), for_eks=True)
-    # The support calendar: what ends soon is said here; what has ended already stopped
-    # build_config unless acknowledged (experiment/config/upstreams.py).
-    for warning in config.calendar().warnings:
-        print(f"support calendar: {warning}", file=sys.stderr)
+    # The one validation of a deploy, shared with the kubectl path (python -m charts): the
+    # configuration, every deploy pin, the support calendar (its warnings printed there).
+    config = deploy_config(app.node.get_all_context())
     return config, create_stacks(app, config)
 
 

@@ -232,6 +232,23 @@ class ClusterStack(cdk.Stack):
                 *filter(None, [self.model_import_association]),
             ],
         )
+        # What the kubectl path takes from the stacks (python -m charts --loadtest-image,
+        # --prometheus-url; charts/__main__.py, docs/serving.md), as outputs of this stack. The
+        # gateway's address is not one: Envoy Gateway creates its Service at run time.
+        cdk.CfnOutput(
+            self,
+            "LoadTestImageUri",
+            value=self.loadtest_image.image_uri,
+            description="The load-test image (python -m charts --loadtest-image)",
+        )
+        if guardrail_workspace is not None:
+            cdk.CfnOutput(
+                self,
+                "PrometheusQueryUrl",
+                value=guardrail_workspace.query_url,
+                description="The live guardrails' AMP query URL (python -m charts "
+                "--prometheus-url)",
+            )
         self._acknowledge_eks_internals()
 
     def _grant_traffic_read(

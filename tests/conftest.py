@@ -19,7 +19,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) in sys.path:
     sys.path.remove(str(TESTS))
 
+from experiment.config import upstreams  # noqa: E402  (the calendar's clock, below)
 from loadtest.processes import PHASE_EVENT, TRAIN_EVENT  # noqa: E402  (after the removal)
 
 pytest_plugins = ["pytester"]  # tests/test_tiers.py runs this conftest in a scratch folder
@@ -120,6 +122,21 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             pytrace=False,
         )
     return result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def calendar_clock() -> Iterator[date]:
+    """The support calendar's clock in every test (``experiment.config.upstreams.today``, the
+    one clock synth reads): the day the calendar was last checked, never today's date, so a
+    checkout passes its tests on any day. Session-scoped, so the session-scoped synth fixtures
+    read it too; a test that moves the clock (``monkeypatch.setattr(upstreams, "today", ...)``)
+    gets this one back afterwards. A subprocess synth gets the same day as
+    ``-c experiment.upstreams.as_of=<this date>``; tests/test_calendar.py reads the real
+    calendar and warns as an end date nears."""
+    fixed = upstreams.last_checked()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(upstreams, "today", lambda: fixed)
+        yield fixed
 
 
 def _run_checkov(directory: Path, framework: str) -> dict[str, Any]:

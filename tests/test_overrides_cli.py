@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from experiment.config.upstreams import last_checked
 from experiment.loading import PROJECT_ROOT, cdk_json_context
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
@@ -76,9 +77,24 @@ def test_every_cli_rejects_the_same_override_with_the_same_message(
     assert not (tmp_path / "run").exists()  # nothing started, nothing written
 
 
+# What python -m charts and the CDK app require besides the configuration, as cdk synth does:
+# the deploy pins (placeholders of the right form; nothing is downloaded), and the calendar
+# read on the tests' fixed day (tests/conftest.py, calendar_clock).
+DEPLOY = {
+    "routing.eks.gateway_api_plugin_sha256": "0" * 64,
+    "cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
+    "cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
+    "model_store.hub_revisions": json.dumps(
+        {"Qwen/Qwen3-32B": "1" * 40, "Qwen/Qwen3-1.7B": "2" * 40}
+    ),
+    "upstreams.as_of": str(last_checked()),
+}
+
+
 def test_charts_renders_the_overridden_k(tmp_path: Path) -> None:
     # The defect of issue 14: python -m charts silently ignored -c serving.* before.
-    result = _run([*CLIS["charts"], "-c", "serving.num_speculative_tokens=5"], tmp_path)
+    deploy = [arg for key, value in DEPLOY.items() for arg in ("-c", f"{key}={value}")]
+    result = _run([*CLIS["charts"], *deploy, "-c", "serving.num_speculative_tokens=5"], tmp_path)
     assert result.returncode == 0, result.stderr
     serving = next((tmp_path / "dist").glob("*serving.k8s.yaml")).read_text()
     assert _k_values(serving) == {"5"}
@@ -96,19 +112,7 @@ def test_tune_plan_reads_the_override(tmp_path: Path) -> None:
 def test_cdk_app_renders_the_overridden_k(tmp_path: Path) -> None:
     # What `cdk synth -c serving.num_speculative_tokens=5` runs: app.py with the context in
     # CDK_CONTEXT_JSON (the CLI's -c values arrive as strings) and the output in CDK_OUTDIR.
-    context = {
-        **cdk_json_context(),
-        # required by the app, which no test lets download the plugin: a placeholder
-        "routing.eks.gateway_api_plugin_sha256": "0" * 64,
-        # required too (no add-on listing was reachable): placeholders of the right form
-        "cluster.s3_csi_addon_version": "v2.1.0-eksbuild.1",
-        "cluster.cloudwatch_addon_version": "v4.1.0-eksbuild.1",
-        # and a hub commit per imported checkpoint (placeholders; nothing is downloaded)
-        "model_store.hub_revisions": json.dumps(
-            {"Qwen/Qwen3-32B": "1" * 40, "Qwen/Qwen3-1.7B": "2" * 40}
-        ),
-        "serving.num_speculative_tokens": "5",
-    }
+    context = {**cdk_json_context(), **DEPLOY, "serving.num_speculative_tokens": "5"}
     result = _run(
         ["app.py"],
         tmp_path,

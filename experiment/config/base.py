@@ -13,6 +13,11 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from runtime import validate as rules
 
+# Validation context of the CDK app and the kubectl path (experiment.loading.build_config(
+# for_eks=True)): what only the EKS stacks use and has no safe default is required there, and
+# what only the trn2 engines refuse is refused there, not in local runs.
+EKS_APP = "eks_app"
+
 
 class Section(BaseModel):
     # Unknown keys are typos: reject them rather than silently ignoring them. A number given

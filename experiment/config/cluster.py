@@ -7,7 +7,7 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from experiment.config import upstreams
 from experiment.config.base import NamespaceName, Section
@@ -23,32 +23,7 @@ CONNECTED_DEVICE_GROUP_SIZES = (1, 4, 8, 16)
 MIN_KUBERNETES_VERSION = (1, 34)  # Neuron DRA needs 1.34+
 
 
-# An EKS add-on version as `aws eks describe-addon-versions` lists it (addonVersion).
-_ADDON_VERSION = re.compile(r"v\d+\.\d+\.\d+-eksbuild\.\d+")
-
-
-def _addon_version(value: str | None) -> str | None:
-    if value is not None and not _ADDON_VERSION.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not an EKS add-on version such as 'v2.1.0-eksbuild.1' "
-            "(aws eks describe-addon-versions, addonVersion)"
-        )
-    return value
-
-
-AddonVersion = Annotated[str | None, AfterValidator(_addon_version)]
-
-
-def addon_version_missing(addon: str, key: str, kubernetes_version: str) -> str:
-    return (
-        f"{key} is required: the {addon} EKS add-on is pinned so two deploys install the same "
-        f"build, and no listing of its versions for Kubernetes {kubernetes_version} was "
-        "reachable when the support calendar was checked. Read the default one with `aws eks "
-        f"describe-addon-versions --addon-name {addon} --kubernetes-version "
-        f'{kubernetes_version} --query "addons[].addonVersions[?compatibilities[?'
-        "defaultVersion]].addonVersion\"` (or the add-on's page in the EKS console) and set "
-        f"-c experiment.{key}=<version>"
-    )
+AddonVersion = str | None  # checked with the other deploy pins (experiment/config/addons.py)
 
 
 class NodeGroupConfig(Section):

@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from experiment.config import upstreams as calendar_table
-from experiment.config.base import Arm, Section, apply_rule, error_at
-from experiment.config.cluster import ClusterConfig, addon_version_missing
-from experiment.config.gateway_plugin import DIGEST_MISSING
+from experiment.config.base import EKS_APP, Arm, Section, apply_rule, error_at
+from experiment.config.cluster import ClusterConfig
+from experiment.config.deploy_pins import PIN_ERROR, PIN_NOTES, pin_problems
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import LoadTestConfig
 from experiment.config.local import LocalConfig
-from experiment.config.model_store import HUB_COMMIT, ModelStoreConfig, hub_revisions_missing
+from experiment.config.model_store import ModelStoreConfig
 from experiment.config.network import NetworkConfig
 from experiment.config.pricing import PricingConfig
 from experiment.config.profiles import PROFILES, ServingProfile
@@ -29,9 +30,6 @@ from runtime.spec import Generation, ServingSpec
 
 # local.drafter -> vLLM's speculative method (vllm 0.32 vllm/config/speculative.py).
 LOCAL_METHODS = {"draft-model": "draft_model", "eagle3": "eagle3"}
-# Validation context of the CDK app (experiment.loading.build_config(for_eks=True)): what
-# only the EKS stacks use and has no safe default is required there, not in local runs.
-EKS_APP = "eks_app"
 
 
 class ExperimentConfig(Section):
@@ -153,44 +151,25 @@ class ExperimentConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _eks_app_verifies_the_plugin(self, info: ValidationInfo) -> ExperimentConfig:
-        # The EKS stacks always install the Gateway API traffic-router plugin (stacks/gateway.py).
-        if (info.context or {}).get(EKS_APP) and self.routing.eks.gateway_api_plugin_sha256 is None:
-            raise error_at(("routing", "eks", "gateway_api_plugin_sha256"), DIGEST_MISSING)
-        return self
-
-    @model_validator(mode="after")
-    def _eks_app_pins_the_addons(self, info: ValidationInfo) -> ExperimentConfig:
-        if not (info.context or {}).get(EKS_APP):
-            return self
-        cluster = self.cluster
-        for addon, field in (
-            ("aws-mountpoint-s3-csi-driver", "s3_csi_addon_version"),
-            ("amazon-cloudwatch-observability", "cloudwatch_addon_version"),
-        ):
-            if getattr(cluster, field) is None:
-                raise error_at(
-                    ("cluster", field),
-                    addon_version_missing(addon, f"cluster.{field}", cluster.kubernetes_version),
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _eks_app_pins_the_checkpoints(self, info: ValidationInfo) -> ExperimentConfig:
-        # Every checkpoint the import Job pulls is pinned to a commit, as the plugin binary is
-        # to a digest: the calendar's hub rows (eagle3-drafter, hub-checkpoints).
-        if not (info.context or {}).get(EKS_APP) or not self.model_store.import_checkpoints:
-            return self
-        revisions = self.model_store.hub_revisions
-        unpinned = [
-            model
-            for model in self.hub_models()
-            if not HUB_COMMIT.fullmatch(revisions.get(model, ""))
-        ]
-        if unpinned:
-            raise error_at(
-                ("model_store", "hub_revisions"),
-                hub_revisions_missing(unpinned, self.model_store.hub_endpoint),
+    def _deploy_pins(self, info: ValidationInfo) -> ExperimentConfig:
+        # Every deploy pin (the plugin digest, the two add-on versions, a hub commit per
+        # imported checkpoint) is checked here at once, so one synth names all that are malformed
+        # or, for the CDK app and the kubectl path (EKS_APP), missing: one error, whose hint
+        # (experiment/loading.py) is `make pins`. A pin's note (PIN_NOTES) says why the pin
+        # recorded in cdk.context.json does not apply (another cluster version, another hub).
+        context = info.context or {}
+        problems = pin_problems(self, bool(context.get(EKS_APP)), context.get(PIN_NOTES) or {})
+        if problems:
+            raise ValidationError.from_exception_data(
+                "ExperimentConfig",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(PIN_ERROR, "{message}", {"message": message}),
+                        loc=tuple(key.split(".")),
+                        input=None,
+                    )
+                    for key, message in problems
+                ],
             )
         return self
 
@@ -217,7 +196,7 @@ class ExperimentConfig(Section):
         """The support calendar's findings for this configuration, on the calendar's today."""
         return calendar_table.check(
             calendar_table.rows_for(self),
-            calendar_table.today(),
+            self.upstreams.on(),
             self.upstreams.warn_days,
             self.upstreams.acknowledge,
         )
@@ -232,6 +211,21 @@ class ExperimentConfig(Section):
                 f"cluster.neuron_nodes.availability_zone {nodes.availability_zone!r} is not one "
                 f"of network.availability_zones {self.network.availability_zones}; add it there "
                 "or set the AZ your Capacity Block or reservation is in"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _analysis_window_holds_the_alarm_periods(self) -> ExperimentConfig:
+        """With live guardrails off the analysis fails on evaluation_periods breaching
+        datapoints of the window it looks back on (charts/rollout.py GuardrailCheck): a
+        shorter window could never fail."""
+        window = self.routing.eks.analysis_window_periods
+        periods = self.guardrails.evaluation_periods
+        if not self.guardrails.live.enabled and window < periods:
+            raise ValueError(
+                f"routing.eks.analysis_window_periods {window} is shorter than "
+                f"guardrails.evaluation_periods {periods}: the rollback analysis could never "
+                f"see that many breaching periods; set it to at least {periods}"
             )
         return self
 
@@ -265,6 +259,32 @@ class ExperimentConfig(Section):
             "serving",
             "serving",
         )
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_fits_the_local_arm(self, info: ValidationInfo) -> ExperimentConfig:
+        # serving.speculation_schedule outside the CDK app: the local arm serves it, with its
+        # own k and batch (the CDK app checks the trn2 arms': ServingConfig).
+        schedule, local = self.serving.speculation_schedule, self.local
+        if schedule is None or (info.context or {}).get(EKS_APP):
+            return self
+        k = local.num_speculative_tokens or self.serving.num_speculative_tokens
+        k_key = (
+            "local.num_speculative_tokens"
+            if local.num_speculative_tokens
+            else "serving.num_speculative_tokens"
+        )
+        keys = {"num_speculative_tokens": k_key, "max_num_seqs": "local.max_num_seqs"}
+        try:
+            rules.check_speculation_schedule(
+                Generation.LOCAL_CPU,
+                schedule,
+                k,
+                local.max_num_seqs,
+                lambda field: keys.get(field, f"serving.{field}"),
+            )
+        except rules.SpecError as err:
+            raise error_at(("serving", "speculation_schedule"), str(err)) from None
         return self
 
     @property
@@ -311,6 +331,7 @@ class ExperimentConfig(Section):
             draft_model=self.model_path(serving.draft_model) if speculative else None,
             num_speculative_tokens=serving.num_speculative_tokens if speculative else None,
             speculative_method=serving.speculative_method if speculative else None,
+            speculation_schedule=self._schedule() if speculative else None,
             tensor_parallel_size=serving.tensor_parallel_size,
             logical_neuron_cores=serving.logical_neuron_cores,
             claimed_logical_cores=self.claimed_logical_cores,
@@ -320,6 +341,10 @@ class ExperimentConfig(Section):
             chunked_prefill=serving.chunked_prefill,
             all_greedy=self.loadtest.temperature == 0,
         )
+
+    def _schedule(self) -> tuple[tuple[int, int, int], ...] | None:
+        schedule = self.serving.speculation_schedule
+        return None if schedule is None else tuple(schedule)
 
     def local_serving_spec(self, arm: Arm, target_dir: str, draft_dir: str) -> ServingSpec:
         """The local (vLLM on CPU) spec of one arm, with the same k as the trn2 deployment."""
@@ -344,6 +369,7 @@ class ExperimentConfig(Section):
             draft_model=draft_dir if speculative else None,
             num_speculative_tokens=k if speculative else None,
             speculative_method=LOCAL_METHODS[local.drafter] if speculative else None,
+            speculation_schedule=self._schedule() if speculative else None,
             host=local.host,
             cpu_kvcache_gib=local.cpu_kvcache_gib,
             dtype=local.dtype,

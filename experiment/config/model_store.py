@@ -26,11 +26,12 @@ def hub_revisions_missing(models: Iterable[str], endpoint: str) -> str:
     return (
         f"{_REVISIONS_KEY} needs a commit for {models}: the model import Job pulls these "
         "checkpoints from the hub, and only a commit (40 lower-case hex digits; a branch or tag "
-        "moves) makes two deploys serve the same weights. No commit of them was in a primary "
-        "source reachable when the support calendar was checked: read the commit you mean to "
-        "serve on each model's 'Files and versions' page (its history: "
-        f"{pages}) and set -c 'experiment.{_REVISIONS_KEY}={example}' (JSON: model ids hold "
-        "dots), or set model_store.import_checkpoints false and upload the checkpoints yourself"
+        "moves) makes two deploys serve the same weights. `make pins` records the commit of "
+        "each model's main branch (the hub API's revision, GET "
+        f"{endpoint}/api/models/<id>/revision/main); by hand: read the commit you mean to serve "
+        f"on each model's 'Files and versions' page (its history: {pages}) and set -c "
+        f"'experiment.{_REVISIONS_KEY}={example}' (JSON: model ids hold dots), or set "
+        "model_store.import_checkpoints false and upload the checkpoints yourself"
     )
 
 

@@ -156,7 +156,10 @@ class EksRoutingConfig(Section):
     # 1.33-1.36 and compiles in Gateway API v1.6.1; the chart of tag v1.9.0 ships those CRDs.
     # v1.9.1 (release-notes/v1.9.1.yaml, August 28, 2026; envoyproxy/gateway#9885) fixes
     # CVE-2026-47775 and GHSA-w42f-28h3-998w among others; its upgrade note on TLS after the
-    # SDS revert leaves plain HTTP listeners, the only kind here, unaffected.
+    # SDS revert leaves plain HTTP listeners, the only kind here, unaffected. v1.9.3
+    # (release-notes/v1.9.3.yaml, October 3, 2026) moves to Envoy 1.39.2 for CVE-2026-35189
+    # (BoringSSL, a denial of service in TLS handshakes); v1.9.2 (September 28) hardened the
+    # Lua sandbox, and no Lua runs here. The pin: experiment/config/upstreams.py.
     envoy_gateway_chart: str = Field(
         default="oci://docker.io/envoyproxy/gateway-helm",
         description="OCI address of the Envoy Gateway Helm chart (with the Gateway API CRDs).",

@@ -21,8 +21,9 @@ from pydantic import Field, field_validator
 
 from experiment.config.base import Section
 
-# The day the rows below were last checked against their sources.
+# The day the rows were checked against their sources; RECHECKED: those checked again since.
 CHECKED = date(2026, 11, 27)
+RECHECKED = date(2026, 11, 28)
 
 # The newest revision of the release calendar readable here: it lists 1.34 ("End of standard
 # support: December 2, 2026") and predates 1.35, whose end comes from a secondary source.
@@ -119,8 +120,10 @@ UPSTREAMS: tuple[Upstream, ...] = (
         component="Neuron DLC of the new-deployment profile (vLLM 0.29.0 + vllm-neuron 1.2.0)",
         version="0.29.0.1.2.0-neuronx-py314-sdk2.33.0-ubuntu26.04",
         source="aws-neuron/aws-neuron-sdk v2.33.0 release-notes/components/vllm-neuron, "
-        "setup/pytorch/dlc.html",
-        checked=CHECKED,
+        "setup/pytorch/dlc.html; re-checked: 2.33.0 (2026-10-19) is still the latest release "
+        "(awsdocs-neuron latest/_sources/release-notes/2.33.0.rst, label latest-neuron-release; "
+        "v2.33.0 release-notes/components/index.html: vLLM Neuron 0.29.0.1.2.0)",
+        checked=RECHECKED,
         setting="serving.image",
         when=("serving.profile", "new-deployment"),
         rendered="the serving pods' and the import Job's image",
@@ -182,13 +185,16 @@ UPSTREAMS: tuple[Upstream, ...] = (
         setting="cluster.cloudwatch_addon_version",
         rendered="AWS::EKS::Addon AddonVersion",
     ),
+    # v1.9.3: the newest v1.9.x release notes of envoyproxy/gateway (no v1.9.4 nor v1.10.0).
     Upstream(
         name="envoy-gateway",
         component="Envoy Gateway (Helm chart gateway-helm)",
-        version="v1.9.1",
-        source="envoyproxy/gateway release-notes/v1.9.1.yaml; "
+        version="v1.9.3",
+        source="envoyproxy/gateway release-notes/v1.9.3.yaml@ea60685c (2026-10-03: Envoy "
+        "1.39.2, fixing CVE-2026-35189, a BoringSSL excessive allocation on certificates with "
+        "nameRelativeToCRLIssuer CRL distribution points: denial of service in TLS handshakes); "
         "site/content/en/news/releases/matrix.md@d32f2829 (v1.9: Kubernetes 1.33-1.36)",
-        checked=CHECKED,
+        checked=RECHECKED,
         end_of_support=date(2027, 2, 14),
         end_source="envoyproxy/gateway site/content/en/news/releases/matrix.md@d32f2829 "
         "(v1.9 End of Life 2027/02/14)",
@@ -206,13 +212,17 @@ UPSTREAMS: tuple[Upstream, ...] = (
         checked=CHECKED,
         rendered="the gateway-helm chart's crds subchart",
     ),
+    # Newest GA tag still v1.9.1 (argoproj/argo-rollouts tags at 9f8d111d, 2026-08-17: only
+    # v1.10.0-rc1); a 1.10.0 is named only by a secondary source (spectrocloud/pack-central
+    # #328, 2026-09-17), as are the Go standard-library CVEs scanners flag in v1.9.1's images.
     Upstream(
         name="argo-rollouts-chart",
         component="Argo Rollouts v1.9.1 (argo-helm chart argo-rollouts)",
         version="2.41.1",
         source="argoproj/argo-helm tag argo-rollouts-2.41.1 (ee473c1); argoproj/argo-rollouts "
-        "v1.9.1 (b6bd3bcf); charts/crds/ from v1.9.1",
-        checked=CHECKED,
+        "v1.9.1 (b6bd3bcf; no v1.10 GA tag, v1.10.0-rc1 only, at 9f8d111d); charts/crds/ from "
+        "v1.9.1",
+        checked=RECHECKED,
         setting="routing.eks.rollouts_chart_version",
         rendered="Custom::AWSCDK-EKS-HelmChart Version (argo-rollouts)",
     ),
@@ -290,8 +300,13 @@ def neuron_dlc(name: str) -> str:
 
 
 def today() -> date:
-    """The calendar's one clock (tests replace it)."""
+    """The calendar's one clock, unless ``upstreams.as_of`` names a day (tests fix it)."""
     return date.today()
+
+
+def last_checked() -> date:
+    """The newest day a row was checked: the tests' fixed clock (tests/conftest.py)."""
+    return max(row.checked for row in UPSTREAMS)
 
 
 def _value_at(config: Any, path: str) -> str:
@@ -362,6 +377,16 @@ class UpstreamsConfig(Section):
             "support, e.g. eks-1.34; cdk synth refuses any other one past its end."
         ),
     )
+
+    as_of: date | None = Field(
+        default=None,
+        description="The day (YYYY-MM-DD) synth reads the support calendar on, to see ahead "
+        "what a date refuses or reproduce a past synth; null: today. Synth says when it is set.",
+    )
+
+    def on(self) -> date:
+        """The day the calendar is read on."""
+        return self.as_of or today()
 
     @field_validator("acknowledge")
     @classmethod

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workspace import PROMETHEUS_URL
+from workspace import DEPLOY_PINS, PROMETHEUS_URL
 
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 
@@ -21,7 +21,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict
     code = main(
         ["--out", str(out), "--bucket", "example-model-store",
          "--loadtest-image", "123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:abc",
-         "--prometheus-url", PROMETHEUS_URL]
+         "--prometheus-url", PROMETHEUS_URL, *DEPLOY_PINS]
     )  # fmt: skip
     assert code == 0
     return {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workspace import PROMETHEUS_URL
+from workspace import DEPLOY_PINS, PROMETHEUS_URL
 
 FRAMEWORK = "kubernetes"
 
@@ -86,7 +86,8 @@ def test_sample_security_profile_passes_checkov_with_its_reasons(tmp_path, run_c
     code = main(
         ["--out", str(out), "--bucket", "example-model-store",
          "--loadtest-image", "123456789012.dkr.ecr.us-east-2.amazonaws.com/loadtest:abc",
-         "--prometheus-url", PROMETHEUS_URL, "-c", "serving.security_profile=sample"]
+         "--prometheus-url", PROMETHEUS_URL, "-c", "serving.security_profile=sample",
+         *DEPLOY_PINS]
     )  # fmt: skip
     assert code == 0
     documents = {p.name: list(yaml.safe_load_all(p.read_text())) for p in out.glob("*.yaml")}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from merge_patch import merge_patch
-from workspace import PROMETHEUS_URL
+from workspace import DEPLOY_PINS, PROMETHEUS_URL
 
 from charts.rollout import (
     CANARY_PATCH_FILE,
@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 SERVING_DOC = ROOT / "docs" / "serving.md"
 SECTION = "## Deploying with kubectl"
-ARGS = ["--bucket", "example-model-store", "--loadtest-image", "123456789012.dkr.ecr.x/lt:1"]
+ARGS = [
+    "--bucket", "example-model-store", "--loadtest-image", "123456789012.dkr.ecr.x/lt:1",
+    *DEPLOY_PINS,
+]  # fmt: skip
 
 
 def render(out: Path, *extra: str) -> int:

@@ -9,12 +9,14 @@ from pathlib import Path
 import cdk8s
 import kubernetes_validate
 import pytest
+from workspace import DEPLOY_PINS
 
 from charts import ClusterInputs, build_charts
 from charts.loadtest_job import settings_json
 from charts.runtime_package import package_files
 from experiment import ConfigError, build_config
 from experiment.config import Arm
+from experiment.loading import context_from_pairs
 
 pytestmark = pytest.mark.infra
 
@@ -212,7 +214,10 @@ def test_loadtest_job_measures_with_the_synthesized_config(documents, tmp_path) 
     data = _find(documents, "ConfigMap", volume["configMap"]["name"])["data"]
     written = tmp_path / config_path.name
     written.write_text(data[config_path.name])
-    assert build_config({}, config_file=written) == CONFIG
+    # The synthesized config: the defaults and the deploy pins python -m charts was given.
+    assert build_config({}, config_file=written) == build_config(
+        context_from_pairs(DEPLOY_PINS[1::2])
+    )
     custom = build_config(
         {"experiment.loadtest.metric_namespace": "Team/SD", "experiment.serving.max_num_seqs": "8"}
     )
@@ -265,9 +270,9 @@ def test_build_charts_accepts_cdk_tokens() -> None:
 def test_plain_yaml_needs_bucket_and_image(tmp_path, capsys) -> None:
     from charts.__main__ import main
 
-    assert main(["--out", str(tmp_path), "--loadtest-image", "x"]) == 2
+    assert main(["--out", str(tmp_path), "--loadtest-image", "x", *DEPLOY_PINS]) == 2
     assert "--bucket" in capsys.readouterr().err
-    assert main(["--out", str(tmp_path), "--bucket", "b"]) == 2
+    assert main(["--out", str(tmp_path), "--bucket", "b", *DEPLOY_PINS]) == 2
     assert "--loadtest-image" in capsys.readouterr().err
 
 

@@ -262,6 +262,17 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["local.generator.drafts.eagle3.weight_share=0.01"],
         r"local\.generator\.drafts has an entry named 'eagle3'.*rename that draft",
     ),
+    # Input-length bucket edges: one check for both fields that hold them.
+    "traffic-buckets-decreasing": (
+        ["loadtest.traffic.length_buckets=[2048, 512]"],
+        r"loadtest\.traffic\.length_buckets: \[2048, 512\] must be strictly increasing, such "
+        r"as \[512, 2048\]",
+    ),
+    "local-traffic-buckets-repeated": (
+        ["local.traffic_length_buckets=[128, 128]"],
+        r"local\.traffic_length_buckets: \[128, 128\] must be strictly increasing, such as "
+        r"\[128\]",
+    ),
     "region-without-the-neuron-type": (
         ["region=eu-west-1", 'network.availability_zones=["eu-west-1a", "eu-west-1b"]'],
         r"region 'eu-west-1' does not offer trn2\.48xlarge",
@@ -390,3 +401,41 @@ def test_live_guardrails_off_alone_or_with_the_probe_off_or_a_report_factor_is_v
     build_config({**off, "experiment.guardrails.probe.enabled": "false"})
     build_config({**off, "experiment.guardrails.live.pilot_floor_factor": "0.8"})
     build_config({"experiment.guardrails.live.failure_limit": "3"})  # live on: it acts
+
+
+def test_a_cloudwatch_analysis_window_shorter_than_the_alarm_periods_is_refused() -> None:
+    off = {"experiment.guardrails.live.enabled": "false"}
+    with pytest.raises(ConfigError, match=r"routing\.eks\.analysis_window_periods 2 is shorter"):
+        build_config(
+            {**off, "experiment.guardrails.evaluation_periods": "3",
+             "experiment.routing.eks.analysis_window_periods": "2"}
+        )  # fmt: skip
+    build_config({**off, "experiment.guardrails.evaluation_periods": "3"})  # window 3: fits
+
+
+def test_a_pending_time_longer_than_its_window_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"guardrails\.live\.pending_s 400 is longer"):
+        build_config({"experiment.guardrails.live.pending_s": "400"})
+
+
+@pytest.mark.parametrize(
+    ("schedule", "stale", "ok"),
+    [("*/15 * * * *", "1201", True), ("*/15 * * * *", "1200", False),
+     ("0 * * * *", "2400", False), ("0 * * * *", "3901", True)],
+)  # fmt: skip
+def test_the_probe_results_must_outlast_the_schedule_and_a_run(
+    schedule: str, stale: str, ok: bool
+) -> None:
+    """Longest gap plus deadline_s (300 s by default) must be shorter than stale_after_s."""
+    overrides = {"experiment.guardrails.probe.schedule": schedule,
+                 "experiment.guardrails.probe.stale_after_s": stale}  # fmt: skip
+    if ok:
+        build_config(overrides)
+    else:
+        with pytest.raises(ConfigError, match=r"guardrails\.probe\.stale_after_s"):
+            build_config(overrides)
+
+
+def test_a_malformed_probe_schedule_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"guardrails\.probe\.schedule: cron minute"):
+        build_config({"experiment.guardrails.probe.schedule": "61 * * * *"})

@@ -29,7 +29,7 @@ def test_bad_eks_routing_settings_name_the_key(key: str, value: str, message: st
 
 def test_defaults_are_the_verified_pins() -> None:
     eks = build_config({}).routing.eks
-    assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.1", "2.41.1")
+    assert (eks.envoy_gateway_version, eks.rollouts_chart_version) == ("v1.9.3", "2.41.1")
 
 
 def test_the_plugin_digest_is_required_for_the_eks_app_only() -> None:

@@ -50,7 +50,7 @@ def test_every_row_has_a_source_a_check_date_and_a_pin_or_the_setting_that_pins_
     assert len(BY_NAME) == len(UPSTREAMS), "row names must be unique"
     for row in UPSTREAMS:
         assert row.source.strip(), row.name
-        assert isinstance(row.checked, date) and row.checked <= date(2026, 11, 27), row.name
+        assert isinstance(row.checked, date) and row.checked <= date(2026, 11, 28), row.name
         assert row.version or row.setting, f"{row.name}: no pin and no setting that pins it"
         if row.end_of_support:
             assert row.end_source and row.after_end, f"{row.name}: end without source or cost"

@@ -20,6 +20,7 @@ if not os.environ.get("PATH", "").startswith(_VENV_BIN):
 import aws_cdk as cdk  # noqa: E402
 
 from experiment import ExperimentConfig  # noqa: E402
+from experiment.config.upstreams import last_checked  # noqa: E402
 from experiment.loading import cdk_json_context  # noqa: E402
 from stacks import build_app  # noqa: E402
 
@@ -42,6 +43,11 @@ HUB_MODELS = ("Qwen/Qwen3-32B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B",
               "RedHatAI/Qwen3-32B-speculator.eagle3")  # fmt: skip
 HUB_COMMITS = {model: f"{index:x}" * 40 for index, model in enumerate(HUB_MODELS, start=1)}
 HUB_REVISIONS = {"experiment.model_store.hub_revisions": json.dumps(HUB_COMMITS)}
+
+
+# A synth in another process (the CDK CLI, app.py) reads the calendar on this fixed day, the
+# one tests/conftest.py gives every in-process synth (calendar_clock).
+CALENDAR_AS_OF = {"experiment.upstreams.as_of": str(last_checked())}
 
 
 def app_context(overrides: dict[str, Any]) -> dict[str, Any]:

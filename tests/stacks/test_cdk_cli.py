@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from cdk_synth import ADDON_VERSIONS, HUB_REVISIONS, PLUGIN_SHA256, PLUGIN_SHA256_KEY
+from cdk_synth import (
+    ADDON_VERSIONS,
+    CALENDAR_AS_OF,
+    HUB_REVISIONS,
+    PLUGIN_SHA256,
+    PLUGIN_SHA256_KEY,
+)
 
 from experiment.loading import PROJECT_ROOT
 
@@ -51,7 +57,9 @@ def test_cdk_synth_offline_without_credentials(tmp_path: Path) -> None:
     cli = [npx, "--yes", f"aws-cdk@{cdk_cli_version()}", "synth", "--quiet"]
     # The settings cdk.json cannot hold: the plugin digest, the add-on versions, hub commits.
     settings = [f"{PLUGIN_SHA256_KEY}={PLUGIN_SHA256}"]
-    settings += [f"{key}={value}" for key, value in {**ADDON_VERSIONS, **HUB_REVISIONS}.items()]
+    # And the calendar's fixed clock: no test depends on today's date (tests/conftest.py).
+    pinned = {**ADDON_VERSIONS, **HUB_REVISIONS, **CALENDAR_AS_OF}
+    settings += [f"{key}={value}" for key, value in pinned.items()]
     result = subprocess.run(
         [*cli, *(arg for setting in settings for arg in ("-c", setting)), "-o", str(outdir)],
         cwd=PROJECT_ROOT,

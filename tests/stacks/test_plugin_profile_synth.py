@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdk_synth import CHART_RESOURCE, app_context, decode_manifest
+from cdk_synth import CALENDAR_AS_OF, CHART_RESOURCE, app_context, decode_manifest
 
 from charts.vllm_service import COMMAND_ANNOTATION
 from experiment.config import PLUGIN_IMAGE
@@ -29,7 +29,7 @@ def _run_app(overrides: dict[str, str], outdir: Path) -> subprocess.CompletedPro
     # What `cdk synth -c KEY=VALUE` runs: app.py with the context in CDK_CONTEXT_JSON.
     env = {
         **os.environ,
-        "CDK_CONTEXT_JSON": json.dumps(app_context(overrides)),
+        "CDK_CONTEXT_JSON": json.dumps(app_context({**CALENDAR_AS_OF, **overrides})),
         "CDK_OUTDIR": str(outdir),
     }
     return subprocess.run(

@@ -75,7 +75,7 @@ def test_synth_prints_the_calendar_s_warnings_and_refuses_a_pin_past_its_end(
     monkeypatch.setattr(stacks_app, "create_stacks", lambda app, config: [])  # no constructs
     monkeypatch.setattr(upstreams, "today", lambda: date(2027, 2, 1))
     stacks_app.build_app(cdk.App(context=app_context({})))
-    assert "support calendar: envoy-gateway v1.9.1: support ends 2027-02-14" in (
+    assert "support calendar: envoy-gateway v1.9.3: support ends 2027-02-14" in (
         capsys.readouterr().err
     )
     monkeypatch.setattr(upstreams, "today", lambda: date(2027, 3, 27))

@@ -1,0 +1,31 @@
+"""The stack outputs the kubectl path takes (``python -m charts --bucket --loadtest-image
+--prometheus-url``): they exist under the names its help gives."""
+
+from __future__ import annotations
+
+import pytest
+from cdk_synth import Synthesized
+
+from charts import __main__ as charts_cli
+
+pytestmark = pytest.mark.infra
+
+
+def test_the_outputs_charts_help_names_exist(synth: Synthesized) -> None:
+    cluster = synth.templates["Cluster"]["Outputs"]
+    store = synth.templates["ModelStore"]["Outputs"]
+    assert "BucketName" in store
+    assert {"LoadTestImageUri", "PrometheusQueryUrl"} <= set(cluster)
+    assert "ecr" in str(cluster["LoadTestImageUri"]["Value"]).lower()
+    url = cluster["PrometheusQueryUrl"]["Value"]
+    assert "aps-workspaces." in str(url) and "/workspaces/" in str(url)
+    for name in ("BucketName", "LoadTestImageUri", "PrometheusQueryUrl"):
+        assert name in (charts_cli.__doc__ or "")
+
+
+def test_without_live_guardrails_there_is_no_workspace_output(tmp_path) -> None:
+    from cdk_synth import synthesize
+
+    off = synthesize({"experiment.guardrails.live.enabled": "false"}, tmp_path)
+    assert "PrometheusQueryUrl" not in off.templates["Cluster"].get("Outputs", {})
+    assert "LoadTestImageUri" in off.templates["Cluster"]["Outputs"]
