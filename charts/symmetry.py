@@ -6,7 +6,8 @@ and returns every difference that is not one of the allowed ones:
 - names, the arm label and the instance label/selector (each arm is its own object);
 - the reference to the arm's spec ConfigMap;
 - the config checksum annotation (it hashes the arm's spec);
-- in the spec JSON: service name, draft model, k, speculative method, artifacts path;
+- in the spec JSON: service name, draft model, k, speculation schedule (a k per batch size),
+  speculative method, artifacts path;
 - in the rendered vLLM command: only ``--speculative-config``; on the fork the
   fused-speculation key of its Neuron override JSON; on the plugin ``--no-async-scheduling``,
   the one difference vllm-neuron 1.x imposes on a speculating server (ALLOWED_DIFFERENCES
@@ -47,6 +48,7 @@ SPEC_FIELDS_OF_DECODING = {
     "draft_model",
     "num_speculative_tokens",
     "speculative_method",
+    "speculation_schedule",  # a k per batch size: the speculative arm's decoding only
     "compiled_artifacts_path",  # one artifact set per arm (the speculative one is fused)
 }
 SPECULATIVE_ONLY_FLAGS = {"--speculative-config"}

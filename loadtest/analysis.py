@@ -45,6 +45,16 @@ def served_k(config: ExperimentConfig, *, local: bool) -> int:
     return k
 
 
+def served_schedule(config: ExperimentConfig, *, local: bool) -> list[tuple[int, int, int]] | None:
+    """The speculative arm's k per batch-size range, from the same spec as ``served_k``."""
+    if local:
+        spec = config.local_serving_spec(Arm.SPECULATIVE, target_dir="", draft_dir="")
+    else:
+        spec = config.serving_spec(Arm.SPECULATIVE)
+    schedule = spec.speculation_schedule
+    return [(first, last, k) for first, last, k in schedule] if schedule else None
+
+
 def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisInfo:
     """What run.json records for the analysis. ``local``: the arms are the local run's CPU
     servers (local price, k and lossless bar), else the trn2 deployment's (the caller says
@@ -68,6 +78,7 @@ def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisI
         )
     return AnalysisInfo(
         num_speculative_tokens=served_k(config, local=local),
+        speculation_schedule=served_schedule(config, local=local),
         lossless_min_prefix_agreement=(
             LOCAL_LOSSLESS_AGREEMENT if local else config.guardrails.lossless_min_prefix_agreement
         ),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runtime.spec import Generation, ServingSpec
-from runtime.validate import validate_spec
+from runtime.validate import SCHEDULE_KEY, validate_spec
 
 # The OpenAI-compatible server module; the same name in the 0.9 fork, vllm-neuron 1.x (its
 # features guide starts servers with `python3 -m vllm.entrypoints.openai.api_server`,
@@ -177,6 +177,11 @@ def _render_local_cpu(spec: ServingSpec) -> VllmCommand:
             "model": spec.draft_model,
             "num_speculative_tokens": spec.num_speculative_tokens,
         }
+        if spec.speculation_schedule is not None:
+            # Dynamic SD (runtime/validate.py, SCHEDULE_KEY): a list of [first, last, k], as
+            # vllm/v1/spec_decode/dynamic/utils.py reads it; num_speculative_tokens above stays
+            # the maximum the drafter is started with.
+            speculative[SCHEDULE_KEY] = [list(entry) for entry in spec.speculation_schedule]
         args += ["--speculative-config", _json(speculative)]
     env: dict[str, str] = {}
     if spec.cpu_kvcache_gib is not None:

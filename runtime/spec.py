@@ -39,6 +39,10 @@ class ServingSpec:
     draft_model: str | None = None
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None  # plugin generation: "eagle3" | "dflash"
+    # A k per inclusive batch-size range, ((first, last, k), ...), k = 0 no drafts: vLLM's
+    # num_speculative_tokens_per_batch_size (runtime/validate.py, check_speculation_schedule);
+    # num_speculative_tokens stays the largest k the drafter is started with.
+    speculation_schedule: tuple[tuple[int, int, int], ...] | None = None
     tensor_parallel_size: int = 1
     logical_neuron_cores: int | None = None  # Neuron only: LNC, must match compile time
     claimed_logical_cores: int | None = None  # Neuron only: logical cores the DRA claim provides
@@ -76,6 +80,11 @@ class ServingSpec:
         values = dict(data)
         values["generation"] = Generation(values["generation"])
         values["extra_args"] = tuple(values.get("extra_args", ()))
+        schedule = values.get("speculation_schedule")
+        if schedule is not None:
+            values["speculation_schedule"] = tuple(
+                (int(first), int(last), int(k)) for first, last, k in schedule
+            )
         return cls(**values)
 
     @classmethod

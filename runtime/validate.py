@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runtime.spec import Generation, ServingSpec
@@ -32,7 +32,37 @@ _DRAFT_KIND = {"eagle3": "an EAGLE3", "dflash": "a DFlash"}
 DFLASH_TENSOR_PARALLEL_SIZES = (4, 8)
 # vllm 0.32 on CPU: a separate draft model, or an EAGLE3 head (Eagle3Qwen3ForCausalLM).
 LOCAL_SPECULATIVE_METHODS = ("draft_model", "eagle3")
-NEURON_GENERATIONS = (Generation.NEURON_FORK, Generation.NEURON_PLUGIN)
+NEURON_GENERATIONS = (
+    Generation.NEURON_FORK,
+    Generation.NEURON_PLUGIN,
+)  # vLLM's dynamic speculative decoding ("Dynamic SD", vllm-project/vllm PR #32374): the
+# speculative config's num_speculative_tokens_per_batch_size, inclusive [first, last, k]
+# batch-size ranges, k = 0 meaning no drafts. Checked against the installed vllm 0.32:
+# vllm/config/speculative.py (SpeculativeConfig.num_speculative_tokens_per_batch_size:
+# list[tuple[int, int, int]] | None; num_speculative_tokens stays the startup maximum) and
+# vllm/v1/spec_decode/dynamic/utils.py (validate_and_normalize_dynamic_sd_schedule: ranges
+# positive, first <= last, k >= 0, sorted silently, non-overlapping, the first starting at 1;
+# build_dynamic_sd_schedule_lookup: each k clamped to num_speculative_tokens without a word,
+# gaps and batch sizes past the last range carry the previous k, ranges past max_num_seqs
+# dropped), applied per step by vllm/v1/core/sched/scheduler.py (dynamic_sd_lookup[number of
+# scheduled requests]). The rules below refuse what vLLM would silently reorder, clamp, carry
+# or drop.
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+SCHEDULE_REFUSED: dict[Generation, str] = {
+    Generation.NEURON_FORK: (
+        "the 0.9 fork (V0 engine, fused speculation) has no per-batch-size k: k is compiled "
+        "into its fused graph, and num_speculative_tokens_per_batch_size only came to vLLM's V1 "
+        "scheduler with Dynamic SD (vllm-project/vllm PR #32374, 2026)"
+    ),
+    Generation.NEURON_PLUGIN: (
+        "vllm-neuron 1.x drafts a fixed k: its EagleProposer compiles one fused draft graph "
+        "for num_speculative_tokens and its propose() takes no per-step k "
+        "(vllm-project/vllm-neuron:vllm_neuron/vllm/spec_decode/eagle.py), and DFlash proposes "
+        "its trained block (dflash.py), so the k vLLM's scheduler would pick per batch size "
+        "never reaches the device"
+    ),
+}
+
 LOGICAL_NEURON_CORE_VALUES = (1, 2)
 # Files whose content defines the token <-> id mapping; equal content = same tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model")
@@ -186,6 +216,92 @@ def check_plugin_only_settings(
         )
 
 
+def check_speculation_schedule(
+    generation: Generation,
+    schedule: Sequence[Sequence[int]] | None,
+    max_k: int,
+    max_num_seqs: int,
+    name: Namer = _plain,
+) -> None:
+    """A k per batch-size range (vLLM's num_speculative_tokens_per_batch_size): an engine
+    that serves it, ranges in order from 1 without gaps or overlaps up to at most
+    max_num_seqs, each k between 0 and the deployed drafter's maximum (num_speculative_tokens),
+    and at least one range that speculates."""
+    if schedule is None:
+        return
+    field = "speculation_schedule"
+    setting = name(field)
+    if generation in SCHEDULE_REFUSED:
+        raise SpecError(
+            f"{setting} is set, but generation {generation.value!r} cannot serve it: "
+            f"{SCHEDULE_REFUSED[generation]}. Leave {setting} unset and deploy one k "
+            f"({name('num_speculative_tokens')}); the local CPU profile serves it",
+            field,
+        )
+    if not schedule:
+        raise SpecError(
+            f"{setting} is empty; give [first, last, k] ranges or leave it unset", field
+        )
+    for entry in schedule:
+        if len(entry) != 3:
+            raise SpecError(f"{setting} entry {list(entry)} is not [first, last, k]", field)
+        if entry[0] > entry[1]:
+            raise SpecError(
+                f"{setting} range {list(entry)} ends before it starts: write [first, last, k] "
+                "with first <= last",
+                field,
+            )
+    starts = [entry[0] for entry in schedule]
+    if starts != sorted(starts):
+        raise SpecError(
+            f"{setting} is not sorted by batch size ({[list(e) for e in schedule]}): list the "
+            "ranges from batch size 1 upwards",
+            field,
+        )
+    previous_last = 0
+    for entry in schedule:
+        first, last, k = entry
+        if first <= previous_last:
+            raise SpecError(
+                f"{setting} range {list(entry)} overlaps or precedes the range before it "
+                f"(which ends at batch size {previous_last}): list the ranges sorted and "
+                "non-overlapping",
+                field,
+            )
+        if first != previous_last + 1:
+            gap = f"{previous_last + 1}" + (
+                f"-{first - 1}" if first - 1 > previous_last + 1 else ""
+            )
+            raise SpecError(
+                f"{setting} leaves batch size {gap} without a k "
+                f"(range {list(entry)}): start the first range at 1 and each next one right "
+                "after the previous (vLLM would carry the previous k over the gap)",
+                field,
+            )
+        if not 0 <= k <= max_k:
+            raise SpecError(
+                f"{setting} range {list(entry)} has k={k}, outside 0-{max_k}: the deployed "
+                f"drafter drafts at most {name('num_speculative_tokens')} = {max_k} tokens "
+                "(vLLM would clamp it silently); lower k or raise "
+                f"{name('num_speculative_tokens')}",
+                field,
+            )
+        previous_last = last
+    if previous_last > max_num_seqs:
+        raise SpecError(
+            f"{setting} reaches batch size {previous_last}, beyond {name('max_num_seqs')} "
+            f"{max_num_seqs} (the server never batches more): end the last range at "
+            f"{max_num_seqs} or raise {name('max_num_seqs')}",
+            field,
+        )
+    if all(k == 0 for _, _, k in schedule):
+        raise SpecError(
+            f"{setting} has k=0 in every range: the speculative arm would never speculate; "
+            "give a range k >= 1, or leave it unset",
+            field,
+        )
+
+
 def check_logical_neuron_cores(lnc: int | None, name: Namer = _plain) -> None:
     if lnc not in LOGICAL_NEURON_CORE_VALUES:
         raise SpecError(
@@ -227,10 +343,15 @@ def check_compiled_length(
 def _check_draft_fields(spec: ServingSpec, name: Namer) -> None:
     k = spec.num_speculative_tokens
     if spec.draft_model is None:
-        if k is not None or spec.speculative_method is not None:
+        if (
+            k is not None
+            or spec.speculative_method is not None
+            or spec.speculation_schedule is not None
+        ):
             raise SpecError(
-                f"{name('num_speculative_tokens')}/speculative_method are set but draft_model "
-                "is not; set draft_model for the speculative arm or clear both for the baseline"
+                f"{name('num_speculative_tokens')}/speculative_method/speculation_schedule are "
+                "set but draft_model is not; set draft_model for the speculative arm or clear "
+                "them for the baseline"
             )
         return
     if k is None:
@@ -241,6 +362,9 @@ def _check_draft_fields(spec: ServingSpec, name: Namer) -> None:
     check_num_speculative_tokens(k, name)
     check_draft_is_not_target(spec.target_model, spec.draft_model, name)
     check_speculative_method(spec.generation, spec.speculative_method, spec.draft_model, name)
+    check_speculation_schedule(
+        spec.generation, spec.speculation_schedule, k, spec.max_num_seqs, name
+    )
 
 
 def _check_neuron_fields(spec: ServingSpec, name: Namer) -> None:

@@ -39,6 +39,7 @@ from loadtest.results import Acceptance as ServerAcceptance
 from loadtest.results import AcceptanceSource, RunInfo
 from loadtest.step_model import PredictionError
 from loadtest.summary import read_run_info, read_window_meta, window_acceptance
+from runtime.validate import SCHEDULE_REFUSED
 from tune.analysis import (
     TOLERANCE,
     break_even_by_class,
@@ -47,6 +48,7 @@ from tune.analysis import (
 )
 from tune.measure import sample_of
 from tune.results import Acceptance, ClassRun, FitInput, Role, Run, Setting, TuneResult
+from tune.schedule import add_schedule
 
 
 @dataclass(frozen=True)
@@ -224,4 +226,9 @@ def fit_from_run_dirs(
         result.break_even += break_even_by_class(runs, setting, config.serving.max_num_seqs, boot)
     if loaded and analysis is not None:
         result.cost = cost_at_load(runs, loaded[0], analysis.price)
+    # A schedule where two fit k were measured at several concurrencies; deployable only on an
+    # engine that serves one (runtime/validate.py, SCHEDULE_REFUSED).
+    refused = None if target == "local" else SCHEDULE_REFUSED.get(config.serving.generation)
+    seqs = config.local.max_num_seqs if target == "local" else config.serving.max_num_seqs
+    add_schedule(result, seqs, boot, refused)
     return result

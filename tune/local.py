@@ -4,8 +4,10 @@ local_run's launcher; each measured with tune.measure; then the model is fitted.
 Order (the machine has 2 cores, so never two servers at once):
 1. the baseline at every concurrency level of ``tuning.concurrency``;
 2. every candidate (each draft of the draft-model drafter, the EAGLE3 head: tuning.drafters)
-   at every k of ``tuning.fit_k`` + ``tuning.holdout_k`` at concurrency 1;
-3. the recommended (draft, k) again at the levels above 1 (break-even load).
+   at every k of ``tuning.fit_k`` + ``tuning.holdout_k`` at concurrency 1,
+   and at the other levels of ``tuning.concurrency`` for the fit k (step costs by batch size:
+   the speculation schedule, tune/schedule.py);
+3. the recommended (draft, k) again at the levels above 1 not yet measured (break-even load).
 Every server gets the same rendered flags as the comparison's arms (config.local_serving_spec)
 and differs from the baseline only in its drafter, draft and k.
 """
@@ -40,6 +42,7 @@ from tune.analysis import (
 )
 from tune.measure import measure_classes
 from tune.results import EAGLE3_CANDIDATE, LocalPlan, Role, Run, Setting, TuneResult, drafter_of
+from tune.schedule import add_schedule
 from tune.speedups import find_run
 
 # Rough costs for the printed estimate, from a default sweep on a quiet 2-core machine
@@ -108,7 +111,8 @@ def local_plan(
     levels = concurrency_levels(config)
     runs: list[tuple[Setting, Role, list[int]]] = [(Setting(), "baseline", levels)]
     for draft in drafts:
-        runs += [(Setting(draft=draft, k=k), "fit", [1]) for k in fit]
+        # The fit k at every level: their step costs by batch size give the schedule.
+        runs += [(Setting(draft=draft, k=k), "fit", levels) for k in fit]
         runs += [(Setting(draft=draft, k=k), "holdout", [1]) for k in holdout]
     extra = [c for c in levels if c > 1]
     if extra:
@@ -165,7 +169,9 @@ def candidate_server(
             "speculative_port": config.tuning.port,
         }
     )
-    at_k = config.model_copy(update={"local": local})
+    # Every candidate drafts one k at every batch size: a configured schedule is not swept.
+    serving = config.serving.model_copy(update={"speculation_schedule": None})
+    at_k = config.model_copy(update={"local": local, "serving": serving})
     arm = Arm.SPECULATIVE if draft is not None else Arm.BASELINE
     spec = at_k.local_serving_spec(arm, str(pair.target_dir), str(pair.draft_dir))
     name = "baseline" if draft is None else f"{draft}-k{k}"
@@ -242,7 +248,7 @@ def run_local_sweep(
     notes: list[str] = []
     todo: list[tuple[Setting, Role, list[int]]] = [(Setting(), "baseline", levels)]
     for name in drafts:
-        todo += [(Setting(draft=name, k=k), "fit", [1]) for k in fit]
+        todo += [(Setting(draft=name, k=k), "fit", levels) for k in fit]
         todo += [(Setting(draft=name, k=k), "holdout", [1]) for k in holdout]
     for step, (setting, role, at) in enumerate(todo, 1):
         if time.monotonic() > deadline:
@@ -265,17 +271,22 @@ def run_local_sweep(
         setting = Setting(draft=overall.draft, k=overall.k)
         if find_run(runs, setting, 1) is None:  # a predicted k: measure its c=1 point too
             high = [1, *high]
+        high = [c for c in high if find_run(runs, setting, c) is None]  # a fit k: measured
         log(f"[{len(todo) + 1}/{len(todo) + 1}] break_even: {setting.label} at {high}")
         try:
-            server = candidate_server(config, drafts[overall.draft], overall.draft, overall.k, logs)
-            runs += _measure(
-                config, server, setting, "break_even", high, prompts, quick, deadline, log
-            )
+            if high:
+                server = candidate_server(
+                    config, drafts[overall.draft], overall.draft, overall.k, logs
+                )
+                runs += _measure(
+                    config, server, setting, "break_even", high, prompts, quick, deadline, log
+                )
         except ServerError as err:
             result.notes.append(f"break-even server failed: {str(err).splitlines()[0]}")
         result.break_even = break_even_by_class(runs, setting, config.local.max_num_seqs, boot)
         result.cost = cost_at_load(runs, setting, price_basis(config, local=True))
     result.runs = runs
+    add_schedule(result, config.local.max_num_seqs, boot, None)  # the local CPU vLLM serves it
     result.elapsed_s = time.monotonic() - started
     result.load_average = list(os.getloadavg())
     return result

@@ -22,3 +22,15 @@ def overrides_line(target: Literal["local", "trn2"], draft: str, k: int) -> str:
         f"-c experiment.local.drafter=draft-model -c experiment.local.generator.draft={draft} "
         f"{k_line}"
     )
+
+
+def schedule_overrides_line(draft: str, schedule: list[list[int]]) -> str:
+    """The local line that serves ``schedule`` with ``draft``: the drafter started at the
+    schedule's largest k (vLLM's num_speculative_tokens, the maximum each range's k is
+    clamped to) and serving.speculation_schedule, quoted for the shell (brackets glob)."""
+    max_k = max(k for _, _, k in schedule)
+    value = ",".join(f"[{first},{last},{k}]" for first, last, k in schedule)
+    return (
+        f"{overrides_line('local', draft, max_k)} "
+        f"-c 'experiment.serving.speculation_schedule=[{value}]'"
+    )

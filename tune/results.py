@@ -17,8 +17,8 @@ from experiment.config.models import KNOWN_MODELS, ModelKind
 from loadtest.results import Interval, OptimalLoadCost, PriceBasis
 
 # 3: FitInput.acceptance_source (issue 23); 4: the drafter comparison (ClassModel.drafter and
-# .steps, TuneResult.drafter_choices)
-SCHEMA_VERSION = 4
+# .steps, TuneResult.drafter_choices); 5: the speculation schedule (TuneResult.schedule)
+SCHEMA_VERSION = 5
 # The candidate name of the local EAGLE3 head (local.drafter's value): drafts are named by
 # local.generator.drafts, which may not hold this name (LocalConfig._no_draft_named_eagle3).
 EAGLE3_CANDIDATE = "eagle3"
@@ -301,6 +301,68 @@ class CostAtLoad(_Result):
     arms: list[ArmCost]
 
 
+class LevelStepCost(_Result):
+    """Step costs at one batch size (the concurrency of a closed-loop run: that many sequences
+    batched), one prompt class: the baseline arm's plain target step, and the speculative
+    arm's step as the line T(k) = intercept + per_k * k through the fit k measured there
+    (per_k: one more drafted token, the draft forward plus the wider verify)."""
+
+    batch_size: int
+    prompt_class: str
+    baseline_step_ms: float
+    intercept_ms: float
+    per_k_ms: float
+    fit_k: list[int]
+    ttft_ms: float  # speculative arm, mean over the fit runs at this batch size
+    baseline_ttft_ms: float
+
+
+class BatchPrediction(_Result):
+    """The workload (classes weighted by their request counts) at one batch size and window
+    k: predicted E2E speedup over the baseline at the same batch size, with a bootstrap
+    interval over requests, and the predicted output throughput of a server kept at that
+    batch size."""
+
+    batch_size: int
+    k: int
+    e2e_speedup: Interval
+    output_throughput_tok_s: float
+    baseline_output_throughput_tok_s: float
+    measured: bool  # step costs measured at this batch size (else interpolated or held)
+
+
+class ScheduleRange(_Result):
+    """One [first, last, k] range of the schedule and why: the chosen k's predicted speedup
+    at the range's weakest batch size (k = 0: the best k's, which did not pay)."""
+
+    first: int
+    last: int
+    k: int
+    at_batch_size: int
+    best_k: int  # the k with the highest prediction at at_batch_size (k itself when k > 0)
+    predicted_speedup: Interval  # of best_k at at_batch_size
+    measured_batch_sizes: list[int]
+
+
+class SpeculationSchedule(_Result):
+    """A k per batch-size range for serving.speculation_schedule (vLLM's Dynamic SD), derived
+    from step costs measured at a few batch sizes and the draft's per-position acceptance."""
+
+    draft: str
+    drafter: Drafter
+    batch_sizes: list[int]  # measured
+    max_num_seqs: int
+    max_k: int  # the largest k considered: acceptance measured up to it
+    step_costs: list[LevelStepCost]
+    predictions: list[BatchPrediction]
+    ranges: list[ScheduleRange]
+    overrides: str | None  # the -c line that deploys it; None where the engine cannot
+
+    @property
+    def entries(self) -> list[list[int]]:
+        return [[r.first, r.last, r.k] for r in self.ranges]
+
+
 class Trn2Plan(_Result):
     candidates: list[Setting]
     compiles: int
@@ -350,6 +412,7 @@ class TuneResult(_Result):
     drafter_choices: list[DrafterChoice] = Field(default_factory=list)
     break_even: list[BreakEven] = Field(default_factory=list)
     cost: CostAtLoad | None = None  # None: no concurrency sweep
+    schedule: SpeculationSchedule | None = None  # None: fewer than two fit k above c=1
     overrides: str | None = None  # the recommendation as one line of -c overrides
     notes: list[str] = Field(default_factory=list)
     load_average: list[float] = Field(default_factory=list)  # 1/5/15 min, at the end

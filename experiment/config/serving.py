@@ -5,9 +5,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from experiment.config.base import Arm, NamespaceName, Section, ServiceName, apply_rule, error_at
+from experiment.config.base import (
+    EKS_APP,
+    Arm,
+    NamespaceName,
+    Section,
+    ServiceName,
+    apply_rule,
+    error_at,
+)
 from experiment.config.cluster import CONNECTED_DEVICE_GROUP_SIZES
 from experiment.config.models import image_problem, serving_problems
 from experiment.config.profiles import FORK_IMAGE, PLUGIN_IMAGE, PROFILES, ServingProfile
@@ -86,6 +94,18 @@ class ServingConfig(Section):
         description=(
             "k, the tokens the draft proposes per step (runtime/validate.py gives the range); "
             "default: the profile's (reproduce 7, new-deployment 5, to re-tune in 3-7)."
+        ),
+    )
+    speculation_schedule: list[tuple[int, int, int]] | None = Field(
+        default=None,
+        description=(
+            "A k per batch-size range, [[first, last, k], ...] inclusive, k=0 no speculation "
+            "(vLLM's num_speculative_tokens_per_batch_size, Dynamic SD); null: one k "
+            "(num_speculative_tokens) at every load. Ranges from 1, sorted, without gaps or "
+            "overlaps, up to at most max_num_seqs; each k at most num_speculative_tokens (the "
+            "drafter's maximum); one range with k >= 1. Served by the local CPU profile only: "
+            "cdk synth refuses it on the 0.9 fork and on vllm-neuron 1.x (runtime/validate.py "
+            "says why). `python -m tune` derives one."
         ),
     )
     prefix_caching: bool = Field(
@@ -207,6 +227,21 @@ class ServingConfig(Section):
                 f"of {list(CONNECTED_DEVICE_GROUP_SIZES)} devices"
             )
         return value
+
+    @model_validator(mode="after")
+    def _schedule_fits_the_deployed_engine(self, info: ValidationInfo) -> ServingConfig:
+        # At synth (the CDK app): against the trn2 arms' engine, k and batch. Elsewhere the
+        # local arm's limits apply (ExperimentConfig._schedule_fits_the_local_arm).
+
+        schedule = self.speculation_schedule
+        if schedule is not None and (info.context or {}).get(EKS_APP):
+            apply_rule(
+                lambda name: rules.check_speculation_schedule(
+                    self.generation, schedule, self.num_speculative_tokens, self.max_num_seqs, name
+                ),
+                "serving",
+            )
+        return self
 
     @model_validator(mode="after")
     def _service_names_differ(self) -> ServingConfig:

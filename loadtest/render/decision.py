@@ -6,18 +6,20 @@ interval and n. Missing values read ``n/a`` (never 0).
 
 from __future__ import annotations
 
-from experiment.config import RoutingConfig, routing_override_line
+from experiment.config import Arm, RoutingConfig, routing_override_line
 from loadtest.cost import margin_usd
 from loadtest.metrics import ALL_CLASSES
 from loadtest.results import (
+    AcceptanceSource,
     ClassFloor,
+    ClassVerdict,
     Interval,
     PilotFloors,
     RunSummary,
     ScopeCost,
     ScopeStatistics,
 )
-from loadtest.verdict import FLOOR_DECIMALS
+from loadtest.verdict import FLOOR_DECIMALS, correction_text
 
 Table = tuple[list[str], list[list[str]]]
 NOT_AVAILABLE = "n/a"
@@ -62,7 +64,7 @@ def verdict_rows(summary: RunSummary) -> Table:
         "verdict",
         f"cost SD / base [{level}]",
         f"E2E speedup [{level}]",
-        "acceptance (estimate)",
+        "acceptance (source)",
         "pairs",
         "why",
     ]
@@ -72,13 +74,34 @@ def verdict_rows(summary: RunSummary) -> Table:
             v.decision.value,
             interval_text(v.cost_ratio),
             interval_text(v.e2e_speedup),
-            interval_text(v.acceptance_rate_estimate, unit=""),
+            acceptance_cell(summary, v),
             str(v.pairs),
             v.reason,
         ]
         for v in summary.verdict
     ]
     return header, rows
+
+
+MEASURED_SOURCE = "server counters"
+ESTIMATED_SOURCE = "client estimate"
+
+
+def acceptance_cell(summary: RunSummary, verdict: ClassVerdict) -> str:
+    """The best acceptance the run has for the verdict's scope, with its source named: the
+    SD server's vllm:spec_decode_* counters over the window for all classes together (they
+    cannot tell classes apart), else the client-side estimate from tokens per chunk with its
+    paired interval."""
+    measured = summary.arm(Arm.SPECULATIVE).acceptance if Arm.SPECULATIVE in summary.arms else None
+    if (
+        verdict.prompt_class == ALL_CLASSES
+        and measured is not None
+        and measured.source is AcceptanceSource.MEASURED
+        and measured.acceptance_rate is not None
+    ):
+        return f"{measured.acceptance_rate:.3f} ({MEASURED_SOURCE})"
+    estimate = interval_text(verdict.acceptance_rate_estimate, unit="")
+    return estimate if estimate == NOT_AVAILABLE else f"{estimate} ({ESTIMATED_SOURCE})"
 
 
 def bucket_verdict_rows(summary: RunSummary) -> Table:
@@ -110,13 +133,19 @@ def bucket_verdict_rows(summary: RunSummary) -> Table:
 
 
 def bucket_flips_text(summary: RunSummary) -> str:
-    """Whether a class's verdict flips across input lengths."""
+    """Whether a class's verdict flips across input lengths, after how the cells' family-wise
+    error was controlled (loadtest.verdict.correction_text)."""
+    confidence = summary.statistics.confidence if summary.statistics is not None else None
+    correction = (
+        correction_text(summary.verdict_by_bucket, confidence) if confidence is not None else ""
+    )
+    lead = f"{correction}\n" if correction else ""
     if not summary.bucket_flips:
-        return (
+        return lead + (
             "No class's verdict flips across input-length buckets (buckets that can't tell "
             "do not count)."
         )
-    return "\n".join(f"Flips: {flip}" for flip in summary.bucket_flips)
+    return lead + "\n".join(f"Flips: {flip}" for flip in summary.bucket_flips)
 
 
 def floor_text(entry: ClassFloor, factor: float) -> str:
@@ -213,9 +242,29 @@ def margin_text(summary: RunSummary) -> str | None:
     )
 
 
+def schedule_text(summary: RunSummary) -> str | None:
+    """The k the verdicts were measured with: one k, or the schedule by batch size."""
+    info = summary.run.analysis
+    if info is None or not info.speculation_schedule:
+        return None
+    ranges = ", ".join(
+        f"{first}-{last}: {'no speculation' if k == 0 else f'k={k}'}"
+        for first, last, k in info.speculation_schedule
+    )
+    return (
+        f"The speculative arm served a k per batch size (serving.speculation_schedule): "
+        f"{ranges}; the verdicts are the schedule's, at the batch sizes this run's load made "
+        f"(k={info.num_speculative_tokens} at most)."
+    )
+
+
 def verdict_note(summary: RunSummary) -> str | None:
-    """The verdict section's note: the routing line, then what the margin means."""
-    parts = [text for text in (routing_text(summary), margin_text(summary)) if text]
+    """The verdict section's note: the routing line, the k served, what the margin means."""
+    parts = [
+        text
+        for text in (routing_text(summary), schedule_text(summary), margin_text(summary))
+        if text
+    ]
     return "\n\n".join(parts) or None
 
 

@@ -540,3 +540,21 @@ def test_synthesis_refuses_a_scrape_of_one_arm(monkeypatch: pytest.MonkeyPatch) 
     inputs = ClusterInputs("b", "i", "https://aps-workspaces.us-east-2.amazonaws.com/workspaces/w/")
     with pytest.raises(ArmsDriftError, match=r"scrape treats the arms unalike"):
         app_module.build_charts(cdk8s.App(), build_config({}), inputs)
+
+
+def test_a_speculation_schedule_is_a_decoding_difference() -> None:
+    # serving.speculation_schedule reaches the speculative arm only (its spec and its
+    # --speculative-config); the trn2 engines refuse it at synth, so it is put in by hand.
+    baseline, speculative = _arms()
+    configmap = _kind(speculative, "ConfigMap")
+    spec = json.loads(configmap["data"][SPEC_FILE])
+    assert "speculation_schedule" in spec  # a ServingSpec field: the name the check knows
+    spec["speculation_schedule"] = [[1, 2, 7], [3, 4, 0]]
+    configmap["data"][SPEC_FILE] = json.dumps(spec)
+    annotations = _kind(speculative, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    annotations[COMMAND_ANNOTATION] = annotations[COMMAND_ANNOTATION].replace(
+        '"num_speculative_tokens":7',
+        '"num_speculative_tokens":7,"num_speculative_tokens_per_batch_size":[[1,2,7],[3,4,0]]',
+    )
+    assert "num_speculative_tokens_per_batch_size" in annotations[COMMAND_ANNOTATION]
+    assert arm_asymmetries(baseline, speculative) == []

@@ -220,3 +220,17 @@ def test_a_no_gain_class_goes_to_the_baseline_in_the_routing_line(analysed_run_d
     every = [v.model_copy(update={"decision": Decision.NO_GAIN}) for v in classes]
     line = routing_text(summary.model_copy(update={"verdict": every, "floors": None}))
     assert line is not None and "speculative_classes=[]" in line
+
+
+def test_the_verdict_note_names_a_served_schedule(analysed_run_dir) -> None:
+    from loadtest.render.decision import schedule_text, verdict_note
+
+    summary = summarize(analysed_run_dir)
+    assert summary.run.analysis is not None
+    assert schedule_text(summary) is None  # one k: nothing to add
+    info = summary.run.analysis.model_copy(update={"speculation_schedule": [(1, 2, 3), (3, 8, 0)]})
+    scheduled = summary.model_copy(
+        update={"run": summary.run.model_copy(update={"analysis": info})}
+    )
+    note = verdict_note(scheduled)
+    assert note is not None and "1-2: k=3, 3-8: no speculation" in note

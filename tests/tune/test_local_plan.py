@@ -18,8 +18,11 @@ def test_plan_lists_every_server_and_what_is_predicted() -> None:
     roles = [role for _, role, _ in plan.runs]
     assert roles.count("fit") == 4
     assert roles.count("holdout") == 4
-    # Requests: (3 baseline levels + 8 candidates + 2 break-even levels) x 16 prompts x 1.
-    assert plan.requests == (3 + 8 + 2) * 16 * 1
+    # The fit k at every level (their step costs by batch size make the schedule).
+    assert all(levels == [1, 2, 4] for _, role, levels in plan.runs if role == "fit")
+    # Requests: (3 baseline levels + 4 fit candidates x 3 levels + 4 held out + 2 break-even
+    # levels) x 16 prompts x 1.
+    assert plan.requests == (3 + 4 * 3 + 4 + 2) * 16 * 1
     assert plan.predicted_k == [1, 3, 5, 7, 9, 10]
     text = plan_text(plan)
     assert "small k=8" in text

@@ -65,7 +65,7 @@ def test_outputs_are_written_and_tune_json_round_trips(tmp_path: Path) -> None:
     result = _result()
     paths = write_outputs(result, tmp_path)
     assert read_result(tmp_path) == result
-    assert json.loads((tmp_path / TUNE_JSON).read_text())["schema_version"] == 4
+    assert json.loads((tmp_path / TUNE_JSON).read_text())["schema_version"] == 5
     for name in ("speedup_vs_k.png", "acceptance_per_position.png", "break_even.png"):
         assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = paths["markdown"].read_text()

@@ -15,6 +15,8 @@ import pytest
 
 from experiment import build_config
 from local_run.servers import port_is_free
+from runtime.spec import Generation
+from runtime.validate import check_speculation_schedule
 from tune.local import run_local_sweep
 from tune.report import read_result, write_outputs
 from tune.results import Setting
@@ -83,6 +85,21 @@ def test_quick_sweep_on_real_vllm(tmp_path: Path) -> None:
             assert [p.concurrency for p in arm.points] == [1, 2]
             assert all(p.usd_per_million_output_tokens for p in arm.points)
             assert arm.optimal is not None and arm.optimal.concurrency in (1, 2)
+    # The fit k were measured at both levels: step costs at batch sizes 1 and 2, a schedule
+    # over 1..local.max_num_seqs of the overall draft that the serving rules accept.
+    schedule = result.schedule
+    assert schedule is not None
+    assert schedule.draft == overall.draft and schedule.batch_sizes == [1, 2]
+    assert (schedule.ranges[0].first, schedule.ranges[-1].last) == (1, config.local.max_num_seqs)
+    assert {(c.batch_size, c.prompt_class) for c in schedule.step_costs} == {
+        (b, c) for b in (1, 2) for c in classes
+    }
+    if any(r.k for r in schedule.ranges):
+        max_k = max(r.k for r in schedule.ranges)
+        check_speculation_schedule(
+            Generation.LOCAL_CPU, schedule.entries, max_k, config.local.max_num_seqs
+        )
+        assert schedule.overrides is not None and "speculation_schedule=" in schedule.overrides
     paths = write_outputs(result, tmp_path)
     assert read_result(tmp_path) == result
     assert paths["markdown"].read_text().startswith("# Tuning sweep (local)")

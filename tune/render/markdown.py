@@ -10,6 +10,7 @@ from tune.render.words import (
     holdout_by_drafter,
     interval_text,
     margin_text,
+    schedule_range_text,
     speedup_text,
 )
 from tune.results import ComponentName, TuneResult
@@ -198,6 +199,49 @@ def _break_even(result: TuneResult) -> list[str]:
     return lines
 
 
+def _schedule(result: TuneResult) -> list[str]:
+    schedule = result.schedule
+    if schedule is None:
+        return ["Not derived (the fit k were not measured at two batch sizes; see the notes)."]
+    lines = [
+        f"Draft {schedule.draft} ({schedule.drafter}), k up to {schedule.max_k}, batch sizes "
+        f"1-{schedule.max_num_seqs}; step costs measured at {schedule.batch_sizes}. Predicted "
+        "E2E speedup of the workload over the baseline at the same batch size, with a "
+        "bootstrap interval over prompts (step times and TTFTs resampled, tokens per step "
+        "held).",
+        "",
+        *(f"- {schedule_range_text(r)}" for r in schedule.ranges),
+        "",
+        f"Paste: `{schedule.overrides}`"
+        if schedule.overrides
+        else "Not deployable here (see the notes).",
+        "",
+        "Step costs by batch size (ms): the baseline's target step, and the speculative step "
+        "T(k) = intercept + per k x k through the fit k.",
+        "",
+        "| batch | class | baseline step | intercept | per k | TTFT | baseline TTFT |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in schedule.step_costs:
+        lines.append(
+            f"| {c.batch_size} | {c.prompt_class} | {c.baseline_step_ms:.2f} "
+            f"| {c.intercept_ms:.2f} | {c.per_k_ms:.2f} | {c.ttft_ms:.1f} "
+            f"| {c.baseline_ttft_ms:.1f} |"
+        )
+    lines += [
+        "",
+        "| batch | k | predicted E2E speedup | output tokens/s (baseline) | measured |",
+        "|---|---|---|---|---|",
+    ]
+    for p in schedule.predictions:
+        lines.append(
+            f"| {p.batch_size} | {p.k} | {interval_text(p.e2e_speedup)} "
+            f"| {p.output_throughput_tok_s:.1f} ({p.baseline_output_throughput_tok_s:.1f}) "
+            f"| {'yes' if p.measured else 'no'} |"
+        )
+    return lines
+
+
 def _cost(result: TuneResult) -> list[str]:
     cost = result.cost
     if cost is None:
@@ -270,6 +314,10 @@ def render_markdown(result: TuneResult, plots: list[str]) -> str:
         "## Break-even load",
         "",
         *_break_even(result),
+        "",
+        "## Speculation schedule: a k per batch size",
+        "",
+        *_schedule(result),
         "",
         "## Cost per 1M output tokens by load",
         "",

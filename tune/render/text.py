@@ -8,6 +8,7 @@ from tune.render.words import (
     candidate_text,
     holdout_by_drafter,
     margin_text,
+    schedule_range_text,
     speedup_text,
 )
 from tune.results import TuneResult
@@ -35,5 +36,14 @@ def summary_lines(result: TuneResult) -> list[str]:
         lines.append(f"SD stops paying above ({b.prompt_class}): {break_even_text(b)}")
     if result.overrides:
         lines.append(f"paste: {result.overrides}")
+    if result.schedule is not None:
+        schedule = result.schedule
+        lines += [
+            f"schedule ({schedule.draft}, measured at batch sizes {schedule.batch_sizes}): "
+            f"{schedule_range_text(r)}"
+            for r in schedule.ranges
+        ]
+        if schedule.overrides:
+            lines.append(f"paste (schedule): {schedule.overrides}")
     lines += [f"note: {n}" for n in result.notes]
     return lines

@@ -5,7 +5,14 @@ the break-even load."""
 from __future__ import annotations
 
 from loadtest.results import Interval
-from tune.results import BreakEven, Check, DrafterChoice, MeasuredSpeedup, drafter_of
+from tune.results import (
+    BreakEven,
+    Check,
+    DrafterChoice,
+    MeasuredSpeedup,
+    ScheduleRange,
+    drafter_of,
+)
 
 
 def interval_text(interval: Interval) -> str:
@@ -73,3 +80,13 @@ def break_even_text(break_even: BreakEven) -> str:
     if break_even.break_even_concurrency == 0:
         return "pays at no level measured"
     return f"{break_even.break_even_concurrency:.1f} concurrent requests"
+
+
+def schedule_range_text(r: ScheduleRange) -> str:
+    """``batch 1-2: k=3, predicted 1.40x [1.30, 1.50] (n=32) at batch 2``; a k=0 range says
+    what the best k would have given there."""
+    span = f"batch {r.first}" if r.first == r.last else f"batch {r.first}-{r.last}"
+    gain = f"{interval_text(r.predicted_speedup)} at batch {r.at_batch_size}"
+    if r.k:
+        return f"{span}: k={r.k}, predicted {gain}"
+    return f"{span}: k=0 (no speculation; the best, k={r.best_k}, predicted {gain})"
