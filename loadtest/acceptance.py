@@ -29,14 +29,16 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from guardrails import vllm_metrics
 from loadtest.records import RequestRecord
 from loadtest.results import Acceptance, AcceptanceSource
 
-PREFIX = "vllm:spec_decode_"
-DRAFTS = "num_drafts"
-DRAFT_TOKENS = "num_draft_tokens"
-ACCEPTED = "num_accepted_tokens"
-PER_POSITION = "num_accepted_tokens_per_pos"
+# The keys of ``Counters``: the counters' names without the common prefix.
+PREFIX = vllm_metrics.SPEC_DECODE_PREFIX
+DRAFTS = vllm_metrics.SPEC_DECODE_DRAFTS.removeprefix(PREFIX)
+DRAFT_TOKENS = vllm_metrics.SPEC_DECODE_DRAFT_TOKENS.removeprefix(PREFIX)
+ACCEPTED = vllm_metrics.SPEC_DECODE_ACCEPTED.removeprefix(PREFIX)
+PER_POSITION = vllm_metrics.SPEC_DECODE_ACCEPTED_PER_POSITION.removeprefix(PREFIX)
 SCRAPE_TIMEOUT_S = 10.0
 
 Counters = dict[str, Any]  # {"num_drafts": float, ..., "num_accepted_tokens_per_pos": {pos: v}}
@@ -49,9 +51,10 @@ def parse_counters(text: str) -> Counters:
     # ``_total`` and ``_created`` samples interleaved, which splits the parsed families.
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if not sample.name.startswith(PREFIX) or not sample.name.endswith("_total"):
+            suffix = vllm_metrics.COUNTER_SUFFIX
+            if not sample.name.startswith(PREFIX) or not sample.name.endswith(suffix):
                 continue  # ignores *_created and anything else
-            short = sample.name[len(PREFIX) : -len("_total")]
+            short = sample.name[len(PREFIX) : -len(suffix)]
             if short == PER_POSITION:
                 position = int(sample.labels.get("position", "0"))
                 per_pos = counters.setdefault(PER_POSITION, {})

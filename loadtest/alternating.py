@@ -227,6 +227,8 @@ def combine_windows(
                 launched_wall=meta.launched_wall,
                 elapsed_s=meta.elapsed_s,
                 window_s=meta.window_s,
+                histograms_before=meta.histograms_before,
+                histograms_after=meta.histograms_after,
             )
             for block, meta in blocks
         ],

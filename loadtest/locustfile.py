@@ -47,7 +47,6 @@ from locust.stats import CSV_STATS_INTERVAL_SEC
 
 from experiment.config import TIERED_ARM, Arm
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
-from loadtest.acceptance import scrape
 from loadtest.arms import READY_POLL_S, announce_ready, shared_start
 from loadtest.client import endpoint_url, request_body, stream_request
 from loadtest.distributed import (
@@ -69,6 +68,7 @@ from loadtest.plan import API, RunPlan, build_plan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
 from loadtest.results import ArrivalStampCounts
+from loadtest.server_latency import ServerScrape, scrape_window
 from loadtest.transport import ArrivalStamps, StreamSession, Transport
 from loadtest.window import WindowMeta
 
@@ -116,6 +116,7 @@ class _RunState:
         self.exhausted = False
         self.finished = False
         self.before: dict[str, Any] | None = None
+        self.histograms_before: ServerScrape | None = None
         # Which clock stamped the measured requests' reads (None: the bench's other clients).
         self.stamps: ArrivalStamps | None = None
         self._records = self._open_records()
@@ -134,7 +135,7 @@ class _RunState:
         self.warmup_done()
 
     def warmup_done(self) -> None:
-        self.before = scrape(self.plan.base_url)
+        self.before, self.histograms_before = scrape_window(self.plan.base_url)
         wait_for_start(self.plan)
         runner = self.environment.runner
         if runner is not None:
@@ -213,7 +214,9 @@ class _RunState:
             return
         self.finished = True
         window_end = time.perf_counter()
-        after = scrape(self.plan.base_url) if self.window_open.is_set() else None
+        after, histograms_after = (
+            scrape_window(self.plan.base_url) if self.window_open.is_set() else (None, None)
+        )
         self._records.close()
         WindowMeta(
             arm=self.plan.arm,
@@ -228,6 +231,8 @@ class _RunState:
             not_started_requests=sum(1 for _ in self._measured),
             metrics_before=self.before,
             metrics_after=after,
+            histograms_before=self.histograms_before,
+            histograms_after=histograms_after,
         ).write(self.plan.meta_path)
 
 
@@ -322,6 +327,7 @@ class _MasterState:
         self.clock: dict[int, ClockSample] = {}
         self.clients: dict[str, int] = {}  # Locust client id -> worker index
         self.before: dict[str, Any] | None = None
+        self.histograms_before: ServerScrape | None = None
         self.window_open_wall: float | None = None
         self.opening = False
         self.finished = False
@@ -365,7 +371,7 @@ class _MasterState:
     def _open_window(self) -> None:
         # In its own greenlet: waiting for the start instant inside a message handler would
         # hold up the workers' heartbeats.
-        self.before = scrape(self.plan.base_url)
+        self.before, self.histograms_before = scrape_window(self.plan.base_url)
         wait_for_start(self.plan)
         self.runner.stats.reset_all()
         self.window_open_wall = time.time()
@@ -405,7 +411,9 @@ class _MasterState:
         for index in range(self.workers):  # the test stopped before these reported
             self.windows.setdefault(index, WorkerWindow(index=index, lost=True))
             self.stopped_by.setdefault(index, "worker_lost")
-        after = scrape(self.plan.base_url) if self.window_open_wall is not None else None
+        after, histograms_after = (
+            scrape_window(self.plan.base_url) if self.window_open_wall is not None else (None, None)
+        )
         self._records.close()
         combined = combine_windows(list(self.windows.values()), self.share_sizes, self.received)
         causes = set(self.stopped_by.values())
@@ -436,6 +444,8 @@ class _MasterState:
             not_started_requests=combined.not_started_requests,
             metrics_before=self.before,
             metrics_after=after,
+            histograms_before=self.histograms_before,
+            histograms_after=histograms_after,
         ).write(self.plan.meta_path)
 
 

@@ -39,6 +39,15 @@ SPEEDUP_STATS = ("mean", "p50", "p90", "p99")  # the fields of results.StatSpeed
 # their gaps say nothing about generation speed.
 BURST_GAP_S = 1e-4
 BURST_WARNING_FRACTION = 0.1
+
+
+def bursting(block: MetricBlock) -> bool:
+    """Whether an arm's chunks arrived in bursts: its client-side per-token timing is the
+    stream's grouping, not generation (the report then reads the servers' histograms)."""
+    fraction = block.burst_gap_fraction
+    return fraction is not None and fraction > BURST_WARNING_FRACTION
+
+
 # The scope of every prompt class together, wherever a scope is named (summary verdicts,
 # the decision tables, the CSV, tune's recommendations).
 ALL_CLASSES = "all"

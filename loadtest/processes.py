@@ -1,15 +1,17 @@
 """Child processes the project starts and must always stop: the load test's Locust processes
-(loadtest/launch.py) and the local run's vLLM servers (local_run/servers.py).
+(loadtest/launch.py) and the local run's vLLM servers, Envoy and Prometheus (local_run/).
 
-One way to wait for a service, to stop a process group and to turn signals into exceptions,
-so a fix to any of them (a lingering child, a missed SIGKILL) reaches both. Every process is
-started with ``start_new_session=True``: its pid is its process group id, and signalling the
-group reaches the children it started (vLLM's engine core and workers).
+One way to start a background process, to wait for a service, to stop a process group and
+to turn signals into exceptions, so a fix to any of them (a lingering child, a missed
+SIGKILL) reaches every caller. Every process is started with ``start_new_session=True``: its
+pid is its process group id, and signalling the group reaches the children it started
+(vLLM's engine core and workers).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -18,7 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from types import FrameType, TracebackType
 from typing import IO, Any, Self
 
@@ -73,6 +75,43 @@ def poll_until(
         if waiting is not None:
             waiting(left)
         time.sleep(min(poll_s, left))
+
+
+# linux/prctl.h: the option that names the signal a process gets when the thread that
+# started it exits.
+PR_SET_PDEATHSIG = 1
+
+
+def _start_child(cores: Collection[int] | None) -> None:  # in the child between fork and exec
+    # Dies with us even if we are SIGKILLed (no chance to clean up then); not on other
+    # platforms, where the ``with`` blocks' stop is the only one.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if cores is not None:
+        os.sched_setaffinity(0, cores)  # inherited by every process it starts
+
+
+def start_group(
+    argv: Sequence[str],
+    log: IO[bytes],
+    *,
+    env: Mapping[str, str] | None = None,
+    cores: Collection[int] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in the background as a local run starts its servers: in its own
+    process group (``stop_groups`` stops it and every child it starts as one), stdin from
+    /dev/null, stdout and stderr into ``log``, sent SIGTERM when the thread that started it
+    exits (Linux ``PR_SET_PDEATHSIG``: call from the main thread), pinned with its children
+    to ``cores`` when given. ``env``: its whole environment (None: ours)."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: _start_child(cores),
+    )
 
 
 def stop_groups(

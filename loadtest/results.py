@@ -15,14 +15,14 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from experiment.config import Arm, StatisticsConfig
 from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 13
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -50,6 +50,12 @@ SCHEMA_VERSION = 11
 #    (the run's edges; `report -c loadtest.traffic.length_buckets=...` replaces them) and
 #    each record's input_tokens (records of schema 8 to 10 carried a fixed bucket label,
 #    which is no longer read: rerun such a trace for its per-bucket verdict).
+# 12: per-token latency from each serving arm's own vLLM histograms over its window (issue 40):
+#    ArmSummary.server_latency, RunSummary.server_speedup, and RunSummary.per_token_source
+#    (client stream or server histograms) with per_token_source_reason: which source the
+#    headline's TTFT and TPOT speedups come from.
+# 13: multiple comparisons across a replayed trace's cells (issue 40): ClassVerdict.p_value
+#    and adjusted_p_value (Holm); each cell's cost_ratio is read at its Holm level.
 
 
 class _Result(BaseModel):
@@ -200,6 +206,86 @@ class ArrivalStampCounts(_Result):
     after timestamping was switched on, or an impossible stamp): includes that delay."""
 
 
+class LatencySource(StrEnum):
+    """Where a run's headline TTFT and TPOT figures come from (loadtest.summary decides)."""
+
+    CLIENT_STREAM = "client stream"
+    """The client's receive stamps of each streamed chunk (MetricBlock): used while both arms'
+    chunks arrive smoothly."""
+    SERVER_HISTOGRAMS = "server histograms"
+    """Each arm's own vLLM histograms over its window (ArmSummary.server_latency), stamped
+    with the engine core's step timestamps: used when an arm's chunks arrived in bursts, which
+    the API server's grouping of tokens causes and the engine's stamps do not see."""
+
+
+class HistogramQuantile(_Result):
+    """A quantile interpolated from a histogram's bucket deltas, with the bucket it lies in."""
+
+    value: float
+    """Linear interpolation inside the bucket (Prometheus histogram_quantile's method; the
+    lowest bucket starts at 0, and a quantile in the +Inf bucket is its lower edge)."""
+    bucket_low: float
+    """The bucket's lower edge: the quantile's resolution is [bucket_low, bucket_high]."""
+    bucket_high: float | None
+    """Its upper edge (None: the +Inf bucket)."""
+
+
+class HistogramDistribution(_Result):
+    """One latency histogram of a server, as its change over the measured window (ms)."""
+
+    metric: str
+    """The vLLM histogram (guardrails/vllm_metrics.py)."""
+    count: int
+    """Observations over the window."""
+    mean: float | None = None
+    """Exact: the change of the histogram's sum / the change of its count."""
+    quantiles: dict[str, HistogramQuantile] = Field(default_factory=dict)
+    """p50, p90, p99 from the bucket deltas (empty: no observation)."""
+    buckets: list[float] = Field(default_factory=list)
+    """The finite bucket edges (ms) the quantiles were read from: their resolution."""
+
+
+class ServerLatency(_Result):
+    """Latency from one arm's own vLLM histograms over one scope (all classes, or a class)."""
+
+    ttft_ms: HistogramDistribution | None = None
+    """vllm:time_to_first_token_seconds: per request, from its arrival at the engine."""
+    tpot_ms: HistogramDistribution | None = None
+    """vllm:request_time_per_output_token_seconds: per finished request, (last token's step -
+    first token's step) / (tokens - 1): the client's TPOT on the engine's clock."""
+    step_gap_ms: HistogramDistribution | None = None
+    """vllm:inter_token_latency_seconds: per request and engine step, the time since its
+    previous step; a speculative step that emits several tokens is one observation."""
+    itl_ms_mean: float | None = None
+    """Per-token inter-token latency: the step gaps' sum / decode_tokens (the client's
+    itl_ms mean, token-weighted); None without the generation counter."""
+    decode_tokens: int | None = None
+    """Generated tokens after each request's first: vllm:generation_tokens minus the TTFT
+    histogram's count, over the window."""
+    windows: int = 1
+    """Scrape windows summed into this scope (an alternating arm's blocks)."""
+
+
+class ArmServerLatency(_Result):
+    """An arm's server-side latency: overall, and per class where classes ran alone."""
+
+    available: bool
+    reason: str | None = None
+    """Why there is no overall figure (None when there is)."""
+    overall: ServerLatency | None = None
+    by_class: dict[str, ServerLatency] = Field(default_factory=dict)
+    """Classes that ran in blocks of their own (alternating arms; the histograms cannot tell
+    classes apart inside one window): each from the windows holding only that class."""
+    class_note: str | None = None
+    """Why some or every class has no figure of its own."""
+    scrapes: int = 0
+    """/metrics scrapes this arm's window recorded (two per window)."""
+    failed_scrapes: int = 0
+    """Scrapes that could not be read (connection, HTTP error, unusable body)."""
+    malformed_lines: int = 0
+    """Lines of the latency histograms that could not be parsed (skipped, not fatal)."""
+
+
 class ArmSummary(_Result):
     """One serving arm: how its Locust window ended, its metrics and its acceptance."""
 
@@ -232,6 +318,8 @@ class ArmSummary(_Result):
     by_class: dict[str, MetricBlock] = Field(default_factory=dict)
     length_mismatch_examples: list[LengthMismatch] = Field(default_factory=list)
     acceptance: Acceptance
+    server_latency: ArmServerLatency | None = None
+    """From the arm's own vLLM histograms (None: the tiered arm, or a run before schema 12)."""
 
 
 class StatSpeedups(_Result):
@@ -263,6 +351,19 @@ class Speedups(_Result):
             stat_value: float | None = getattr(found, stat, None)
             return stat_value
         return found if isinstance(found, float) else None
+
+
+class ServerComparison(_Result):
+    """SD vs baseline from the two arms' vLLM histograms (latency: base/SD, > 1: SD better)."""
+
+    source: LatencySource = LatencySource.SERVER_HISTOGRAMS
+    interval_method: str
+    """How the means' intervals were computed (the quantiles have none: see their buckets)."""
+    overall: dict[str, dict[str, Interval]] = Field(default_factory=dict)
+    """Metric (ttft_ms, tpot_ms, step_gap_ms, itl_ms) -> stat (mean, p50, p90, p99) ->
+    speedup; empty when an arm has no server figure."""
+    by_class: dict[str, dict[str, dict[str, Interval]]] = Field(default_factory=dict)
+    """Classes with a server figure on both arms (ArmServerLatency.by_class)."""
 
 
 class Comparison(_Result):
@@ -461,6 +562,16 @@ class HostExpectation(_Result):
     agrees: bool | None = None
     """The measured estimate lies inside the predicted interval (None: no interval). Derived."""
 
+    # Issue 40 (predictions that could be wrong): the prediction made before the load.
+    calibration: StepCosts | None = None
+    """Step costs measured before the load by a few single-stream requests per arm
+    (loadtest.expected.calibrate); None: not calibrated (a run from before issue 40)."""
+    predicted_before_load: float | None = None
+    """The E2E speedup those costs predict (None: not calibrated)."""
+    prediction_holds: bool | None = None
+    """predicted_before_load lies inside the measured interval (False: the prediction
+    missed; None: nothing to compare). Derived."""
+
     @model_validator(mode="after")
     def _agreement(self) -> HostExpectation:
         predicted, measured = self.predicted_e2e_speedup, self.measured_e2e_speedup
@@ -468,7 +579,26 @@ class HostExpectation(_Result):
         if None not in (predicted.low, predicted.high, measured.estimate):
             agrees = predicted.low <= measured.estimate <= predicted.high  # type: ignore[operator]
         object.__setattr__(self, "agrees", agrees)
+        before, holds = self.predicted_before_load, None
+        if before is not None and measured.low is not None and measured.high is not None:
+            holds = measured.low <= before <= measured.high
+        object.__setattr__(self, "prediction_holds", holds)
         return self
+
+
+class _InMemory:
+    """A value a result carries in memory beside its fields (issue 40): never serialized, and
+    no part of the result's value, so it compares equal to any other (or to none): two results
+    are equal by their fields alone."""
+
+    __slots__ = ("value",)
+    __hash__ = None  # type: ignore[assignment]  # mutable-style equality: not hashable
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or isinstance(other, _InMemory)
 
 
 class ScopeStatistics(_Result):
@@ -481,6 +611,21 @@ class ScopeStatistics(_Result):
     """SD / baseline output tokens per busy second (sum tokens / sum E2E)."""
     acceptance_rate_estimate: Interval
     """Client-side acceptance estimate of the SD arm (loadtest.stats)."""
+
+    # Issue 40 (multiple comparisons): the busy-rate ratio's bootstrap replicates, in memory
+    # only (never serialized), for the per-bucket verdicts' Holm correction (loadtest.verdict).
+    _busy_rate_replicates: _InMemory | None = PrivateAttr(default=None)
+
+    @property
+    def busy_rate_replicates(self) -> Any:
+        """The replicates busy_rate_ratio's interval was read from (None: not computed here,
+        e.g. a summary read back from JSON)."""
+        kept = self._busy_rate_replicates
+        return None if kept is None else kept.value
+
+    @busy_rate_replicates.setter
+    def busy_rate_replicates(self, replicates: Any) -> None:
+        self._busy_rate_replicates = _InMemory(replicates)
 
 
 class PairedStatistics(_Result):
@@ -588,6 +733,13 @@ class ClassVerdict(_Result):
     equivalence_bounds: tuple[float, float] | None = None
     """[1/(1+m), 1+m] for statistics.equivalence_margin m: a cost ratio interval inside them
     is "no gain" (None: a summary from before schema 9)."""
+    # Issue 40 (multiple comparisons), schema 13: a replayed trace's cells only.
+    p_value: float | None = None
+    """The cell's two-sided paired-bootstrap p-value for a cost ratio of 1 (loadtest.stats
+    bootstrap_p_value; None: a whole-class row, or a cell outside the family)."""
+    adjusted_p_value: float | None = None
+    """Its Holm-adjusted p-value over the run's cells: the cell decides at family-wise level
+    alpha only when this is <= alpha (loadtest.verdict)."""
 
 
 class AnalysisInfo(_Result):
@@ -608,6 +760,10 @@ class AnalysisInfo(_Result):
     pilot_floor_factor: float = LiveGuardrailConfig.model_fields["pilot_floor_factor"].default
     """guardrails.live.pilot_floor_factor of the run: the proposed acceptance floors are this
     times the lower bound of each routed class's acceptance (older runs: the default)."""
+    speculation_schedule: list[tuple[int, int, int]] | None = None
+    """The speculative arm's k per batch-size range ([first, last, k], serving.
+    speculation_schedule, vLLM's num_speculative_tokens_per_batch_size); None: one k for
+    every batch (num_speculative_tokens)."""
     length_buckets: list[int] | None = None
     """A replayed trace: the input-length bucket edges of the run (loadtest.traffic.
     length_buckets; `python -m loadtest report RUN_DIR -c loadtest.traffic.length_buckets=[..]`
@@ -791,6 +947,13 @@ class RunSummary(_Result):
     floors: PilotFloors | None = None
     """The acceptance floors the run supports for the classes its verdict routes to SD; None:
     no per-class verdict (or a run from before schema 7 whose summary was not rebuilt)."""
+    server_speedup: ServerComparison | None = None
+    """SD vs baseline from the arms' own vLLM histograms; None: an arm has none."""
+    per_token_source: LatencySource = LatencySource.CLIENT_STREAM
+    """Where the headline TTFT and TPOT speedups come from: the client stream while both arms'
+    chunks arrive smoothly, the server histograms when an arm's chunks arrived in bursts."""
+    per_token_source_reason: str | None = None
+    """Why that source (None: the client stream of a smooth run)."""
 
     def arm(self, arm: Arm | str) -> ArmSummary:
         return self.arms[str(arm)]

@@ -37,6 +37,9 @@ Definitions (docs/costs-and-statistics.md):
 - ITL and chunk-gap mean speedups: ratios of per-request sums (seconds after the first chunk
   over the tokens or chunks after it); their percentiles have no interval (per-token values)
 - busy-time rate ratio = (sum SD tokens / sum SD e2e) / (sum baseline tokens / sum baseline e2e)
+- p-value of a ratio (``bootstrap_p_value``): the smallest 1 - c at which the interval at
+  confidence c excludes 1, so it is the interval's own dual; ``holm_adjusted`` and
+  ``holm_levels`` correct a family of them (the per-bucket verdicts: loadtest.verdict)
 - acceptance estimate = (tokens per chunk of SD / tokens per chunk of baseline - 1) / k,
   counting chunks after each request's first (the first carries the prefill's token); the
   baseline's tokens per chunk measures how often the transport merged chunks.
@@ -195,6 +198,87 @@ def interval(
     )
 
 
+def read_interval(replicates: np.ndarray, n: int, confidence: float) -> tuple[float, float] | None:
+    """The expanded percentile interval of ``replicates`` at ``confidence`` (as ``interval``
+    reads it), or None when most replicates are undefined."""
+    finite = replicates[np.isfinite(replicates)]
+    if finite.size == 0 or finite.size < replicates.size // 2:
+        return None
+    low, high = np.quantile(finite, expanded_levels(n, confidence))
+    return float(low), float(high)
+
+
+def _excludes(replicates: np.ndarray, n: int, alpha: float, null_value: float) -> bool:
+    bounds = read_interval(replicates, n, 1 - alpha)
+    return bounds is not None and (bounds[0] > null_value or bounds[1] < null_value)
+
+
+# Bisection steps of bootstrap_p_value: 2^-40 is far below any level a run can resolve.
+P_VALUE_STEPS = 40
+
+
+def bootstrap_p_value(
+    replicates: np.ndarray, n: int, null_value: float = NO_DIFFERENCE
+) -> float | None:
+    """Two-sided p-value of ``null_value`` from the paired resamples: the smallest alpha at
+    which the expanded percentile interval at confidence 1 - alpha excludes ``null_value``.
+
+    So it is the interval's own dual: the interval at confidence c excludes the null exactly
+    when p <= 1 - c, and a level a multiple-comparison procedure assigns to a cell can be
+    read back as that cell's interval (loadtest.verdict). Exclusion only grows with alpha
+    (the interval narrows), so a bisection finds the boundary. 0: every resample lies on one
+    side of the null (the resamples cannot resolve a smaller p); 1: the null is the median
+    of the resamples. None: no interval (most replicates undefined)."""
+    if read_interval(replicates, n, 0.5) is None:
+        return None
+    finite = replicates[np.isfinite(replicates)]
+    if finite.min() > null_value or finite.max() < null_value:  # the interval at 100%
+        return 0.0
+    low, high = 0.0, 1.0  # excludes at high (or nowhere), never at low
+    if not _excludes(replicates, n, 1.0 - 1e-12, null_value):
+        return 1.0
+    for _ in range(P_VALUE_STEPS):
+        middle = (low + high) / 2
+        low, high = (
+            (low, middle) if _excludes(replicates, n, middle, null_value) else (middle, high)
+        )
+    return high
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm, "A simple sequentially rejective multiple
+    test procedure", Scandinavian Journal of Statistics 6, 1979, pp. 65-70): with the p-values
+    sorted, p_(1) <= ... <= p_(m), the adjusted p_(i) is max over j <= i of min(1, (m - j + 1)
+    p_(j)); a hypothesis is rejected at family-wise level alpha when its adjusted p <= alpha.
+    Returned in the input's order (R's ``p.adjust(p, "holm")``)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def holm_levels(p_values: Sequence[float], alpha: float) -> list[float]:
+    """The level Holm's step-down tests each hypothesis at, in the input's order: alpha / (m -
+    j + 1) for the j-th smallest p-value while every smaller one was rejected, and the level
+    of the first hypothesis not rejected for it and every one after it (the procedure stops
+    there). Reading each hypothesis's interval at confidence 1 - its level makes the interval
+    agree with Holm's decision: it excludes the null exactly when Holm rejects."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    levels = [0.0] * m
+    stopped: float | None = None
+    for rank, i in enumerate(order):
+        level = alpha / (m - rank) if stopped is None else stopped
+        if stopped is None and p_values[i] > level:
+            stopped = level
+        levels[i] = level
+    return levels
+
+
 def _safe_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(denominator != 0, numerator / denominator, np.nan)
@@ -268,6 +352,20 @@ def paired_rate_ratio(
 
     ``scale`` is a run-level factor held fixed across resamples (e.g. the ratio of the arms'
     effective concurrency, or of their prices)."""
+    return paired_rate_ratio_replicates(
+        numerators, denominators, resamples=resamples, settings=settings, scale=scale
+    )[0]
+
+
+def paired_rate_ratio_replicates(
+    numerators: tuple[np.ndarray, np.ndarray],
+    denominators: tuple[np.ndarray, np.ndarray],
+    *,
+    resamples: Resamples,
+    settings: StatisticsConfig,
+    scale: float = 1.0,
+) -> tuple[Interval, np.ndarray]:
+    """paired_rate_ratio and the replicates its interval was read from (one per resample)."""
     (num_b, num_s), (den_b, den_s) = numerators, denominators
     columns = np.stack([num_b, den_b, num_s, den_s], axis=1).astype(float)
     sums = resamples.sums(columns)
@@ -278,8 +376,9 @@ def paired_rate_ratio(
     base_rate = _scalar_ratio(float(totals[0]), float(totals[1]))
     sd_rate = _scalar_ratio(float(totals[2]), float(totals[3]))
     estimate = _scalar_ratio(sd_rate, base_rate)
-    return interval(
-        None if estimate is None else scale * estimate, replicates, len(num_b), settings
+    return (
+        interval(None if estimate is None else scale * estimate, replicates, len(num_b), settings),
+        replicates,
     )
 
 
@@ -434,7 +533,7 @@ def scope_statistics(
                 samples.values[count], after_s, resamples=resamples, settings=settings
             )
         }
-    busy = paired_rate_ratio(
+    busy, busy_replicates = paired_rate_ratio_replicates(
         samples.values["output_tokens"],
         samples.values["e2e_s"],
         resamples=resamples,
@@ -447,12 +546,14 @@ def scope_statistics(
         resamples=resamples,
         settings=settings,
     )
-    return ScopeStatistics(
+    scope = ScopeStatistics(
         pairs=len(samples),
         speedup=speedup,
         busy_rate_ratio=busy,
         acceptance_rate_estimate=acceptance,
     )
+    scope.busy_rate_replicates = busy_replicates  # in memory only: loadtest.verdict reads it
+    return scope
 
 
 def paired_statistics(

@@ -18,20 +18,35 @@ from loadtest.acceptance import acceptance_from_deltas, decode_tokens
 from loadtest.analysis import analyse
 from loadtest.arms import arms_timing, timing_warnings
 from loadtest.lossless import lossless_check
-from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION, arm_metrics, compare_arms
+from loadtest.metrics import (
+    BURST_GAP_S,
+    BURST_WARNING_FRACTION,
+    arm_metrics,
+    bursting,
+    compare_arms,
+)
 from loadtest.records import RequestRecord, read_records
 from loadtest.results import (
     SCHEMA_VERSION,
     Acceptance,
     AcceptanceSource,
+    ArmServerLatency,
     ArmSummary,
     CloudWatchResult,
     GatewayCost,
+    LatencySource,
     RunInfo,
     RunSummary,
+    ServerComparison,
+)
+from loadtest.server_latency import (
+    ArmServerDeltas,
+    ScrapeWindow,
+    arm_server_latency,
+    compare_servers,
 )
 from loadtest.tiered import tiered_comparison, tiered_warnings
-from loadtest.window import WindowMeta
+from loadtest.window import NOT_RUN, WindowMeta
 
 RUN_JSON = "run.json"
 # The gateway's own cost during the tiered arm, when the caller measured it (the local run's
@@ -122,6 +137,14 @@ def _arm_warnings(
             "client's scheduling delay (keep streams per worker within the budget of "
             "bench/README.md)"
         )
+    server = block.server_latency
+    if server is not None and (server.failed_scrapes or server.malformed_lines):
+        warnings.append(
+            f"{arm}: {server.failed_scrapes} of {server.scrapes} /metrics scrapes could not be "
+            f"read and {server.malformed_lines} lines of its latency histograms could not be "
+            "parsed (skipped): the server-side figures "
+            + ("are not available" if not server.available else "leave them out")
+        )
     if block.clock_skew_ms is not None and block.clock_skew_ms > skew_warning_ms:
         warnings.append(
             f"{arm}: the workers' wall clocks differ by {block.clock_skew_ms:.1f} ms (over "
@@ -137,8 +160,27 @@ def skew_warning_ms(run: RunInfo) -> float:
     return float(value if value is not None else LoadTestConfig().clock_skew_warning_ms)
 
 
+def scrape_windows(meta: WindowMeta) -> list[ScrapeWindow]:
+    """The arm's windows with their /metrics scrapes: one per block of an alternating arm,
+    else the one window (none when the arm never ran)."""
+    if meta.blocks:
+        return [
+            ScrapeWindow(b.histograms_before, b.histograms_after, b.first_index, b.last_index)
+            for b in meta.blocks
+            if b.stopped_by != NOT_RUN
+        ]
+    if meta.stopped_by == NOT_RUN:
+        return []
+    return [ScrapeWindow(meta.histograms_before, meta.histograms_after)]
+
+
 def _arm_summary(
-    run: RunInfo, arm: str, records: list[RequestRecord], meta: WindowMeta, acceptance: Acceptance
+    run: RunInfo,
+    arm: str,
+    records: list[RequestRecord],
+    meta: WindowMeta,
+    acceptance: Acceptance,
+    server: ArmServerLatency | None = None,
 ) -> ArmSummary:
     segments = [(block.first_index, block.last_index) for block in meta.blocks]
     metrics = arm_metrics(records, run.slo.model_dump(), segments)
@@ -161,6 +203,7 @@ def _arm_summary(
         by_class=metrics.by_class,
         length_mismatch_examples=metrics.length_mismatch_examples,
         acceptance=acceptance,
+        server_latency=server,
     )
 
 
@@ -204,12 +247,14 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
     records_by_arm: dict[Arm, list[RequestRecord]] = {}
     warnings: list[str] = []
     metas: dict[str, WindowMeta] = {}
+    server_deltas: dict[Arm, ArmServerDeltas] = {}
     for arm in Arm:
         records, meta = read_arm(run_dir, arm.value)
         metas[arm.value] = meta
         records_by_arm[arm] = records
         acceptance = window_acceptance(meta, arm, records)
-        arms[arm.value] = _arm_summary(run, arm.value, records, meta, acceptance)
+        server, server_deltas[arm] = arm_server_latency(scrape_windows(meta), records)
+        arms[arm.value] = _arm_summary(run, arm.value, records, meta, acceptance, server)
         warnings += _arm_warnings(
             arm.value, arms[arm.value], run.request.max_tokens, skew_warning_ms(run)
         )
@@ -247,6 +292,11 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
     )
     warnings += timing_warnings(timing)
     warnings += analysis.bucket_flips
+    settings = run.analysis.statistics if run.analysis else StatisticsConfig()
+    server_speedup = compare_servers(
+        server_deltas[Arm.BASELINE], server_deltas[Arm.SPECULATIVE], settings.confidence
+    )
+    source, source_reason = per_token_source(arms, server_speedup)
     summary = RunSummary(
         run=run,
         arms=arms,
@@ -261,9 +311,39 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
         floors=analysis.floors,
         arms_timing=timing,
         tiered=tiered,
+        server_speedup=server_speedup,
+        per_token_source=source,
+        per_token_source_reason=source_reason,
     )
     write_summary(summary, run_dir)
     return summary
+
+
+def per_token_source(
+    arms: dict[str, ArmSummary], server: ServerComparison | None
+) -> tuple[LatencySource, str | None]:
+    """The client stream while both serving arms' chunks arrive smoothly; the servers'
+    histograms when an arm's chunks arrived in bursts and both arms have them (else the
+    client stream, whose TTFT and TPOT the headline then leaves out)."""
+    bursty = [
+        f"{arm.value} ({fraction:.0%} of chunk gaps under {BURST_GAP_S * 1000:.1f} ms)"
+        for arm in Arm
+        if bursting(arms[arm.value].overall)
+        and (fraction := arms[arm.value].overall.burst_gap_fraction) is not None
+    ]
+    if not bursty:
+        return LatencySource.CLIENT_STREAM, None
+    where = f"chunks arrived in bursts on {', '.join(bursty)}"
+    tpot = server.overall.get("tpot_ms", {}).get("mean") if server else None
+    if tpot is not None and tpot.estimate is not None:
+        return LatencySource.SERVER_HISTOGRAMS, (
+            f"{where}: the client stream times their grouping, the servers' histograms "
+            "time generation (engine step timestamps)"
+        )
+    return LatencySource.CLIENT_STREAM, (
+        f"{where}, and the servers' latency histograms are not available on both arms "
+        "(the report's per-token section says why)"
+    )
 
 
 def write_summary(summary: RunSummary, run_dir: Path) -> Path:

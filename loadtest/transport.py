@@ -119,6 +119,7 @@ class _Message:
         self.headers_done = False
         self.keep_alive = False
         self.complete = False
+        self.begun = 0  # messages begun: a second one on this parser is bytes nobody asked for
         self.body: list[bytes] = []
 
     def feed(self, data: bytes) -> None:
@@ -133,6 +134,9 @@ class _Message:
         return piece
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.begun += 1
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.lower()] = value
 
@@ -272,8 +276,11 @@ class StreamResponse:
         return out[:limit]
 
     def close(self) -> None:
-        """Done with the response: the connection is kept for reuse if the whole message
-        was read and the server allows it, otherwise closed."""
+        """Done with the response: the connection is kept for reuse if the server allows it
+        and the whole body was read, otherwise closed. The framing that ends the message
+        may still be on its way (a client stops at ``[DONE]``; the chunked body's last,
+        empty chunk is the server's next write): the session reads it before the
+        connection's next use, see ``StreamSession._settled``."""
         self._release()
 
     def _abort(self) -> None:
@@ -284,11 +291,19 @@ class StreamResponse:
     def _release(self) -> None:
         if self._sock is None:
             return
-        if self._message.complete and self._message.keep_alive:
-            self._session._keep(self._key, self._sock)
+        message = self._message
+        if message.keep_alive and not message.body:
+            self._session._keep(self._key, self._sock, None if message.complete else message)
             self._sock = None
         else:
             self._abort()
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Bytes (or the peer's close) are there to read now: TLS may hold decrypted ones."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 # RFC 9110 section 5.1 (a field name is a token) and 5.5 (a value holds no CR, LF or NUL):
@@ -307,7 +322,8 @@ class StreamSession:
     """Keeps at most one idle connection per origin; ``post_stream`` opens a response."""
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._idle: dict[tuple[str, str, int], socket.socket] = {}
+        # Each idle connection with the message it still ends, if any (see _settled).
+        self._idle: dict[tuple[str, str, int], tuple[socket.socket, _Message | None]] = {}
         # https only; the default verifies against the system's CAs.
         self._ssl_context = ssl_context
         self.stamps = ArrivalStamps()
@@ -338,7 +354,7 @@ class StreamSession:
         )
         request = head.encode("latin-1") + body
         sent = time.perf_counter()  # no byte of the response can arrive before this
-        sock = self._reusable(key)
+        sock = self._settled(key)
         if sock is not None:
             try:
                 sock.settimeout(timeout_s)
@@ -366,15 +382,16 @@ class StreamSession:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return
         key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-        if key in self._idle:
-            return
-        try:
-            self._idle[key] = self._connect(key, timeout_s)
-        except TransportError:
-            return
+        sock = self._settled(key)
+        if sock is None:
+            try:
+                sock = self._connect(key, timeout_s)
+            except TransportError:
+                return
+        self._idle[key] = (sock, None)
 
     def close(self) -> None:
-        for sock in self._idle.values():
+        for sock, _ in self._idle.values():
             sock.close()
         self._idle.clear()
 
@@ -384,19 +401,47 @@ class StreamSession:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _keep(self, key: tuple[str, str, int], sock: socket.socket) -> None:
+    def _keep(
+        self, key: tuple[str, str, int], sock: socket.socket, unfinished: _Message | None
+    ) -> None:
+        """Pool ``sock``; ``unfinished``: its response, whose body was read to the end but
+        whose closing framing has not come yet."""
         old = self._idle.pop(key, None)
         if old is not None:
-            old.close()
-        self._idle[key] = sock
+            old[0].close()
+        self._idle[key] = (sock, unfinished)
 
-    def _reusable(self, key: tuple[str, str, int]) -> socket.socket | None:
-        sock = self._idle.pop(key, None)
-        if sock is None:
+    def _settled(self, key: tuple[str, str, int]) -> socket.socket | None:
+        """The origin's idle connection, taken out of the pool, if it can carry a request
+        now; otherwise it is closed and None returned. Never waits: what has arrived is
+        read without blocking. A connection whose last response is unfinished first reads
+        the framing that ends it (no body byte may come: the caller had read the body to its
+        end), and is reusable once that message is complete. Any further byte, or the
+        server's close, means the server closed it or sent junk."""
+        idle = self._idle.pop(key, None)
+        if idle is None:
             return None
-        # An idle connection that is readable has been closed (or sent junk): drop it.
-        readable, _, _ = select.select([sock], [], [], 0)
-        if readable:
+        sock, unfinished = idle
+        try:
+            while _readable(sock):
+                if unfinished is None:
+                    raise TransportError(TransportError.PROTOCOL, "bytes on an idle connection")
+                sock.setblocking(False)
+                try:
+                    data = sock.recv(READ_SIZE)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    break  # a TLS record not yet whole
+                if not data:
+                    raise TransportError(TransportError.DISCONNECTED, "closed while idle")
+                unfinished.feed(data)
+                if unfinished.body or unfinished.begun > 1:
+                    raise TransportError(TransportError.PROTOCOL, "bytes past the caller's end")
+                if unfinished.complete:
+                    unfinished = None
+        except (TransportError, OSError):
+            sock.close()
+            return None
+        if unfinished is not None:  # its end is still in flight: not safe to write on
             sock.close()
             return None
         return sock

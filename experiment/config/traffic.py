@@ -6,9 +6,20 @@ from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from experiment.config.base import Section
+
+
+def _strictly_increasing(edges: list[int]) -> list[int]:
+    if any(b <= a for a, b in pairwise(edges)):
+        raise ValueError(f"{edges} must be strictly increasing, such as {sorted(set(edges))}")
+    return edges
+
+
+# Input-length bucket edges in tokens ([512, 2048]: 0-511, 512-2047 and 2048+), checked once
+# for every field that holds them (loadtest.traffic.length_buckets, local.traffic_length_buckets).
+BucketEdges = Annotated[list[Annotated[int, Field(ge=1)]], AfterValidator(_strictly_increasing)]
 
 
 class TrafficConfig(Section):
@@ -31,7 +42,7 @@ class TrafficConfig(Section):
             "as fast, 2 half as fast; above 0."
         ),
     )
-    length_buckets: list[Annotated[int, Field(ge=1)]] = Field(
+    length_buckets: BucketEdges = Field(
         default_factory=lambda: [512, 2048, 8192],
         description=(
             "Input-length bucket edges in tokens, strictly increasing: [512, 2048] makes the "
@@ -59,13 +70,3 @@ class TrafficConfig(Section):
         if self.file is None:
             return None
         return f"{self.bucket_prefix}/{PurePosixPath(self.file).name}"
-
-    @field_validator("length_buckets")
-    @classmethod
-    def _increasing(cls, value: list[int]) -> list[int]:
-        if any(b <= a for a, b in pairwise(value)):
-            raise ValueError(
-                f"loadtest.traffic.length_buckets {value} must be strictly increasing, such as "
-                "[512, 2048, 8192]"
-            )
-        return value

@@ -6,9 +6,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiment.config import Arm
-from loadtest.metrics import BURST_GAP_S, BURST_WARNING_FRACTION
 from loadtest.render.decision import margin_text
-from loadtest.results import ClassVerdict, HostExpectation, RunSummary
+from loadtest.results import (
+    ClassVerdict,
+    HostExpectation,
+    Interval,
+    LatencySource,
+    RunSummary,
+)
 
 
 class ClassSpeedup(BaseModel):
@@ -33,8 +38,12 @@ class Headline(BaseModel):
     speedup_ttft_mean: float | None = None
     speedup_output_throughput: float | None = None
     speedup_by_class: dict[str, ClassSpeedup] = Field(default_factory=dict)
-    # Why the TTFT and TPOT speedups are left out (an arm's chunks arrived in bursts).
+    # Why the TTFT and TPOT speedups are left out (an arm's chunks arrived in bursts and the
+    # servers' histograms are not available), or why they come from the servers' histograms.
     speedup_note: str | None = None
+    # Where the TTFT and TPOT speedups come from: "client stream" or "server histograms"
+    # (RunSummary.per_token_source).
+    speedup_source: str = LatencySource.CLIENT_STREAM.value
     lossless_exact_match_rate: float | None = None
     lossless_prompts_compared: int = 0
     lossless_prefix_agreement: float | None = None
@@ -52,22 +61,24 @@ class Headline(BaseModel):
 
 
 def bursty_arms_note(summary: RunSummary) -> str | None:
-    """Which arm's chunks arrived in bursts (the summary's burst warning), or None.
+    """Why the TTFT and TPOT speedups are not the client stream's (an arm's chunks arrived in
+    bursts: the summary's per_token_source_reason), or None on a smooth run.
 
-    A bursting arm's stream timing is the client's or the server's stall, not generation:
-    its TTFT and per-token latencies are artefacts, so no speedup is stated from them."""
-    bursty = [
-        f"{arm.value} ({fraction:.0%} of chunk gaps under {BURST_GAP_S * 1000:.1f} ms)"
-        for arm in Arm
-        if (fraction := summary.arm(arm).overall.burst_gap_fraction) is not None
-        and fraction > BURST_WARNING_FRACTION
-    ]
-    if not bursty:
+    A bursting arm's stream timing is the client's or the server's grouping of tokens, not
+    generation: its TTFT and per-token latencies are artefacts. Its servers' histograms
+    (engine step timestamps) stand in when both arms have them; otherwise no speedup is
+    stated from them."""
+    reason = summary.per_token_source_reason
+    if reason is None:
         return None
-    return (
-        f"TTFT and TPOT speedups left out: chunks arrived in bursts on {', '.join(bursty)}, "
-        "so they time the stream's arrival, not generation (see the run's warnings)"
-    )
+    if summary.per_token_source is LatencySource.SERVER_HISTOGRAMS:
+        return f"TTFT and TPOT speedups from the server histograms: {reason}"
+    return f"TTFT and TPOT speedups left out: {reason} (see the run's warnings)"
+
+
+def _server_mean(stats: dict[str, dict[str, Interval]] | None, metric: str) -> float | None:
+    interval = (stats or {}).get(metric, {}).get("mean")
+    return None if interval is None else interval.estimate
 
 
 def headline(
@@ -78,25 +89,37 @@ def headline(
     acceptance = summary.arm(Arm.SPECULATIVE).acceptance
     overall = summary.speedup.overall
     note = bursty_arms_note(summary)
-    timing_trusted = note is None
+    source = summary.per_token_source
+    client = note is None
+    server = summary.server_speedup if source is LatencySource.SERVER_HISTOGRAMS else None
+    by_class = {}
+    for name, block in summary.speedup.by_class.items():
+        from_server = server.by_class.get(name) if server else None
+        by_class[name] = ClassSpeedup(
+            e2e_mean=block.e2e_ms.mean,
+            ttft_mean=block.ttft_ms.mean if client else _server_mean(from_server, "ttft_ms"),
+            tpot_mean=block.tpot_ms.mean if client else _server_mean(from_server, "tpot_ms"),
+        )
     return Headline(
         acceptance_rate=acceptance.acceptance_rate,
         mean_acceptance_length=acceptance.mean_acceptance_length,
         acceptance_note=acceptance.reason,
         acceptance_source=acceptance.source.value,
         speedup_e2e_mean=overall.e2e_ms.mean if overall else None,
-        speedup_tpot_mean=overall.tpot_ms.mean if overall and timing_trusted else None,
-        speedup_ttft_mean=overall.ttft_ms.mean if overall and timing_trusted else None,
+        speedup_tpot_mean=(
+            (overall.tpot_ms.mean if overall else None)
+            if client
+            else _server_mean(server.overall if server else None, "tpot_ms")
+        ),
+        speedup_ttft_mean=(
+            (overall.ttft_ms.mean if overall else None)
+            if client
+            else _server_mean(server.overall if server else None, "ttft_ms")
+        ),
         speedup_output_throughput=overall.output_throughput_tok_s if overall else None,
-        speedup_by_class={
-            name: ClassSpeedup(
-                e2e_mean=block.e2e_ms.mean,
-                ttft_mean=block.ttft_ms.mean if timing_trusted else None,
-                tpot_mean=block.tpot_ms.mean if timing_trusted else None,
-            )
-            for name, block in summary.speedup.by_class.items()
-        },
+        speedup_by_class=by_class,
         speedup_note=note,
+        speedup_source=source.value,
         lossless_exact_match_rate=summary.lossless.exact_match_rate,
         lossless_prompts_compared=summary.lossless.prompts_compared,
         lossless_prefix_agreement=summary.lossless.prefix_agreement_rate,
@@ -108,21 +131,37 @@ def headline(
 
 
 def expectation_text(expectation: HostExpectation) -> str:
-    """One class's prediction from its step costs, the measured figure and whether they agree."""
-    costs, predicted = expectation.costs, expectation.predicted_e2e_speedup
+    """One class's speedup predicted before the load (whether it held), then the step ratio
+    of the run's own step costs that explains the measured one (loadtest.expected)."""
+    costs, explained = expectation.costs, expectation.predicted_e2e_speedup
     measured = expectation.measured_e2e_speedup
     agreement = {
-        True: "agrees",
-        False: "DISAGREES: the measured speedup lies outside the interval the step costs predict",
+        True: "within its interval",
+        False: "OUTSIDE its interval: time went where the steps do not account for it",
         None: "no interval to compare with",
     }[expectation.agrees]
+    calibrated, before = expectation.calibration, expectation.predicted_before_load
+    if calibrated is None or before is None:
+        prediction = "no prediction before the load"
+    else:
+        held = {
+            True: "inside the measured interval",
+            False: "MISSED: outside the measured interval",
+            None: "no measured interval to compare with",
+        }[expectation.prediction_holds]
+        prediction = (
+            f"predicted before the load {before:.2f}x (calibration: step ratio "
+            f"{calibrated.step_ratio:.2f}, {calibrated.tokens_per_step:.2f} tokens per step), "
+            f"{held}"
+        )
     return (
-        f"{expectation.prompt_class}: predicted {_fmt(predicted.estimate, '{:.2f}x')} "
-        f"[{_fmt(predicted.low, '{:.2f}')}, {_fmt(predicted.high, '{:.2f}')}] from a baseline "
-        f"step of {costs.baseline_step_ms:.1f} ms, a speculative step of "
-        f"{costs.speculative_step_ms:.1f} ms ({costs.step_ratio:.2f} plain steps) and "
-        f"{costs.tokens_per_step:.2f} tokens per step; measured "
-        f"{_fmt(measured.estimate, '{:.2f}x')}: {agreement}"
+        f"{expectation.prompt_class}: measured {_fmt(measured.estimate, '{:.2f}x')} "
+        f"[{_fmt(measured.low, '{:.2f}')}, {_fmt(measured.high, '{:.2f}')}]; {prediction}; "
+        f"explained by a step ratio of {costs.step_ratio:.2f} (the run's own baseline step "
+        f"{costs.baseline_step_ms:.1f} ms, speculative step {costs.speculative_step_ms:.1f} ms, "
+        f"{costs.tokens_per_step:.2f} tokens per step give "
+        f"{_fmt(explained.estimate, '{:.2f}x')} [{_fmt(explained.low, '{:.2f}')}, "
+        f"{_fmt(explained.high, '{:.2f}')}], {agreement})"
     )
 
 
@@ -143,7 +182,8 @@ def headline_text(numbers: Headline) -> str:
         f"speedup SD vs baseline (>1 = SD faster): E2E mean "
         f"{_fmt(numbers.speedup_e2e_mean, '{:.2f}x')}, TTFT mean "
         f"{_fmt(numbers.speedup_ttft_mean, '{:.2f}x')}, TPOT mean "
-        f"{_fmt(numbers.speedup_tpot_mean, '{:.2f}x')}, output throughput "
+        f"{_fmt(numbers.speedup_tpot_mean, '{:.2f}x')} (TTFT and TPOT from the "
+        f"{numbers.speedup_source}), output throughput "
         f"{_fmt(numbers.speedup_output_throughput, '{:.2f}x')}",
     ]
     for name, block in sorted(numbers.speedup_by_class.items()):
@@ -156,7 +196,8 @@ def headline_text(numbers: Headline) -> str:
         lines.append(f"  {numbers.speedup_note}")
     if numbers.host_expectation:
         lines.append(
-            "what this host's step costs predict (E2E; loadtest/expected.py), against the measured:"
+            "E2E speedup predicted before the load and explained by the run's step costs "
+            "(loadtest/expected.py):"
         )
         lines += [f"  {expectation_text(e)}" for e in numbers.host_expectation]
     lines.append(

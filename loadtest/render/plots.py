@@ -30,6 +30,8 @@ from loadtest.render.plot_files import (  # noqa: F401  (re-exported for report.
 from loadtest.results import RunSummary
 
 COLORS = {Arm.BASELINE: "#1f77b4", Arm.SPECULATIVE: "#d62728"}
+MARKERS = {Arm.BASELINE: "o", Arm.SPECULATIVE: "^"}  # told apart without colour too
+POINT_SIZE = 14
 DPI = 90
 
 
@@ -174,8 +176,9 @@ def _series(
 
 def plot_timeseries(summary: RunSummary, run_dir: Path, path: Path) -> Figure:
     """The published figure's shape: per-request E2E and mean per-token ITL against the
-    request's start in its arm's measured window; rows = metric, columns = prompt class, both
-    arms in every panel, so "SD stays below the baseline throughout" is visible or visibly false."""
+    request's start in its arm's measured window, one point per request; rows = metric,
+    columns = prompt class, both arms in every panel, so "SD stays below the baseline
+    throughout" is visible or visibly false."""
     classes = sorted({c for arm in summary.arms.values() for c in arm.by_class}) or ["(none)"]
     records = {arm: _records(run_dir, arm) for arm in Arm}
     figure, axes = plt.subplots(
@@ -189,11 +192,14 @@ def plot_timeseries(summary: RunSummary, run_dir: Path, path: Path) -> Figure:
             axis = axes[row][column]
             for arm in Arm:
                 xs, ys = _series(records[arm], prompt_class, extract)
-                axis.plot(
+                # One point per request, no line: consecutive requests carry different
+                # prompts, so a line between them would zig-zag between prompts, not time.
+                axis.scatter(
                     xs,
                     ys,
-                    marker=".",
-                    linewidth=1,
+                    s=POINT_SIZE,
+                    marker=MARKERS[arm],
+                    alpha=0.8,
                     label=f"{summary.arm(arm).label} (n={len(xs)})",
                     color=COLORS[arm],
                 )

@@ -25,6 +25,7 @@ from loadtest.render.decision import (
     verdict_text,
 )
 from loadtest.render.load_generator import load_generator_rows
+from loadtest.render.per_token import has_server_latency, per_token_rows, per_token_text
 from loadtest.render.plot_files import KEY_PLOTS
 from loadtest.render.tiered import tiered_rows, tiered_text
 from loadtest.results import (
@@ -439,6 +440,14 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
     if key_plots:
         result.append(Section("Latency by prompt class, over the run", key_plots))
     result.append(Section("Per prompt class", class_rows(summary)))
+    if has_server_latency(summary):
+        result.append(
+            Section(
+                "Per-token latency: client stream and server histograms",
+                per_token_rows(summary),
+                note=per_token_text(summary),
+            )
+        )
     tiered = tiered_text(summary)
     if tiered is not None:
         result.append(

@@ -4,13 +4,20 @@ measured-looking figure stands outside a rendered region without a source."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
-from bench.figures import rendered, stale
+from bench.figures import render_index, rendered, stale
 from bench.figures.measure import (
+    JUNIT_XML,
+    MEASUREMENTS,
     MeasureError,
     Measurement,
     Outcome,
@@ -27,6 +34,7 @@ from bench.figures.records import (
     LocalRunFigures,
     Provenance,
     StatsSpeedFigures,
+    TestSuiteFigures,
     bench_record,
     load_records,
     write_record,
@@ -317,6 +325,98 @@ def test_measure_runs_the_command_and_records_what_it_printed(
     assert record.provenance.kind == "measured"
     assert record.machine.load_average_end is not None
     assert record.remeasure == "python -m bench.figures measure make-test"
+
+
+# A real JUnit XML: pytest -o junit_family=xunit1 over 73 quick tests of this repository
+# (tests/test_calendar.py, tests/loadtest/test_processes.py, test_config_rejections.py).
+JUNIT_SAMPLE = ROOT / "tests" / "bench" / "data" / "junit" / "junit.xml"
+
+
+def _suite(workdir: Path, started: float) -> TestSuiteFigures:
+    return suite_figures(Outcome(workdir, 9.0, "== 73 passed in 6s ==", started), False, JUNIT_XML)
+
+
+def test_the_slowest_tests_are_read_from_pytests_junit_xml(tmp_path: Path) -> None:
+    written = tmp_path / JUNIT_XML
+    written.parent.mkdir(parents=True)
+    shutil.copy(JUNIT_SAMPLE, written)
+    figures = _suite(tmp_path, time.time() - 60)
+    times = [float(c.get("time", "")) for c in ElementTree.parse(JUNIT_SAMPLE).iter("testcase")]
+    assert figures.passed == 73 and len(times) == 73
+    slowest = figures.slowest
+    assert slowest is not None
+    assert [t.seconds for t in slowest] == sorted(times, reverse=True)[:20]
+    assert figures.tests_s == pytest.approx(sum(times))
+    # The lingering-child test waits out a 1 s grace: the slowest of the sample by far.
+    assert slowest[0].test == (
+        "tests/loadtest/test_processes.py::"
+        "test_a_child_that_outlives_its_leader_is_killed_after_the_grace"
+    )
+    for test in slowest:  # each is pytest's node id: a file here, a test function in it
+        file, name = test.test.split("::")
+        assert f"def {name.split('[')[0]}(" in (ROOT / file).read_text(), test.test
+    assert any(re.search(r"::test_config_rejects\[[a-z0-9-]+\]$", t.test) for t in slowest)
+
+
+def test_a_junit_xml_that_is_stale_or_names_no_file_is_not_recordable(tmp_path: Path) -> None:
+    written = tmp_path / JUNIT_XML
+    written.parent.mkdir(parents=True)
+    shutil.copy(JUNIT_SAMPLE, written)
+    with pytest.raises(MeasureError, match="written by the measured command"):
+        _suite(tmp_path, time.time() + 60)  # left by an earlier run
+    written.write_text(re.sub(r' file="[^"]*"', "", JUNIT_SAMPLE.read_text()))  # xunit2
+    with pytest.raises(MeasureError, match="junit_family=xunit1"):
+        _suite(tmp_path, time.time() - 60)
+    written.write_text(
+        '<testsuites><testsuite><testcase classname="tests.x.test_y.TestZ" name="test_w[a-b]" '
+        'file="tests/x/test_y.py" time="1.5"/></testsuite></testsuites>'
+    )
+    [test] = _suite(tmp_path, time.time() - 60).slowest or []
+    assert test.test == "tests/x/test_y.py::TestZ::test_w[a-b]" and test.seconds == 1.5
+
+
+TINY_SUITE = """
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("seconds", [0.3, 0.0])
+def test_sleeps(seconds):
+    time.sleep(seconds)
+
+
+def test_quick():
+    pass
+"""
+
+
+@pytest.mark.process  # runs pytest in a subprocess
+@pytest.mark.parametrize("name", ["make-test", "ci-run"])
+def test_the_suites_measurements_have_pytest_write_the_junit_xml_they_read(
+    tmp_path: Path, name: str
+) -> None:
+    """The record's own environment makes pytest write the JUnit XML its extraction reads."""
+    (tmp_path / "test_tiny.py").write_text(TINY_SUITE)
+    recorded = MEASUREMENTS[name]
+    command = f"{sys.executable} -m pytest -q -p no:cacheprovider test_tiny.py"
+    record = run(Measurement(name, command, recorded.extract, env=recorded.env), root=tmp_path)
+    suite = record.figures
+    assert isinstance(suite, TestSuiteFigures) and suite.passed == 3 and suite.slowest
+    assert suite.slowest[0].test == "test_tiny.py::test_sleeps[0.3]"
+    assert suite.slowest[0].seconds >= 0.3 and len(suite.slowest) == 3
+    assert "PYTEST_ADDOPTS='--junitxml=runs/figures/junit.xml -o junit_family=xunit1'" in (
+        record.command
+    )
+    # The index of the records shows them; a suite without them shows no such section.
+    index = render_index({name: record})
+    assert f"## The slowest tests of {name}" in index
+    assert "| `test_tiny.py::test_sleeps[0.3]` |" in index
+    assert "The 3 slowest tests of" in index and "100% of the" in index
+    bare = record.model_copy(
+        update={"figures": suite.model_copy(update={"slowest": None, "tests_s": None})}
+    )
+    assert "slowest" not in render_index({name: bare})
 
 
 @pytest.mark.process  # runs commands (bash, git)
@@ -634,7 +734,20 @@ def test_miniature_figures_come_from_its_json(tmp_path: Path) -> None:
     doc = render_document(
         ROOT / "docs" / "x.md", "<!-- figures:miniature -->\n<!-- /figures:miniature -->", records
     )
-    assert "| 32.1 ms (**1.70x** one step, not 8x) |" in doc
+    assert "| 32.1 ms (**1.70x** one step: nearer one step than 8," in doc
+    assert "(the padding makes a step 8.6x dearer)" in doc
+    # The opposite numbers, the opposite words: a verify step of 8 tokens costing 4 steps
+    # (more than sqrt(8) = 2.83) and an unpadded target slower than the padded one.
+    opposite = figures.model_copy(
+        update={"median_ms": {**figures.median_ms, "target_verify_8": 75.6,
+                              "trained_target_step_1": 37.8}}
+    )  # fmt: skip
+    records["miniature"] = records["miniature"].model_copy(update={"figures": opposite})
+    doc = render_document(
+        ROOT / "docs" / "x.md", "<!-- figures:miniature -->\n<!-- /figures:miniature -->", records
+    )
+    assert "(**4.00x** one step: nearer 8 steps than one: each token pays its own compute)" in doc
+    assert "(the padded step is 2.0x cheaper than the unpadded one)" in doc
 
 
 def test_spans_collapse_when_the_figures_round_alike() -> None:
@@ -774,6 +887,14 @@ def test_the_readme_quotes_aiperf_beside_vllm_bench_serve_and_needs_it() -> None
     results = _peer_results()
     readme = _render_bench("readme-bench", results, ROOT / "README.md")
     assert "AIPerf: 0.20 ms and 0.20 ms, one ITL per request (its mean)" in readme
+    assert "its ITL: one ITL per chunk gap, each chunk counted as one token" in readme
+    # A vllm bench serve that divided each gap by its tokens is not said to count chunks.
+    for result in results["results"]:  # type: ignore[attr-defined]
+        if result["instrument"] == "vllm":
+            result["reported"] = {"chunk_times": 14.0, "itl_values": 13.0, "chunk_tokens": True}
+    readme = _render_bench("readme-bench", results, ROOT / "README.md")
+    assert "its ITL: per token: each chunk gap divided by the tokens the chunk carried" in readme
+    assert "each chunk counted as one token" not in readme
     results["results"] = [
         r
         for r in results["results"]  # type: ignore[attr-defined]

@@ -189,3 +189,83 @@ def fake_run_dir(tmp_path, write_run_json):
             )
         )
     return tmp_path
+
+
+# vLLM's default buckets (vllm/v1/metrics/buckets.py: TIME_TO_FIRST_TOKEN_BUCKETS and
+# INTER_TOKEN_LATENCY_BUCKETS, the latter also for request_time_per_output_token).
+TTFT_EDGES = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
+ITL_EDGES = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+
+
+def vllm_metrics_text(observations: dict[str, list[float]], generation_tokens: float) -> str:
+    """A /metrics body as vLLM's prometheus_client writes it: each histogram's observations
+    split over two engines (label sets the parser must sum), with HELP/TYPE lines, ``le``
+    buckets, _sum, _count and _created samples, and the generation-token counter."""
+    from guardrails import vllm_metrics
+
+    lines = []
+    for name in vllm_metrics.LATENCY_HISTOGRAMS:
+        edges = TTFT_EDGES if name == vllm_metrics.TIME_TO_FIRST_TOKEN else ITL_EDGES
+        values = observations.get(name, [])
+        lines += [f"# HELP {name} histogram", f"# TYPE {name} histogram"]
+        for engine in (0, 1):
+            mine = values[engine::2]
+            labels = f'engine="{engine}",model_name="tiny"'
+            for edge in (*edges, float("inf")):
+                le = "+Inf" if edge == float("inf") else repr(edge)
+                count = sum(1 for v in mine if v <= edge)
+                lines.append(f'{name}_bucket{{{labels},le="{le}"}} {float(count)}')
+            lines.append(f"{name}_count{{{labels}}} {float(len(mine))}")
+            lines.append(f"{name}_sum{{{labels}}} {sum(mine)!r}")
+            lines.append(f"{name}_created{{{labels}}} 1.7e9")
+    counter = vllm_metrics.GENERATION_TOKENS
+    lines += [
+        f"# TYPE {counter} counter",
+        f'{counter}_total{{engine="0",model_name="tiny"}} {generation_tokens / 2!r}',
+        f'{counter}_total{{engine="1",model_name="tiny"}} {generation_tokens / 2!r}',
+        f'{counter}_created{{engine="0",model_name="tiny"}} 1.7e9',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _add_server_histograms(
+    run_dir: Path, arm: str, observations: dict[str, list[float]], generation_tokens: float
+) -> None:
+    """Give ``window_<arm>.json`` the scrapes of a server that observed ``observations``
+    (seconds, by histogram) and generated ``generation_tokens`` during the window."""
+    from loadtest.server_latency import parse_histograms
+
+    path = run_dir / f"window_{arm}.json"
+    window = json.loads(path.read_text())
+    window["histograms_before"] = parse_histograms(vllm_metrics_text({}, 0.0)).model_dump()
+    after = parse_histograms(vllm_metrics_text(observations, generation_tokens))
+    window["histograms_after"] = after.model_dump()
+    path.write_text(json.dumps(window))
+
+
+@pytest.fixture
+def add_server_histograms() -> Callable[..., None]:
+    return _add_server_histograms
+
+
+def _fake_run_observations(arm: str) -> tuple[dict[str, list[float]], float]:
+    """What the servers behind ``fake_run_dir`` observed: its ten good requests per arm of 16
+    tokens (baseline: one token per 20 ms step; SD: four tokens per 40 ms step)."""
+    from guardrails import vllm_metrics
+
+    steps, gap = (15, 0.02) if arm == "baseline" else (3, 0.04)
+    return {
+        vllm_metrics.TIME_TO_FIRST_TOKEN: [0.05 + 0.001 * i for i in range(10)],
+        vllm_metrics.INTER_TOKEN_LATENCY: [gap] * steps * 10,
+        vllm_metrics.TIME_PER_OUTPUT_TOKEN: [steps * gap / 15] * 10,
+    }, 160.0
+
+
+@pytest.fixture
+def fake_server_observations() -> Callable[[str], tuple[dict[str, list[float]], float]]:
+    return _fake_run_observations
+
+
+@pytest.fixture
+def metrics_text() -> Callable[[dict[str, list[float]], float], str]:
+    return vllm_metrics_text

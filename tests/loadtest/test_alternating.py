@@ -11,6 +11,7 @@ import pytest
 
 from experiment import build_config
 from experiment.config import Arm, ArmsMode, LoadTestConfig
+from guardrails import vllm_metrics
 from loadtest.alternating import (
     _Block,
     block_order,
@@ -25,6 +26,8 @@ from loadtest.plan import build_plan
 from loadtest.records import RequestRecord, read_records
 from loadtest.render.tables import arms_lines
 from loadtest.results import ArmsTiming
+from loadtest.server_latency import Histogram, ServerScrape, arm_server_latency
+from loadtest.summary import scrape_windows
 from loadtest.window import BlockWindow, WindowMeta
 
 
@@ -92,6 +95,12 @@ def _record(arm: str, index: int, start: float, e2e: float, warmup: bool = False
     )  # fmt: skip
 
 
+def _tpot_scrape(count: int, total: float) -> ServerScrape:
+    edges = [0.01, 0.025]
+    tpot = Histogram(edges=edges, cumulative=[0.0, float(count)], sum=total, count=count)
+    return ServerScrape(histograms={vllm_metrics.TIME_PER_OUTPUT_TOKEN: tpot})
+
+
 def _write_block(block: _Block, records: list[RequestRecord], meta: WindowMeta) -> None:
     Path(block.plan.records_path).parent.mkdir(parents=True, exist_ok=True)
     Path(block.plan.records_path).write_text("".join(r.to_json() + "\n" for r in records))
@@ -111,6 +120,12 @@ def test_the_arm_files_combine_its_blocks(tmp_path) -> None:
         ({"num_drafts": 114.0, "num_draft_tokens": 456.0, "num_accepted_tokens": 226.0},
          {"num_drafts": 120.0, "num_draft_tokens": 480.0, "num_accepted_tokens": 235.0}),
     ]  # fmt: skip
+    # TPOT histograms (one 10 ms bucket): 2 requests of 20 ms in each block, and 50 requests
+    # of another arm through the same server between the blocks.
+    histograms = [
+        (_tpot_scrape(0, 0.0), _tpot_scrape(2, 0.04)),
+        (_tpot_scrape(52, 1.04), _tpot_scrape(54, 1.08)),
+    ]
     for n, block in enumerate(blocks):
         indices = [item.index for item in block.plan.measured]
         records = [_record("speculative", -1, 99.0, 0.5, warmup=True)] if n == 0 else []
@@ -121,6 +136,7 @@ def test_the_arm_files_combine_its_blocks(tmp_path) -> None:
             load_generator_cpu=0.1 if n == 0 else 0.4, launched_wall=90.0 + 10 * n,
             elapsed_s=5.0, first_request_wall=100.0 + 10 * n,
             metrics_before=counters[n][0], metrics_after=counters[n][1],
+            histograms_before=histograms[n][0], histograms_after=histograms[n][1],
         )  # fmt: skip
         _write_block(block, records, meta)
     merged = merge_arm(plan, blocks, slices, None)
@@ -140,6 +156,13 @@ def test_the_arm_files_combine_its_blocks(tmp_path) -> None:
     assert after is not None and merged.metrics_before == counters[0][0]
     assert after["num_drafts"] - counters[0][0]["num_drafts"] == 10.0
     assert after["num_accepted_tokens"] - counters[0][0]["num_accepted_tokens"] == 15.0
+    # The latency histograms stay per block, so the summary reads each block's own window
+    # (4 requests of 20 ms, not the 50 in between), and each block's classes.
+    assert [b.histograms_after for b in merged.blocks] == [h[1] for h in histograms]
+    server, _ = arm_server_latency(scrape_windows(merged), records)
+    assert server.overall is not None and server.overall.tpot_ms is not None
+    assert server.overall.tpot_ms.count == 4 and server.overall.windows == 2
+    assert server.overall.tpot_ms.mean == pytest.approx(20.0)
     # Its remaining block will not run: why says the cause.
     assert merge_arm(plan, blocks, slices, "cancelled").stopped_by == "cancelled"
     assert merge_arm(plan, [], slices, "cancelled").stopped_by == "not_run"

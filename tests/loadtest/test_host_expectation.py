@@ -1,14 +1,23 @@
-"""What a run's step costs predict, against streams whose costs are known by construction."""
+"""What a run's step costs explain, and what a calibration before the load predicts,
+against streams whose costs are known by construction."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from experiment.config import StatisticsConfig
-from loadtest.expected import host_expectation
+from loadtest.expected import calibration_costs, host_expectation, predicted_speedup
 from loadtest.records import RequestRecord
 from loadtest.render.headline import expectation_text
-from loadtest.results import AcceptanceSource, ClassAcceptance, HostExpectation, Interval
+from loadtest.results import (
+    AcceptanceSource,
+    ClassAcceptance,
+    HostExpectation,
+    Interval,
+    StepCosts,
+)
 from loadtest.stats import pair_records, scope_statistics
 
 SETTINGS = StatisticsConfig(resamples=2000)
@@ -66,7 +75,7 @@ def _measured(baseline: list[RequestRecord], speculative: list[RequestRecord]) -
     return scope.speedup["e2e_ms"]["mean"]
 
 
-def _expect(tau: float) -> HostExpectation:
+def _expect(tau: float, calibration: dict[str, StepCosts] | None = None) -> HostExpectation:
     baseline, speculative = _records()
     (expectation,) = host_expectation(
         baseline,
@@ -74,6 +83,7 @@ def _expect(tau: float) -> HostExpectation:
         {"structured": _acceptance(tau)},
         {"structured": _measured(baseline, speculative)},
         settings=SETTINGS,
+        calibration=calibration,
     )
     return expectation
 
@@ -93,7 +103,9 @@ def test_counters_that_match_the_streams_predict_the_measured_speedup() -> None:
     # E2E_base = 50 + 10 x 20 = 250 ms; E2E_SD = 60 + 10 x 30 / 2.5 = 180 ms.
     assert expectation.predicted_e2e_speedup.estimate == pytest.approx(250 / 180, rel=0.02)
     assert expectation.agrees is True
-    assert "agrees" in expectation_text(expectation)
+    text = expectation_text(expectation)
+    assert "explained by a step ratio of 1.50" in text and "within its interval" in text
+    assert "no prediction before the load" in text
 
 
 def test_counters_that_overstate_acceptance_are_flagged() -> None:
@@ -102,7 +114,7 @@ def test_counters_that_overstate_acceptance_are_flagged() -> None:
     expectation = _expect(5.0)
     assert expectation.predicted_e2e_speedup.estimate == pytest.approx(250 / 120, rel=0.02)
     assert expectation.agrees is False
-    assert "DISAGREES" in expectation_text(expectation)
+    assert "OUTSIDE its interval" in expectation_text(expectation)
 
 
 def test_a_class_without_probed_acceptance_is_left_out() -> None:
@@ -127,3 +139,47 @@ def test_derived_fields_survive_a_round_trip_and_are_never_trusted_from_input() 
     again = HostExpectation.model_validate(data)
     assert again.agrees is True
     assert again.costs.step_ratio == pytest.approx(expectation.costs.step_ratio)
+
+
+def test_the_calibration_reads_step_costs_and_tau_off_its_own_requests() -> None:
+    baseline, speculative = _records(pairs=2)
+    costs = calibration_costs(baseline, speculative, TAU)
+    assert costs is not None
+    assert costs.baseline_step_ms == pytest.approx(1000 * BASE_STEP_S, rel=0.06)
+    assert costs.speculative_step_ms == pytest.approx(1000 * SD_STEP_S, rel=0.06)
+    assert costs.tokens_per_step == TAU and costs.output_tokens == 11
+    assert costs.baseline_ttft_ms == pytest.approx(50.0)
+    # E2E_base = 50 + 10 x 20 = 250 ms; E2E_SD = 60 + 10 x 30 / 2.5 = 180 ms.
+    assert predicted_speedup(costs) == pytest.approx(250 / 180, rel=0.06)
+    assert calibration_costs(baseline, speculative, None) is None  # no counters: no tau
+    failed = [dataclasses.replace(r, error="http_5xx") for r in baseline]
+    assert calibration_costs(failed, speculative, TAU) is None
+
+
+def _calibrated(step_ratio: float) -> StepCosts:
+    return StepCosts(
+        baseline_step_ms=20.0,
+        speculative_step_ms=20.0 * step_ratio,
+        tokens_per_step=TAU,
+        baseline_ttft_ms=50.0,
+        speculative_ttft_ms=60.0,
+        output_tokens=11,
+    )
+
+
+def test_a_prediction_before_the_load_holds_or_misses_against_the_measured_interval() -> None:
+    held = _expect(TAU, {"structured": _calibrated(1.5)})
+    assert held.predicted_before_load == pytest.approx(250 / 180)
+    assert held.prediction_holds is True
+    text = expectation_text(held)
+    assert "predicted before the load 1.39x (calibration: step ratio 1.50" in text
+    assert "inside the measured interval" in text
+    # A host whose calibration said a speculative step costs 3 plain steps: 60 + 10 x 60 /
+    # 2.5 = 300 ms, a 0.83x prediction against the measured 1.39x: a miss, and said so.
+    missed = _expect(TAU, {"structured": _calibrated(3.0)})
+    assert missed.predicted_before_load == pytest.approx(250 / 300)
+    assert missed.prediction_holds is False
+    assert "MISSED: outside the measured interval" in expectation_text(missed)
+    data = missed.model_dump(mode="json")
+    data["prediction_holds"] = True  # derived, never trusted from input
+    assert HostExpectation.model_validate(data).prediction_holds is False

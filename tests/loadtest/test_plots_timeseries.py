@@ -1,4 +1,5 @@
-"""The per-request time series figure: rows = metric, columns = prompt class, both arms."""
+"""The per-request time series figure: rows = metric, columns = prompt class, both arms,
+one point per request."""
 
 from __future__ import annotations
 
@@ -39,25 +40,27 @@ def test_one_column_per_class_with_both_arms_in_every_panel(fake_run_dir: Path) 
         for row in range(len(TIMESERIES_METRICS)):
             assert titles[row * 2 + column].endswith(prompt_class)
     for axis in axes:
-        labels = [line.get_label() for line in axis.get_lines()]
+        # One point per request: no line joins requests of different prompts.
+        assert axis.get_lines() == []
+        labels = [points.get_label() for points in axis.collections]
         assert len(labels) == 2
         assert labels[0].startswith("Base (n=5)") and labels[1].startswith("SD (n=5)")
 
     # E2E panel of "structured" (row 0, column 1): baseline points at the measured requests'
     # starts relative to the arm's first measured start, failed requests left out.
-    base_line = axes[1].get_lines()[0]
+    base_points = axes[1].collections[0].get_offsets()
     expected = sorted(
         (r.start, r.e2e_s * 1000)
         for r in baseline
         if r.prompt_class == "structured" and r.ok and r.e2e_s is not None
     )
-    assert list(base_line.get_xdata()) == pytest.approx([x for x, _ in expected])
-    assert list(base_line.get_ydata()) == pytest.approx([y for _, y in expected])
-    sd_line = axes[1].get_lines()[1]
-    assert min(sd_line.get_xdata()) == pytest.approx(0.5)  # first structured SD request
+    assert list(base_points[:, 0]) == pytest.approx([x for x, _ in expected])
+    assert list(base_points[:, 1]) == pytest.approx([y for _, y in expected])
+    sd_points = axes[1].collections[1].get_offsets()
+    assert min(sd_points[:, 0]) == pytest.approx(0.5)  # first structured SD request
 
     # ITL panel of "open_ended" (row 1, column 0): the fake SD arm sends 4 tokens per 40 ms
     # chunk (10 ms per token), the baseline 1 token per 20 ms chunk.
-    base_itl, sd_itl = (line.get_ydata() for line in axes[2].get_lines())
+    base_itl, sd_itl = (points.get_offsets()[:, 1] for points in axes[2].collections)
     assert list(base_itl) == pytest.approx([20.0] * 5)
     assert list(sd_itl) == pytest.approx([10.0] * 5)

@@ -183,6 +183,16 @@ def test_run_measures_truth_counts_every_fault_and_writes_the_report(tmp_path) -
     assert acceptance["mean_acceptance_length"] == pytest.approx(4.0)
     assert acceptance["drafts"] == 6 * (MAX_TOKENS // 4) < sd_truth["drafts"]
     assert summary["arms"]["baseline"]["acceptance"]["acceptance_rate"] is None
+    # Both ends of each window scraped /metrics for the latency histograms too; the scripted
+    # server exports none, which the summary says instead of inventing a figure.
+    for arm in ("baseline", "speculative"):
+        window = json.loads((out / f"window_{arm}.json").read_text())
+        for end in ("histograms_before", "histograms_after"):
+            assert window[end] is not None and window[end]["error"] is None, (arm, end)
+        server = summary["arms"][arm]["server_latency"]
+        assert server["scrapes"] == 2 and server["failed_scrapes"] == 0
+        assert not server["available"] and "no latency histograms" in server["reason"]
+    assert summary["server_speedup"] is None
     assert summary["lossless"]["exact_match_rate"] == 1.0
     assert summary["speedup"]["overall"]["itl_ms"]["p50"] < 1  # SD per-token ITL is worse here
 

@@ -155,21 +155,3 @@ def test_the_open_loop_wait_connects_ahead_and_returns_at_its_moment() -> None:
     done = time.perf_counter()
     assert done >= moment and len(connected) == 1 and connected[0] < moment
     wait_until(time.perf_counter() - 1)  # a moment already past: no wait
-
-
-def test_a_connection_opened_ahead_carries_the_send(serve) -> None:
-    from loadtest.client import RequestParams, stream_request
-    from loadtest.records import RequestRecord
-    from loadtest.transport import StreamSession
-
-    server = serve(_script)
-    params = RequestParams(model="m", max_tokens=3, timeout_s=10)
-    with StreamSession() as session:
-        session.connect_ahead(server.url + "/v1/chat/completions", 5)
-        assert len(session._idle) == 1
-        ahead = next(iter(session._idle.values()))
-        record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
-        stream_request(session, server.url, "hi", params, record)
-        assert record.ok and record.output_tokens == 3
-        assert next(iter(session._idle.values())) is ahead  # the send reused it
-        session.connect_ahead("not a url", 5)  # ignored; post_stream reports bad URLs

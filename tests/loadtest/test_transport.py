@@ -7,8 +7,11 @@ when they are sent) are the test's, not an HTTP library's.
 from __future__ import annotations
 
 import datetime
+import fcntl
 import socket
 import ssl
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from bench.scripted_server import unused_loopback_url
+from loadtest.client import RequestParams, stream_request
+from loadtest.records import RequestRecord
 from loadtest.transport import StreamSession, TransportError
 
 pytestmark = pytest.mark.process
@@ -189,6 +194,101 @@ def test_an_unfinished_response_is_not_reused(canned) -> None:
             next(iter(response))  # stop after the first piece, as a client does at [DONE]
             response.close()
     assert server.connections == 2  # the half-read connection was closed, not pooled
+
+
+# What vLLM's server writes for a one-token stream: the event, [DONE], and the chunked body's
+# closing empty chunk, each its own write (uvicorn ends the body with a separate write).
+TOKEN_EVENT = chunk(b'data: {"choices": [{"index": 0, "delta": {"content": " a"}}]}\n\n')
+DONE_EVENT = chunk(b"data: [DONE]\n\n")
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def _stream_once(session: StreamSession, server: CannedServer) -> RequestRecord:
+    """One request as the load test sends it (stops reading at [DONE])."""
+    record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
+    params = RequestParams(model="m", max_tokens=1, timeout_s=5)
+    stream_request(session, f"http://127.0.0.1:{server.port}", "hi", params, record)
+    assert record.ok, record.error_detail
+    return record
+
+
+def _wait_acknowledged(conn: socket.socket) -> None:
+    """Until the peer's kernel has acknowledged every byte written on ``conn``: they are in
+    its receive queue (Linux SIOCOUTQ: bytes sent and not yet acknowledged)."""
+    while struct.unpack("i", fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]:
+        time.sleep(0.001)
+
+
+def test_a_connection_opened_ahead_carries_the_send(canned) -> None:
+    def handler(conn: socket.socket) -> None:
+        while read_request(conn):
+            conn.sendall(CHUNKED + TOKEN_EVENT + DONE_EVENT + LAST_CHUNK)
+
+    server = canned(handler)
+    with StreamSession() as session:
+        session.connect_ahead(server.url(), 5)
+        session.connect_ahead(server.url(), 5)  # one is open already: no second
+        session.connect_ahead("not a url", 5)  # ignored; post_stream reports bad URLs
+        _stream_once(session, server)
+        # The server accepts in order: had the send connected, its answer would follow a
+        # second accept.
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize("last_chunk", ["arrived", "in flight"])
+def test_a_stream_read_to_done_keeps_its_connection_once_its_last_chunk_arrives(
+    canned, last_chunk: str
+) -> None:
+    """The client stops at [DONE]; the closing empty chunk is the server's next write and
+    may come after. Once it has arrived the connection carries the next request; while it is
+    in flight, the next request goes on a new connection (writing on the old one would mix
+    the two responses)."""
+    stopped, ended, release = threading.Event(), threading.Event(), threading.Event()
+
+    def handler(conn: socket.socket) -> None:
+        while read_request(conn):
+            conn.sendall(CHUNKED + TOKEN_EVENT + DONE_EVENT)
+            if not stopped.wait(10) or (last_chunk == "in flight" and not release.wait(10)):
+                return
+            conn.sendall(LAST_CHUNK)
+            _wait_acknowledged(conn)
+            ended.set()
+
+    server = canned(handler)
+    with StreamSession() as session:
+        _stream_once(session, server)
+        stopped.set()
+        if last_chunk == "arrived":
+            assert ended.wait(10)
+        _stream_once(session, server)
+        release.set()
+    assert server.connections == (1 if last_chunk == "arrived" else 2)
+
+
+def test_bytes_after_a_stream_read_to_done_drop_its_connection(canned) -> None:
+    """Anything but the closing framing after the caller's end (more body, a response nobody
+    asked for) means the connection is not in step with the requests: a new one is opened."""
+    stopped, ended = threading.Event(), threading.Event()
+    requests: list[socket.socket] = []
+
+    def handler(conn: socket.socket) -> None:
+        while read_request(conn):
+            requests.append(conn)
+            conn.sendall(CHUNKED + TOKEN_EVENT + DONE_EVENT)
+            if len(requests) == 1 and stopped.wait(10):
+                conn.sendall(TOKEN_EVENT + LAST_CHUNK)
+                _wait_acknowledged(conn)
+                ended.set()
+            else:
+                conn.sendall(LAST_CHUNK)
+
+    server = canned(handler)
+    with StreamSession() as session:
+        _stream_once(session, server)
+        stopped.set()
+        assert ended.wait(10)
+        _stream_once(session, server)
+    assert server.connections == 2
 
 
 def _fails_with(session: StreamSession, url: str, kind: str, timeout_s: float = 2.0) -> str:

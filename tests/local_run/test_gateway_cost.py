@@ -152,3 +152,13 @@ def test_the_local_run_meters_its_gateway_with_each_servers_cores() -> None:
     assert meter.server_cores == {"baseline": sorted(os.sched_getaffinity(0))}
     assert meter.machine_cores == sorted(os.sched_getaffinity(0))
     assert meter.cpu_binding == config.local.server_binding == "isolated"
+
+
+def test_equal_means_add_nothing_not_a_rounding_error_below_zero() -> None:
+    """Equal means whose float subtraction is not exactly 0 (a real tiered run gave -2.8e-14):
+    no time at all, not a negative one."""
+    assert 0.3 / 3 - 0.1 / 1 < 0  # the rounding this guards against
+    before = GatewayReading(0.0, 0, 0.0, 0, 0.0, 0)
+    after = GatewayReading(0.1, 3, 0.3, 3, 0.1, 1)
+    cost = gateway_cost(before, after, gateway_cores=[0], server_cores={}, machine_cores=[0])
+    assert cost.added_ms_per_request == 0.0 and str(cost.added_ms_per_request) == "0.0"

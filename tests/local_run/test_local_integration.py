@@ -201,6 +201,47 @@ def test_local_headline_states_acceptance_speedups_and_lossless_rate(
     json.dumps(numbers.model_dump(mode="json"))  # serialisable into local_run.json
 
 
+def test_server_histograms_cover_the_window_and_agree_with_the_client_stream(
+    comparison: RunSummary, local_config: ExperimentConfig
+) -> None:
+    """Each arm's own vLLM histograms (loadtest/server_latency.py) count exactly the measured
+    requests of its window (the warm-up and the other arm's blocks left out), and their TPOT
+    and per-token ITL agree with the client's within their resolution: the means to 10% (the
+    client's TPOT also holds the API server's delay of the last chunk against the first,
+    over 31 tokens), the client's median inside the server's p50 bucket."""
+    decode_per_request = local_config.local.max_tokens - 1
+    for arm in Arm:
+        block = comparison.arm(arm)
+        server = block.server_latency
+        assert server is not None and server.available, server
+        assert server.failed_scrapes == 0 and server.malformed_lines == 0
+        latency = server.overall
+        assert latency is not None and latency.tpot_ms and latency.ttft_ms and latency.step_gap_ms
+        measured = block.overall.succeeded
+        assert latency.tpot_ms.count == latency.ttft_ms.count == measured, arm
+        assert latency.decode_tokens == measured * decode_per_request, arm
+        client, mean = block.overall.tpot_ms, latency.tpot_ms.mean
+        assert client.mean is not None and mean is not None
+        assert client.mean == pytest.approx(mean, rel=0.1), arm
+        assert latency.itl_ms_mean == pytest.approx(mean, rel=1e-6), arm  # both per token
+        p50 = latency.tpot_ms.quantiles["p50"]
+        assert client.p50 is not None and p50.bucket_high is not None
+        slack = 0.1 * mean
+        assert p50.bucket_low - slack <= client.p50 <= p50.bucket_high + slack, (arm, p50)
+        if arm is Arm.SPECULATIVE:  # a step emits several tokens: fewer steps than tokens
+            assert latency.step_gap_ms.count < latency.decode_tokens
+        else:
+            assert latency.step_gap_ms.count == latency.decode_tokens
+    server_speedup = comparison.server_speedup
+    assert server_speedup is not None
+    tpot = server_speedup.overall["tpot_ms"]["mean"]
+    assert tpot.estimate == pytest.approx(comparison.speedup_of("tpot_ms"), rel=0.15)
+    assert tpot.low is not None and tpot.high is not None and tpot.low < tpot.estimate < tpot.high
+    numbers = headline(comparison)
+    assert numbers.speedup_source == comparison.per_token_source.value
+    assert numbers.speedup_tpot_mean is not None  # from whichever source the run trusts
+
+
 def test_acceptance_by_prompt_class(
     comparison: RunSummary, running_servers: dict[Arm, str], local_config: ExperimentConfig
 ) -> None:

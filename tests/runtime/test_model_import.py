@@ -260,8 +260,14 @@ def test_wait_does_not_accept_a_marker_whose_files_are_missing(hub, tmp_path, ca
 
 def test_wait_polls_until_the_import_lands(hub, tmp_path, monkeypatch) -> None:
     sleeps: list[float] = []
+    # time.sleep is patched on the time module itself: other threads (the hub's server, a
+    # former test's lingering reader) sleep through it too. Only this thread's wait counts.
+    waiting, real_sleep = threading.current_thread(), model_import.time.sleep
 
     def import_while_sleeping(seconds: float) -> None:
+        if threading.current_thread() is not waiting:
+            real_sleep(seconds)
+            return
         sleeps.append(seconds)
         run_import(_endpoint(hub), tmp_path / "store", ["Org/Target"], 60, log=lambda _: None)
 
