@@ -2,7 +2,7 @@
 
 Two real vLLM servers (CPU, the generated pair), the real Envoy gateway of the tiered local
 run and a real Prometheus evaluating the rendered rule file (local_run/guardrails.py), with a
-fast scrape (1 s), evaluation (2 s) and window (16 s) and no pending time. In order:
+fast scrape (1 s), evaluation (2 s), window (16 s) and pending time (4 s). In order:
 
 - healthy tiered traffic (structured prompts with the structured class header, open-ended
   ones without), ``--healthy-runs`` times one after the other: which alerts fire (none
@@ -14,7 +14,14 @@ fast scrape (1 s), evaluation (2 s) and window (16 s) and no pending time. In or
   acceptance falls below the structured floor (``FLOOR``, between the miniature's open-ended
   and structured acceptance): seconds until SpecDecodeAcceptanceBelowFloor fires;
 - the speculative server killed (its process group, no grace): seconds until
-  SpecDecodeArmMetricsMissing fires.
+  SpecDecodeArmMetricsMissing fires;
+- then started again, late, under traffic (a new revision): the analysis started once it is
+  available must not abort.
+
+Each fault is also judged by the cluster's rollback analysis itself (local_run/guardrails.py
+``LiveAnalysis``: the rendered AnalysisTemplate's queries against the local Prometheus with
+Argo's semantics, guardrails/argo.py), started a window before the fault so its initial delay
+has passed: seconds until it aborts. Healthy runs report what it decided (no abort).
 
 Every request is sent as the load test sends it (temperature 0, ``ignore_eos``, MAX_TOKENS).
 Writes JSON (``--out``): tests/local_run/test_guardrails_drill.py runs the same drill once
@@ -37,6 +44,7 @@ from pathlib import Path
 from experiment import build_config
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT, context_from_pairs
+from guardrails.argo import Outcome
 from loadtest.client import RequestParams, stream_request
 from loadtest.processes import stop_groups
 from loadtest.prompts import load_prompts
@@ -44,7 +52,7 @@ from loadtest.records import RequestRecord
 from loadtest.transport import StreamSession
 from local_run.arms import arm_servers
 from local_run.gateway import local_gateway
-from local_run.guardrails import AlertLog, LocalPrometheus
+from local_run.guardrails import AlertLog, LiveAnalysis, LocalPrometheus, analysis_text
 from local_run.machine import Machine
 from local_run.models import ensure_models
 from local_run.servers import LocalServers, free_port, sigterm_raises
@@ -55,7 +63,9 @@ DRILL = [
     "guardrails.live.scrape_interval_s=1",
     "guardrails.live.evaluation_interval_s=2",
     f"guardrails.live.window_s={WINDOW_S}",
-    "guardrails.live.pending_s=0",
+    # Two evaluations: a scrape that times out under load (1 s scrapes on 2 cores) is a blip
+    # the alert must hold through, as the cluster's pending_s does, not a fault.
+    "guardrails.live.pending_s=4",
     f"routing.acceptance_floors.structured={FLOOR}",
     "local.tiered=true",
     "local.guardrails=true",
@@ -120,12 +130,13 @@ class Traffic:
                 self.sent += 1
 
     def _run(self, offset: int) -> None:
-        sends = itertools.islice(itertools.cycle(self.sends), offset, None)
         session = StreamSession()
+        index = offset
         try:
-            for prompt, value in sends:
-                if self.stopped.is_set():
-                    return
+            while not self.stopped.is_set():
+                # Read each time: a phase may switch the mix under running streams.
+                prompt, value = self.sends[index % len(self.sends)]
+                index += 1
                 self._send(session, prompt, value)
         finally:
             session.close()
@@ -151,6 +162,21 @@ def _fire_time(watch: AlertLog, name: str, since: float, limit_s: float) -> floa
             return time.monotonic() - since
         time.sleep(0.5)
     return None
+
+
+def _abort_time(analysis: LiveAnalysis, since: float, limit_s: float) -> float | None:
+    """Seconds from ``since`` until the analysis aborts, or None within ``limit_s``."""
+    outcome = analysis.run_for(limit_s - (time.monotonic() - since))
+    return time.monotonic() - since if outcome.aborts else None
+
+
+def _armed(prom: LocalPrometheus) -> LiveAnalysis:
+    """An analysis started now, past its initial delay (one window) before it returns: the
+    fault that follows is measured from a running analysis, as on a canary that lives."""
+    analysis = LiveAnalysis(prom)
+    outcome: Outcome = analysis.run_for(WINDOW_S + 1)
+    assert not outcome.aborts, f"the analysis aborted on healthy traffic: {outcome}"
+    return analysis
 
 
 def _value(prom: LocalPrometheus, expr: str) -> float | None:
@@ -179,6 +205,11 @@ class DrillResult:
     sd_over_baseline_healthy: float | None
     sweep: list[SweepPoint]
     time_to_fire_s: dict[str, float | None]  # fault -> seconds from its start
+    # Through the cluster's rollback analysis (local_run/guardrails.py LiveAnalysis, Argo's
+    # semantics): fault -> seconds from its start to the abort (None: none within 3 windows).
+    time_to_abort_s: dict[str, float | None]
+    healthy_analysis: list[str]  # per healthy run, what the analysis decided
+    late_start_analysis: str  # the speculative server restarted late: what it decided
     series_scraped: dict[str, int]  # job -> series the local Prometheus holds at the end
     machine: dict[str, object]
 
@@ -218,10 +249,12 @@ def run_drill(
         model = running.servers[0].served_model_name
         with LocalPrometheus(config, urls, gateway.admin_url, work_dir / "guardrails") as prom:
             watch = AlertLog(prom)
+            healthy_analysis: list[str] = []
             for _ in range(healthy_runs):
                 watch.fired.clear()
                 with Traffic(gateway.url, model, header, healthy) as traffic:
-                    time.sleep(HEALTHY_S)
+                    analysis = LiveAnalysis(prom)
+                    healthy_analysis.append(analysis_text(analysis.run_for(HEALTHY_S)))
                     watch.poll()
                     acceptance_healthy = _value(prom, f"specdecode:acceptance:ratio{SD}")
                     ratio_healthy = _value(prom, RATIO)
@@ -238,8 +271,12 @@ def run_drill(
                 sweep.append(SweepPoint(streams, traffic.sent, ratio, slower))
                 failed += len(traffic.failed)
             watch.fired.clear()
-            with Traffic(gateway.url, model, header, drifted) as traffic:
+            aborted: dict[str, float | None] = {}
+            with Traffic(gateway.url, model, header, healthy) as traffic:
+                analysis = _armed(prom)
+                traffic.sends = drifted  # the same streams now send the drifted mix
                 start = time.monotonic()
+                aborted["acceptance_below_floor"] = _abort_time(analysis, start, 3 * WINDOW_S)
                 fired["acceptance_below_floor"] = _fire_time(
                     watch, "SpecDecodeAcceptanceBelowFloor", start, 3 * WINDOW_S
                 )
@@ -247,11 +284,24 @@ def run_drill(
             failed += len(traffic.failed)
             speculative = running["speculative"]
             assert speculative.process is not None
-            start = time.monotonic()
-            stop_groups([speculative.process], grace_s=0)  # its group, killed at once
-            fired["arm_metrics_missing"] = _fire_time(
-                watch, "SpecDecodeArmMetricsMissing", start, 3 * WINDOW_S
-            )
+            with Traffic(gateway.url, model, header, healthy) as traffic:
+                analysis = _armed(prom)
+                start = time.monotonic()
+                stop_groups([speculative.process], grace_s=0)  # its group, killed at once
+                aborted["arm_metrics_missing"] = _abort_time(analysis, start, 3 * WINDOW_S)
+                fired["arm_metrics_missing"] = _fire_time(
+                    watch, "SpecDecodeArmMetricsMissing", start, 3 * WINDOW_S
+                )
+                # A new revision: the speculative server starts again, late, under traffic
+                # (its route falls back meanwhile). The analysis starts once it is available,
+                # as the Rollout's does after its startingStep, and must not abort.
+                speculative.stop(grace_s=0)
+                speculative.start()
+                speculative.wait_ready(local.startup_timeout_s, print)
+                late = LiveAnalysis(prom)
+                late_start = analysis_text(late.run_for(3 * WINDOW_S))
+            # Not counted in failed_requests: streams in flight when the server is killed are
+            # cut by design (the gateway retries only requests that have not started).
             series = {
                 row["metric"]["job"]: int(float(row["value"][1]))
                 for row in prom.query('count by (job) ({job=~".+"})')
@@ -269,6 +319,9 @@ def run_drill(
         sd_over_baseline_healthy=ratio_healthy,
         sweep=sweep,
         time_to_fire_s=fired,
+        time_to_abort_s=aborted,
+        healthy_analysis=healthy_analysis,
+        late_start_analysis=late_start,
         series_scraped=series,
         machine=asdict(host),
     )

@@ -92,8 +92,10 @@ OPERATOR_STATUS_FIELDS = ("abort",)
 
 @dataclass(frozen=True)
 class GuardrailCheck:
-    """One guardrail as a CloudWatch query: the analysis fails when any datapoint of
-    ``statistic`` over ``period_s`` is on the wrong side of ``threshold``."""
+    """One guardrail as a CloudWatch query: a measurement fails when at least
+    ``breaches_to_fail`` datapoints of ``statistic`` over ``period_s`` in the looked-back
+    window are on the wrong side of ``threshold``, the alarm's own debounce
+    (``guardrails.evaluation_periods`` breaching periods, stacks/alarms.py)."""
 
     name: str
     metric: str
@@ -102,18 +104,20 @@ class GuardrailCheck:
     period_s: int
     threshold: float
     must_be: Literal["at_least", "at_most"]
+    breaches_to_fail: int = 1
+
+    def breaches(self, value: float) -> bool:
+        return value < self.threshold if self.must_be == "at_least" else value > self.threshold
 
     def passes(self, values: list[float]) -> bool:
         """The check's verdict on the values GetMetricData returned (none: a pass)."""
-        if self.must_be == "at_least":
-            return all(value >= self.threshold for value in values)
-        return all(value <= self.threshold for value in values)
+        return sum(self.breaches(value) for value in values) < self.breaches_to_fail
 
     def condition(self) -> str:
         """The same verdict in Argo's expr language (``result`` is GetMetricData's
-        MetricDataResults; ``all`` of an empty list is true)."""
-        op = ">=" if self.must_be == "at_least" else "<="
-        return f"all(result[0].Values, {{# {op} {self.threshold!r}}})"
+        MetricDataResults; ``count`` is expr's builtin, 0 on an empty list)."""
+        op = "<" if self.must_be == "at_least" else ">"
+        return f"count(result[0].Values, {{# {op} {self.threshold!r}}}) < {self.breaches_to_fail}"
 
 
 def guardrail_checks(config: ExperimentConfig) -> list[GuardrailCheck]:
@@ -132,7 +136,9 @@ def guardrail_checks(config: ExperimentConfig) -> list[GuardrailCheck]:
         threshold: float,
         must_be: Literal["at_least", "at_most"],
     ) -> GuardrailCheck:
-        return GuardrailCheck(name, metric, dims, statistic, period, threshold, must_be)
+        return GuardrailCheck(
+            name, metric, dims, statistic, period, threshold, must_be, guard.evaluation_periods
+        )
 
     checks = [
         check("acceptance-measured", names.acceptance_rate, variant, "Minimum",
@@ -228,7 +234,10 @@ def analysis_template(
             "name": check.name,
             "interval": f"{check.period_s}s",
             "successCondition": check.condition(),
-            "failureLimit": config.guardrails.evaluation_periods - 1,
+            # The condition debounces like the alarm (evaluation_periods breaching datapoints
+            # in the window), so the first failed measurement fails the run: a cumulative
+            # failureLimit would add up unrelated breaches over the canary's life.
+            "failureLimit": 0,
             "provider": {
                 "cloudWatch": {
                     "interval": f"{check.period_s * eks.analysis_window_periods}s",

@@ -10,6 +10,7 @@ from typing import Any
 
 from experiment.config import ExperimentConfig
 from guardrails.rules import CLASS, Alert, rule_set
+from runtime.spec import Generation
 
 # Argo's verdict on a Prometheus vector (``result`` is its values as floats; argo-rollouts
 # utils/evaluate/evaluate.go: neither condition true is Inconclusive).
@@ -41,11 +42,12 @@ def _kebab(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).replace("_", "-").lower()
 
 
-def live_checks(config: ExperimentConfig) -> list[LiveCheck]:
-    """The rule set's ``analysis`` alerts for the cluster's servers (``serving.generation``),
-    named after the alert and, for per-class alerts, the class."""
+def live_checks(config: ExperimentConfig, generation: Generation | None = None) -> list[LiveCheck]:
+    """The rule set's ``analysis`` alerts for servers of ``generation`` (default: the
+    cluster's, ``serving.generation``; the local run's is ``local-cpu``), named after the
+    alert and, for per-class alerts, the class."""
     checks = []
-    for alert in rule_set(config, config.serving.generation).alerts:
+    for alert in rule_set(config, generation or config.serving.generation).alerts:
         if not alert.analysis:
             continue
         name = _kebab(alert.name)

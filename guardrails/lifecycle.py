@@ -20,6 +20,9 @@ acceptance 0.75); a speculative route whose arm is not ready falls back to the b
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -32,8 +35,9 @@ from typing import Any
 import yaml
 
 from experiment.config import Arm, ExperimentConfig
+from experiment.loading import add_config_arguments, config_from_arguments
 from guardrails import rules
-from guardrails.analysis import live_checks
+from guardrails.analysis import live_checks, live_metric
 from guardrails.argo import AnalysisRun, Metric, Outcome
 
 STALE = "stale"
@@ -72,6 +76,7 @@ class Timeline:
 class Result:
     timeline: str
     kind: str
+    description: str
     outcome: Outcome
     fault_at_s: float | None
     window_s: int
@@ -91,6 +96,7 @@ class Result:
         return {
             "timeline": self.timeline,
             "kind": self.kind,
+            "description": self.description,
             "aborted": self.aborted,
             "phase": self.outcome.phase.value,
             "abort_at_s": self.outcome.at_s if self.aborted else None,
@@ -358,6 +364,7 @@ def evaluate(
     return Result(
         timeline.name,
         timeline.kind,
+        timeline.description,
         outcome,
         timeline.fault_at_s,
         config.guardrails.live.window_s,
@@ -565,38 +572,55 @@ def timelines(config: ExperimentConfig) -> list[Timeline]:
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m guardrails.lifecycle [--out FILE]``: every timeline on the new-deployment
-    profile's rendering (live speculation counters), as JSON."""
-    import argparse
-    import json
-
-    from experiment.loading import add_config_arguments, config_from_arguments
-
-    parser = argparse.ArgumentParser(
-        prog="python -m guardrails.lifecycle", description=main.__doc__
-    )
-    parser.add_argument("--out", type=Path, help="write the results here (JSON)")
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    config = config_from_arguments(args)
-    from guardrails.analysis import live_metric
-
+def run_all(config: ExperimentConfig) -> dict[str, Any]:
+    """Every timeline, and the first deploy as the analysis was rendered before (raw alert
+    expressions, measured from the Rollout's first step), as the record keeps them."""
     template = {
         "spec": {"metrics": [live_metric(config, c, AMP_EXAMPLE) for c in live_checks(config)]}
     }
-    results = [evaluate(config, timeline, template).as_record() for timeline in timelines(config)]
-    text = json.dumps(results, indent=2) + "\n"
+    found = timelines(config)
+    first = next(t for t in found if t.name == "first deploy")
+    before = dataclasses.replace(
+        first, name="first deploy, as rendered before", analysis_start_s=0.0
+    )
+    live = config.guardrails.live
+    return {
+        "profile": config.serving.profile.value,
+        "window_s": live.window_s,
+        "scrape_interval_s": live.scrape_interval_s,
+        "evaluation_interval_s": live.evaluation_interval_s,
+        "timelines": [evaluate(config, t, template).as_record() for t in found],
+        "as_rendered_before": evaluate(
+            config, before, as_rendered_before(template, config)
+        ).as_record(),
+    }
+
+
+def goals_met(results: dict[str, Any]) -> bool:
+    """No healthy timeline aborts; every fault aborts within two windows."""
+    rows = results["timelines"]
+    healthy = all(not r["aborted"] for r in rows if r["kind"] == "healthy")
+    faults = all(
+        r["aborted"] and r["windows_to_abort"] is not None and r["windows_to_abort"] <= 2
+        for r in rows
+        if r["kind"] == "fault"
+    )
+    return healthy and faults
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m guardrails.lifecycle [--out FILE] [-c ...]``: every timeline on the
+    configured rendering, as JSON; exit 1 when a goal is missed."""
+    parser = argparse.ArgumentParser(prog="python -m guardrails.lifecycle", description=__doc__)
+    parser.add_argument("--out", type=Path, help="write the results here (JSON)")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    results = run_all(config_from_arguments(args))
+    text = json.dumps(results, indent=1) + "\n"
     if args.out:
         args.out.write_text(text)
     print(text, end="")
-    healthy_ok = all(not r["aborted"] for r in results if r["kind"] == "healthy")
-    faults_ok = all(
-        r["aborted"] and r["windows_to_abort"] is not None and r["windows_to_abort"] <= 2
-        for r in results
-        if r["kind"] == "fault"
-    )
-    return 0 if healthy_ok and faults_ok else 1
+    return 0 if goals_met(results) else 1
 
 
 AMP_EXAMPLE = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-example/"

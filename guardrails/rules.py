@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from experiment.config import Arm, ExperimentConfig
+from guardrails import vllm_metrics as vm
 from runtime.spec import Generation
 
 ARM = "arm"  # on every vLLM series (the scrape's relabelling)
@@ -69,15 +70,16 @@ class ServedMetrics:
 # (the three counters); prometheus_client adds `_total` to counters and `_sum`/`_count` to
 # histograms. The same file in the V1 engine of vLLM 0.29 (Neuron 2.33 DLC) names them alike:
 # request_time_per_output_token_seconds replaced time_per_output_token_seconds in 0.11.
+_TOTAL = vm.COUNTER_SUFFIX
 _V1 = ServedMetrics(
-    finished="vllm:request_success_total",
-    generated="vllm:generation_tokens_total",
-    running="vllm:num_requests_running",
-    token_time_sum="vllm:request_time_per_output_token_seconds_sum",
-    token_time_count="vllm:request_time_per_output_token_seconds_count",
-    drafts="vllm:spec_decode_num_drafts_total",
-    draft_tokens="vllm:spec_decode_num_draft_tokens_total",
-    accepted="vllm:spec_decode_num_accepted_tokens_total",
+    finished=vm.REQUEST_SUCCESS + _TOTAL,
+    generated=vm.GENERATION_TOKENS + _TOTAL,
+    running=vm.REQUESTS_RUNNING,
+    token_time_sum=vm.TIME_PER_OUTPUT_TOKEN + "_sum",
+    token_time_count=vm.TIME_PER_OUTPUT_TOKEN + "_count",
+    drafts=vm.SPEC_DECODE_DRAFTS + _TOTAL,
+    draft_tokens=vm.SPEC_DECODE_DRAFT_TOKENS + _TOTAL,
+    accepted=vm.SPEC_DECODE_ACCEPTED + _TOTAL,
 )
 # The fork's V0 engine (vllm 0.9.x vllm/engine/metrics.py): its time_per_output_token histogram
 # is per engine step, not per token, so per-token latency is decode seconds / generated tokens.

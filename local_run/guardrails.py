@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -22,10 +23,12 @@ from typing import IO, Any
 import yaml
 
 from experiment.config import Arm, ExperimentConfig
+from guardrails.analysis import live_checks, live_metric
+from guardrails.argo import AnalysisRun, Metric, Outcome
 from guardrails.rules import rule_set
 from guardrails.scrape import local_scrape_config
-from loadtest.processes import BackgroundProcess, http_get, poll_until
-from local_run.servers import POLL_INTERVAL_S, ServerError, _die_with_parent, free_port
+from loadtest.processes import BackgroundProcess, http_get, poll_until, start_group
+from local_run.servers import POLL_INTERVAL_S, ServerError, free_port
 from runtime.spec import Generation
 
 RULE_FILE = "guardrail-rules.yml"
@@ -127,14 +130,7 @@ class LocalPrometheus(BackgroundProcess):
             f"--web.listen-address={self.host}:{self.port}",
             "--log.level=warn",
         ]
-        self.process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        self.process = start_group(argv, self._log)
         process = self.process
 
         def ready() -> bool:
@@ -216,3 +212,61 @@ class AlertLog:
                 self.fired[key] = alert
                 new.append(alert)
         return new
+
+
+def analysis_metrics(config: ExperimentConfig, address: str) -> list[Metric]:
+    """The rollback analysis the cluster renders (guardrails.analysis ``live_metric``: query,
+    interval, initialDelay, limits, conditions), for the local run's servers and rules (no
+    probe locally), querying ``address``."""
+    local = without_probe(config)
+    return [
+        Metric.from_template(live_metric(local, check, address))
+        for check in live_checks(local, Generation.LOCAL_CPU)
+    ]
+
+
+class LiveAnalysis:
+    """The cluster's rollback analysis run in real time against the local Prometheus, with
+    Argo's semantics (guardrails/argo.py): the local run decides its rollback the way the
+    Rollout's background analysis does. Created when the speculative server is available
+    (the Rollout's startingStep); ``at_s`` of what it returns counts from then."""
+
+    def __init__(self, prometheus: LocalPrometheus, clock: Callable[[], float] = time.monotonic):
+        self.prometheus = prometheus
+        self.clock = clock
+        self.started = clock()
+        self.run = AnalysisRun(analysis_metrics(prometheus.config, prometheus.url), 0.0)
+        self.outcome: Outcome | None = None
+
+    def _measure(self, metric: Metric, at_s: float) -> list[float]:
+        assert metric.query is not None
+        return [float(row["value"][1]) for row in self.prometheus.query(metric.query)]
+
+    def advance(self) -> Outcome:
+        """Take every measurement due by now; the run's state so far."""
+        if self.outcome is None or not self.outcome.phase.completed:
+            self.outcome = self.run.run(self._measure, self.clock() - self.started)
+        return self.outcome
+
+    def run_for(self, seconds: float, poll_s: float = POLL_INTERVAL_S) -> Outcome:
+        """Measure in real time for ``seconds`` or until the run ends (an abort)."""
+        end = self.clock() + seconds
+        while True:
+            outcome = self.advance()
+            if outcome.phase.completed or self.clock() >= end:
+                return outcome
+            due = self.run.next_due()
+            wait = poll_s if due is None else due[0] - (self.clock() - self.started)
+            time.sleep(max(0.0, min(wait, end - self.clock(), 1.0)))
+
+
+def analysis_text(outcome: Outcome) -> str:
+    """One line of the report: what the rollback analysis decided, and why."""
+    if outcome.aborts:
+        return (
+            f"rollback analysis: {outcome.phase.value} at {outcome.at_s:.0f}s by "
+            f"{outcome.metric} ({outcome.message}): the cluster would abort the speculative "
+            "revision"
+        )
+    taken = sum(len(m) for m in outcome.measurements.values())
+    return f"rollback analysis: {outcome.phase.value}, no abort ({taken} measurements)"

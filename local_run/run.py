@@ -23,18 +23,18 @@ from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT
-from loadtest.expected import run_expectation
+from loadtest.expected import calibrate_suite, run_expectation
 from loadtest.render.headline import Headline, headline, headline_text
 from loadtest.render.tiered import tiered_lines
 from loadtest.results import RunSummary
 from local_run.arms import arm_servers, write_commands
 from local_run.gateway import EnvoyGateway, EnvoyMeter, local_gateway
-from local_run.guardrails import AlertLog, LocalPrometheus
+from local_run.guardrails import AlertLog, LiveAnalysis, LocalPrometheus, analysis_text
 from local_run.machine import Machine
 from local_run.models import ModelPair, describe_pair, ensure_models
 from local_run.progress import Log
 from local_run.servers import LocalServers, ServerError, sigterm_raises
-from local_run.smoke import acceptance_by_class, smoke_check, smoke_problems
+from local_run.smoke import acceptance_by_class, request_params, smoke_check, smoke_problems
 
 SERVER_LOGS = "servers"
 LOCAL_RUN_JSON = "local_run.json"
@@ -168,9 +168,10 @@ class _Watching:
     """Polls the alerts on a thread while the load test runs, so an alert that fires and
     resolves between two looks is still seen (every evaluation interval)."""
 
-    def __init__(self, watch: AlertLog, every_s: float) -> None:
+    def __init__(self, watch: AlertLog, every_s: float, analysis: LiveAnalysis | None) -> None:
         self.watch = watch
         self.every_s = every_s
+        self.analysis = analysis
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="guardrails", daemon=True)
         self.thread.start()
@@ -179,17 +180,20 @@ class _Watching:
         while not self.stopped.wait(self.every_s):
             with contextlib.suppress(ServerError):
                 self.watch.poll()
+                if self.analysis is not None:
+                    self.analysis.advance()
 
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join()
 
 
-def _start_watching(watch: AlertLog | None) -> _Watching | None:
+def _start_watching(watch: AlertLog | None, analysis: LiveAnalysis | None) -> _Watching | None:
     if watch is None:
         return None
     live = watch.prometheus.config.guardrails.live
-    return _Watching(watch, live.evaluation_interval_s)
+    # Polled at least every second: the analysis measures when each metric is due.
+    return _Watching(watch, min(1.0, live.evaluation_interval_s), analysis)
 
 
 def _watch_until_evaluated(
@@ -200,6 +204,8 @@ def _watch_until_evaluated(
         watching.stop()
     time.sleep(config.guardrails.live.evaluation_interval_s)
     watch.poll()
+    if watching is not None and watching.analysis is not None:
+        watching.analysis.advance()
 
 
 def _meter(
@@ -241,6 +247,7 @@ def run_local(
         else contextlib.nullcontext()
     )
     watch: AlertLog | None = None
+    analysis: LiveAnalysis | None = None
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_raises())
         running = stack.enter_context(LocalServers(servers, config.local.startup_timeout_s, log))
@@ -255,6 +262,8 @@ def run_local(
                 LocalPrometheus(config, urls, gateway.admin_url, run_dir / "guardrails")
             )
             watch = AlertLog(prometheus)
+            # Both servers are available: the Rollout's background analysis would start now.
+            analysis = LiveAnalysis(prometheus)
             log(f"local run: Prometheus evaluating the guardrail rules at {prometheus.url}")
         if smoke_only:
             checks = smoke_check(config, urls)
@@ -270,8 +279,17 @@ def run_local(
                 log(f"smoke problem: {problem}")
             return LocalRunResult(run_dir, not problems, problems=problems, gateway_url=gateway_url)
         served = describe_pair(pair)  # the headers of report.md and local_run.md
+        # Before the load, from nothing it measures: each class's step costs on each arm
+        # (loadtest.expected.calibrate); a replayed trace's classes are not the suite's.
+        calibrated = time.monotonic()
+        calibration = (
+            {}
+            if config.local.traffic
+            else calibrate_suite(config.loadtest.prompts.files, urls, request_params(config))
+        )
+        timings["calibration"] = time.monotonic() - calibrated
         loadtest_started = time.monotonic()
-        watching = _start_watching(watch)
+        watching = _start_watching(watch, analysis)
         load = local_scale(config)
         if config.local.traffic:  # the generated mixed trace instead of the prompt suite
             traffic = import_trace(config, run_dir, pair.target_dir)
@@ -299,12 +317,16 @@ def run_local(
     table = render_summary_table(summary)
     # A replayed trace's acceptance differs from the prompt suite's that the probe measured:
     # no prediction from it.
-    expected = [] if config.local.traffic else run_expectation(run_dir, summary, per_class)
+    expected = (
+        [] if config.local.traffic else run_expectation(run_dir, summary, per_class, calibration)
+    )
     rates = {name: block.acceptance_rate for name, block in per_class.items()}
     numbers = headline(summary, rates, expected)
     problems = _problems(summary)
     tiered_checks = tiered_lines(summary)
     alerts = None if watch is None else [alert.text for alert in watch.fired.values()]
+    if alerts is not None and analysis is not None:
+        alerts.append(analysis_text(analysis.advance()))
     _write_local_report(
         run_dir, pair, served, running, timings, host, numbers, table, problems, gateway_url,
         tiered_checks, alerts,

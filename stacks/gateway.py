@@ -13,15 +13,39 @@
   ``controller.trafficRouterPlugins``; its release is pinned in
   experiment/config/gateway_plugin.py, the binary checked against
   ``routing.eks.gateway_api_plugin_sha256``) and ``AWS_REGION`` set, which its CloudWatch
-  provider needs (argo-rollouts ``docs/analysis/cloudwatch.md``). Its service account reads
-  CloudWatch through a Pod Identity role allowed ``cloudwatch:GetMetricData`` and, with the
-  live guardrails on, the read-only query actions on their workspace only
-  (stacks/guardrails.py).
+  provider needs (argo-rollouts ``docs/analysis/cloudwatch.md``).
+
+The controller's AWS credentials come from IRSA (IAM roles for service accounts), not EKS Pod
+Identity. Its Prometheus provider signs AMP queries with ``github.com/prometheus/common/sigv4``
+v0.1.0 (argo-rollouts v1.9.1 ``metricproviders/prometheus/prometheus.go``,
+``sigv4.NewSigV4RoundTripper``), which resolves credentials with aws-sdk-go v1
+``session.NewSessionWithOptions`` (prometheus/common ``sigv4/sigv4.go`` at tag sigv4/v0.1.0);
+the release's ``go.mod`` resolves that SDK to ``github.com/aws/aws-sdk-go v1.44.116 //
+indirect``. EKS Pod Identity needs aws-sdk-go v1 v1.47.11 or later (EKS user guide,
+``manage-access/aws-access/service-accounts.adoc``, "Use pod identity with the AWS SDK"):
+v1.44.116's HTTP credential provider refuses the agent's 169.254.170.23 address ("only
+loopback hosts are allowed", aws-sdk-go v1.44.116 ``aws/defaults/defaults.go``; v1.47.11 added
+it and ``AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE``). Web identity, which IRSA uses, is in that
+SDK's default chain (v1.44.116 ``aws/session/credentials.go``, ``AWS_WEB_IDENTITY_TOKEN_FILE``;
+IRSA minimum for Go: 1.23.13, same guide, "Use IRSA with the AWS SDK"), and in the
+aws-sdk-go-v2 its CloudWatch provider uses (``metricproviders/cloudwatch/cloudwatch.go``,
+``config.LoadDefaultConfig``; aws-sdk-go-v2 ``config/resolve_credentials.go``,
+``resolveCredentialChain`` -> ``assumeWebIdentity``), so one role serves both. The role trusts the
+cluster's IAM OIDC provider for exactly ``system:serviceaccount:<rollouts namespace>:<its
+service account>`` with audience ``sts.amazonaws.com`` (same guide, "Assign IAM roles to
+Kubernetes service accounts"), and the chart annotates that service account with
+``eks.amazonaws.com/role-arn`` (argo-helm ``charts/argo-rollouts/values.yaml``
+``serviceAccount.annotations``, rendered by ``templates/controller/serviceaccount.yaml``;
+read at tag argo-rollouts-2.41.0, unchanged since 2.40.0). It may call
+``cloudwatch:GetMetricData`` and, with the live guardrails on, ``aps:QueryMetrics`` on their
+workspace only: the provider calls only the query and query_range endpoints
+(``prometheus.go``, ``p.api.Query`` / ``p.api.QueryRange``), both the QueryMetrics action (AMP
+user guide, "QueryMetrics").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
@@ -31,8 +55,8 @@ from constructs import Construct
 from charts.rollout import GATEWAY_API_PLUGIN
 from experiment import ExperimentConfig
 from experiment.config import GATEWAY_API_PLUGIN_URL, plugin_sha256
+from stacks.checkov import acknowledge_checkov
 from stacks.nag import acknowledge
-from stacks.pod_identity import associate, pod_identity_role
 
 if TYPE_CHECKING:
     from stacks.guardrails import GuardrailWorkspace
@@ -40,17 +64,59 @@ if TYPE_CHECKING:
 ENVOY_GATEWAY_RELEASE = "eg"
 ROLLOUTS_RELEASE = "argo-rollouts"  # the chart's full name, hence its service account's name
 ROLLOUTS_CHART = "argo-rollouts"
+# IRSA: the service-account annotation EKS's pod identity webhook reads, and the audience of the
+# projected token the SDK exchanges (EKS user guide, service-accounts.adoc, "Assign IAM roles to
+# Kubernetes service accounts": kubectl annotate ... eks.amazonaws.com/role-arn=...; trust
+# condition "<provider>:aud": "sts.amazonaws.com").
+IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+STS_AUDIENCE = "sts.amazonaws.com"
+# The webhook injects AWS_ROLE_ARN and the token mount when a pod is created, never into a
+# running one (aws/amazon-eks-pod-identity-webhook deploy/mutatingwebhook.yaml: operations
+# CREATE on pods). The same ARN as a pod-template annotation (argo-helm
+# controller.podAnnotations, templates/controller/deployment.yaml) makes Helm roll the
+# controller whenever the role changes, including the first deploy that replaces its Pod
+# Identity association: the pods it started with hold Pod Identity's variables, not IRSA's.
+CONTROLLER_ROLE_POD_ANNOTATION = "specdecode.aws/irsa-role-arn"
+# What the analysis' Prometheus provider calls: /api/v1/query (and /api/v1/query_range with a
+# range query), both authorized by aps:QueryMetrics (AMP user guide, API reference,
+# "QueryMetrics"). No series, label or metadata endpoint is called.
+ANALYSIS_QUERY_ACTIONS = ("aps:QueryMetrics",)
+# CfnJson's handler: aws-cdk-lib's stack-wide singleton CustomResourceProvider
+# (aws-cdk-lib 2.275.0 core/lib/cfn-json.ts -> private/cfn-utils-provider.ts,
+# getOrCreate(scope, "AWSCDKCfnUtilsProvider"); getOrCreateProvider appends
+# "CustomResourceProvider"; its Lambda is the CfnResource "Handler"). The handler only returns
+# JSON.parse of its input (dist/core/cfn-utils-provider/index.js): no AWS call, no secret.
+CFN_JSON_PROVIDER = "AWSCDKCfnUtilsProviderCustomResourceProvider"
+CFN_JSON_HANDLER_FINDINGS = {
+    "CKV_AWS_115": "aws-cdk-lib's CfnJson handler, invoked only by CloudFormation while it "
+    "deploys the stack; a reserved-concurrency limit could only throttle deploys",
+    "CKV_AWS_116": "aws-cdk-lib's CfnJson handler reports every result to CloudFormation's "
+    "response URL, which fails the stack operation on an error; a DLQ would hold events "
+    "nothing replays",
+    "CKV_AWS_117": "aws-cdk-lib's CfnJson handler calls no AWS API and no address but "
+    "CloudFormation's response URL; aws-cdk-lib's CustomResourceProvider has no VPC option",
+}
 
 
 def envoy_gateway_values() -> dict[str, Any]:
     return {"config": {"envoyGateway": {"extensionApis": {"enableBackend": True}}}}
 
 
-def rollouts_values(config: ExperimentConfig) -> dict[str, Any]:
+def service_account_subject(namespace: str, service_account: str) -> str:
+    """The ``sub`` claim of a service account's projected token."""
+    return f"system:serviceaccount:{namespace}:{service_account}"
+
+
+def rollouts_values(config: ExperimentConfig, role_arn: str) -> dict[str, Any]:
     return {
         "installCRDs": True,
-        "serviceAccount": {"name": config.routing.eks.rollouts_service_account},
+        "serviceAccount": {
+            "name": config.routing.eks.rollouts_service_account,
+            # IRSA: the webhook injects AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE.
+            "annotations": {IRSA_ROLE_ANNOTATION: role_arn},
+        },
         "controller": {
+            "podAnnotations": {CONTROLLER_ROLE_POD_ANNOTATION: role_arn},
             # The controller refuses a download whose SHA-256 differs (argo-rollouts v1.9.1
             # utils/plugin/types/types.go PluginItem.Sha256, utils/plugin/downloader.go).
             "trafficRouterPlugins": [
@@ -63,6 +129,51 @@ def rollouts_values(config: ExperimentConfig) -> dict[str, Any]:
             "extraEnv": [{"name": "AWS_REGION", "value": config.region}],
         },
     }
+
+
+def irsa_role(
+    scope: Construct,
+    construct_id: str,
+    *,
+    cluster: eks.Cluster,
+    namespace: str,
+    service_account: str,
+    description: str,
+) -> iam.Role:
+    """A role that only ``namespace/service_account`` of ``cluster`` can assume, with IRSA.
+
+    The trust is the one aws_eks_v2's own ``ServiceAccount`` builds for ``IdentityType.IRSA``
+    (aws-cdk-lib 2.275.0 ``aws-eks-v2/lib/service-account.ts``: an ``OpenIdConnectPrincipal`` of
+    ``cluster.openIdConnectProvider`` with ``StringEquals`` on ``<issuer>:aud`` and
+    ``<issuer>:sub``, the keys in a ``CfnJson`` because the issuer is only known at deploy).
+    That construct is not used because it also applies the ServiceAccount itself, which the
+    chart owns here. The provider is the cluster's ``AWS::IAM::OIDCProvider``
+    (``OidcProviderNative``, client id sts.amazonaws.com: cdk.json sets
+    ``@aws-cdk/aws-eks:useNativeOidcProvider``).
+    """
+    provider = cluster.open_id_connect_provider
+    issuer = provider.open_id_connect_provider_issuer
+    conditions = cdk.CfnJson(
+        scope,
+        f"{construct_id}TrustConditions",
+        value={
+            f"{issuer}:aud": STS_AUDIENCE,
+            f"{issuer}:sub": service_account_subject(namespace, service_account),
+        },
+    )
+    principal = iam.OpenIdConnectPrincipal(provider).with_conditions({"StringEquals": conditions})
+    _acknowledge_cfn_json_handler(scope)
+    return iam.Role(scope, construct_id, description=description, assumed_by=principal)
+
+
+def _acknowledge_cfn_json_handler(scope: Construct) -> None:
+    """checkov's findings on the Lambda behind every CfnJson of the stack, each with why."""
+    provider = cdk.Stack.of(scope).node.find_child(CFN_JSON_PROVIDER)
+    handler = provider.node.find_child("Handler")
+    if not isinstance(handler, cdk.CfnResource):
+        raise TypeError(f"{handler.node.path} is not the CfnJson handler's CfnResource")
+    for check_id, reason in CFN_JSON_HANDLER_FINDINGS.items():
+        acknowledge_checkov(handler, check_id, reason)
 
 
 class TieredRouting(Construct):
@@ -93,8 +204,13 @@ class TieredRouting(Construct):
             timeout=cdk.Duration.minutes(10),
         )
 
-        self.rollouts_role = pod_identity_role(
-            self, "RolloutsRole", "Argo Rollouts: read the guardrail metrics from CloudWatch"
+        self.rollouts_role = irsa_role(
+            self,
+            "RolloutsRole",
+            cluster=cluster,
+            namespace=eks_routing.rollouts_namespace,
+            service_account=eks_routing.rollouts_service_account,
+            description="Argo Rollouts (IRSA): read the guardrail metrics",
         )
         self.rollouts_role.add_to_policy(
             iam.PolicyStatement(
@@ -110,16 +226,11 @@ class TieredRouting(Construct):
         )
         if guardrail_workspace is not None:
             # The analysis' Prometheus provider queries the live guardrails' workspace.
-            guardrail_workspace.grant_query(self.rollouts_role)
-        self.rollouts_association = associate(
-            self,
-            "RolloutsIdentity",
-            # jsii's Python Cluster lacks a property of its own ICluster protocol
-            cluster=cast(eks.ICluster, cluster),
-            namespace=eks_routing.rollouts_namespace,
-            service_account=eks_routing.rollouts_service_account,
-            role=self.rollouts_role,
-        )
+            self.rollouts_role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=list(ANALYSIS_QUERY_ACTIONS), resources=[guardrail_workspace.arn]
+                )
+            )
         self.rollouts = cluster.add_helm_chart(
             "ArgoRollouts",
             repository=eks_routing.rollouts_chart_repository,
@@ -128,12 +239,12 @@ class TieredRouting(Construct):
             namespace=eks_routing.rollouts_namespace,
             create_namespace=True,
             release=ROLLOUTS_RELEASE,
-            values=rollouts_values(config),
+            # The role's ARN in the values: the release installs after the role (and its
+            # trust in the OIDC provider) exists.
+            values=rollouts_values(config, self.rollouts_role.role_arn),
             wait=True,
             timeout=cdk.Duration.minutes(10),
         )
-        # Credentials exist before the controller first queries CloudWatch.
-        self.rollouts.node.add_dependency(self.rollouts_association)
 
         self.operator_entries = self._operator_access(cluster, config)
 

@@ -51,9 +51,6 @@ APS_PRINCIPAL = "aps.amazonaws.com"
 MIN_COLLECTOR_SCRAPE_INTERVAL_S = 30
 # The Pushgateway's default listen port (prometheus/pushgateway README, --web.listen-address).
 PUSHGATEWAY_PORT = 9091
-# Read-only PromQL over the HTTP API (Service Authorization Reference, Amazon Managed Service for
-# Prometheus: each takes the workspace resource type).
-QUERY_ACTIONS = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata")
 RECEIVER = "guardrails"
 
 
@@ -197,12 +194,6 @@ class GuardrailWorkspace(Construct):
                     },
                 },
             )
-        )
-
-    def grant_query(self, role: iam.IRole) -> None:
-        """Read-only queries on this workspace and nothing else."""
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=list(QUERY_ACTIONS), resources=[self.arn])
         )
 
 

@@ -14,6 +14,7 @@ from bench.figures.records import (
     RECORDS_DIR,
     ROOT,
     FigureRecord,
+    TestSuiteFigures,
     load_records,
 )
 from bench.figures.regions import Records, render_document, rendered_documents
@@ -46,7 +47,31 @@ def render_index(records: Records) -> str:
             f"| [{name}]({file}) | {record.date} | {record.machine.text()} | "
             f"`{record.command}` | {provenance} | `{record.remeasure}` |"
         )
+    for name, record in sorted(records.items()):
+        lines += _slowest_tests(name, record)
     return "\n".join(lines) + "\n"
+
+
+def _slowest_tests(name: str, record: FigureRecord) -> list[str]:
+    """A test-suite record's slowest tests (pytest's JUnit XML), where it kept them."""
+    suite = record.figures
+    if not isinstance(suite, TestSuiteFigures) or not suite.slowest:
+        return []
+    taken = sum(test.seconds for test in suite.slowest)
+    whole = suite.tests_s
+    of_all = f" ({taken / whole:.0%} of the {whole:.0f} s all its tests took)" if whole else ""
+    return [
+        "",
+        f"## The slowest tests of {name}",
+        "",
+        f"The {len(suite.slowest)} slowest tests of [{name}]({name}.json) ({record.date}, "
+        f"{record.provenance.text()}) took {taken:.0f} s{of_all}, each with its setup and "
+        f"teardown; the whole command took {suite.wall_s:.0f} s.",
+        "",
+        "| test | seconds |",
+        "| --- | ---: |",
+        *(f"| `{test.test}` | {test.seconds:.1f} |" for test in suite.slowest),
+    ]
 
 
 def rendered(root: Path = ROOT, records: Records | None = None) -> dict[Path, str]:

@@ -3,7 +3,8 @@
 ``python -m bench.figures measure NAME`` runs the record's command (in this checkout, or in
 a fresh clone of its HEAD), times it, notes the machine around it, reads the figures from the
 outputs the command itself writes (local_run.json and summary.json, tune.json,
-stats_speed.json, pytest's summary line) and rewrites ``docs/records/NAME.json``.
+stats_speed.json, pytest's summary line and JUnit XML) and rewrites
+``docs/records/NAME.json``.
 A run made by hand is not a record: its wall time and its machine were not taken.
 """
 
@@ -12,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +39,7 @@ from bench.figures.records import (
     FigureRecord,
     Figures,
     GuardrailsDrillFigures,
+    GuardrailsLifecycleFigures,
     HeldOutPoint,
     HostClassFigures,
     HostRun,
@@ -48,6 +52,7 @@ from bench.figures.records import (
     RecordMachine,
     ReplayAccuracyFigures,
     ReplayLevel,
+    SlowTest,
     StatsSpeedFigures,
     TestSuiteFigures,
     TieredClassFigures,
@@ -90,7 +95,7 @@ class Measurement:
     env: dict[str, str] = field(default_factory=dict)
 
     def shown_command(self) -> str:
-        env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         run = f"{env} {self.command}".strip()
         return f"git clone <repo> fresh && cd fresh && {run}" if self.fresh_clone else run
 
@@ -156,10 +161,14 @@ def host_expectation_figures(kept: list[dict[str, Any]]) -> dict[str, HostClassF
         predicted = expectation.predicted_e2e_speedup
         if predicted.estimate is None:
             continue
+        calibrated = expectation.calibration
         out[expectation.prompt_class] = HostClassFigures(
             **expectation.costs.model_dump(),  # the derived step ratio and draft cost too
             predicted=_interval(predicted),
             agrees=expectation.agrees,
+            predicted_before_load=expectation.predicted_before_load,
+            calibrated_step_ratio=None if calibrated is None else calibrated.step_ratio,
+            prediction_holds=expectation.prediction_holds,
         )
     return out or None
 
@@ -244,12 +253,60 @@ def lint_figures(outcome: Outcome) -> TestSuiteFigures:
     return TestSuiteFigures(fresh_clone=True, wall_s=outcome.wall_s, passed=None)
 
 
-def suite_figures(outcome: Outcome, fresh_clone: bool) -> TestSuiteFigures:
+# pytest's JUnit XML of a measured suite, relative to where it runs (pytest makes the folder),
+# asked for through pytest's own environment variable so the suite's command stays as a
+# reader runs it; xunit1: each test case names its file, so the record can name the test as
+# pytest does.
+JUNIT_XML = "runs/figures/junit.xml"
+JUNIT_ENV = {"PYTEST_ADDOPTS": f"--junitxml={JUNIT_XML} -o junit_family=xunit1"}
+SLOWEST_TESTS = 20
+
+
+def _node_id(case: ElementTree.Element) -> str:
+    """pytest's node id of a JUnit XML (xunit1) test case: file, classes, name."""
+    file, classname, name = case.get("file"), case.get("classname", ""), case.get("name", "")
+    if not file:
+        raise MeasureError(
+            "the JUnit XML's test cases name no file: run pytest with -o junit_family=xunit1"
+        )
+    module = file.removesuffix(".py").replace("/", ".")
+    classes = classname.removeprefix(module).removeprefix(".")
+    return "::".join([file, *(classes.split(".") if classes else []), name])
+
+
+def slowest_tests(junit: Path, count: int = SLOWEST_TESTS) -> tuple[list[SlowTest], float]:
+    """The ``count`` slowest tests of pytest's JUnit XML, slowest first (setup, call and
+    teardown each), and every test's time summed."""
+    try:
+        cases = list(ElementTree.parse(junit).getroot().iter("testcase"))
+        tests = [SlowTest(test=_node_id(c), seconds=float(c.get("time", "0"))) for c in cases]
+    except (ElementTree.ParseError, ValueError) as err:
+        raise MeasureError(f"{junit} is not pytest's JUnit XML: {err}") from None
+    if not tests:
+        raise MeasureError(f"{junit} holds no test case")
+    ranked = sorted(tests, key=lambda t: (-t.seconds, t.test))
+    return ranked[:count], round(sum(t.seconds for t in tests), 3)
+
+
+def suite_figures(
+    outcome: Outcome, fresh_clone: bool, junit: str | None = None
+) -> TestSuiteFigures:
+    """``junit``: where the command had pytest write its JUnit XML (``JUNIT_ENV``): the
+    slowest tests come from it, and a run that wrote none is not recordable."""
     # make test may run pytest more than once (tiers): every summary line counts.
     passed = [int(n) for n in PASSED.findall(outcome.output)]
     if not passed:
         raise MeasureError("the test command printed no pytest summary ('N passed')")
-    return TestSuiteFigures(fresh_clone=fresh_clone, wall_s=outcome.wall_s, passed=sum(passed))
+    slowest = tests_s = None
+    if junit is not None:
+        slowest, tests_s = slowest_tests(newest(outcome.workdir, junit, outcome.started))
+    return TestSuiteFigures(
+        fresh_clone=fresh_clone,
+        wall_s=outcome.wall_s,
+        passed=sum(passed),
+        slowest=slowest,
+        tests_s=tests_s,
+    )
 
 
 class _Loose(BaseModel):
@@ -496,6 +553,14 @@ MINIATURE_OUT = "runs/figures/miniature.json"
 DRILL_OUT = "runs/figures/guardrails-drill.json"
 
 
+LIFECYCLE_OUT = "runs/figures/guardrails-lifecycle.json"
+
+
+def lifecycle_figures(outcome: Outcome) -> GuardrailsLifecycleFigures:
+    data: dict[str, Any] = json.loads((outcome.workdir / LIFECYCLE_OUT).read_text())
+    return GuardrailsLifecycleFigures(**data)
+
+
 def drill_figures(outcome: Outcome) -> GuardrailsDrillFigures:
     data: dict[str, Any] = json.loads((outcome.workdir / DRILL_OUT).read_text())
     data.pop("machine", None)  # the record's own machine block holds it
@@ -562,8 +627,16 @@ MEASUREMENTS: dict[str, Measurement] = {
             env=NO_CACHES,
         ),
         Measurement("make-local", "make local", lambda o: local_run_figures(o, False)),
-        Measurement("make-test", "make test", lambda o: suite_figures(o, False)),
-        Measurement("ci-run", ".ci/run", lambda o: suite_figures(o, True), fresh_clone=True),
+        Measurement(
+            "make-test", "make test", lambda o: suite_figures(o, False, JUNIT_XML), env=JUNIT_ENV
+        ),
+        Measurement(
+            "ci-run",
+            ".ci/run",
+            lambda o: suite_figures(o, True, JUNIT_XML),
+            fresh_clone=True,
+            env=JUNIT_ENV,
+        ),
         # The light tiers: a fresh clone installs only the lint/test extras (issue 22's goal).
         Measurement("make-lint-fresh", "make lint", lint_figures, fresh_clone=True, env=NO_CACHES),
         Measurement(
@@ -616,6 +689,13 @@ MEASUREMENTS: dict[str, Measurement] = {
             "mkdir -p runs/figures && "
             f".venv/bin/python -m bench.guardrails_drill --out {DRILL_OUT}",
             drill_figures,
+        ),
+        # The canary's life: timelines through promtool and Argo's semantics (issue 39).
+        Measurement(
+            "guardrails-lifecycle",
+            "mkdir -p runs/figures && .venv/bin/python -m guardrails.lifecycle "
+            f"-c experiment.serving.profile=new-deployment --out {LIFECYCLE_OUT}",
+            lifecycle_figures,
         ),
         # The trace replay's send times against the truth server's kernel receive log, 64
         # streams on one Locust process and 256 on two workers (issue 31's goal).

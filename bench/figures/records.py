@@ -108,8 +108,13 @@ class HostClassFigures(_Model):
     baseline_ttft_ms: float
     speculative_ttft_ms: float
     output_tokens: float
-    predicted: Interval
-    agrees: bool | None  # the measured estimate inside the predicted interval
+    predicted: Interval  # what the run's own step costs explain (not a prediction)
+    agrees: bool | None  # the measured estimate inside that interval
+    # Issue 40: predicted before the load from a calibration of each arm's step cost
+    # (loadtest.expected.calibrate); None: a run from before the calibration.
+    predicted_before_load: float | None = None
+    calibrated_step_ratio: float | None = None
+    prediction_holds: bool | None = None  # inside the measured interval (False: missed)
 
 
 class HostRun(_Model):
@@ -208,11 +213,20 @@ class LocalRunFigures(_Model):
     host_expectation: dict[str, HostClassFigures] | None = None
 
 
+class SlowTest(_Model):
+    test: str  # pytest's node id: tests/x/test_y.py::test_z[param]
+    seconds: float  # setup, call and teardown (the JUnit XML's time of the test case)
+
+
 class TestSuiteFigures(_Model):
     kind: Literal["test-suite"] = "test-suite"
     fresh_clone: bool
     wall_s: float
     passed: int | None  # None: the publication did not state it
+    # The slowest tests, slowest first, and every test's time summed, from pytest's JUnit XML
+    # (issue 40); None: a record from before, or a suite measured without it.
+    slowest: list[SlowTest] | None = None
+    tests_s: float | None = None
 
 
 class HeldOutPoint(_Model):
@@ -431,6 +445,41 @@ class GuardrailsDrillFigures(_Model):
     sweep: list[DrillSweepPoint]
     time_to_fire_s: dict[str, float | None]
     series_scraped: dict[str, int]
+    # Through the cluster's rollback analysis (local_run/guardrails.py LiveAnalysis); absent
+    # from records measured before the drill judged faults that way.
+    time_to_abort_s: dict[str, float | None] | None = None
+    healthy_analysis: list[str] | None = None
+    late_start_analysis: str | None = None
+
+
+class LifecycleTimeline(_Model):
+    """One timeline of guardrails/lifecycle.py and how the analysis ended on it."""
+
+    timeline: str
+    kind: Literal["healthy", "fault", "query-error"]
+    description: str
+    aborted: bool
+    phase: str
+    abort_at_s: float | None
+    fault_at_s: float | None
+    windows_to_abort: float | None
+    decided_by: str | None
+    message: str
+
+
+class GuardrailsLifecycleFigures(_Model):
+    """``python -m guardrails.lifecycle``: the canary's life through promtool (the rendered
+    rules) and Argo's analysis semantics (the rendered analysis)."""
+
+    kind: Literal["guardrails-lifecycle"] = "guardrails-lifecycle"
+    profile: str
+    window_s: int
+    scrape_interval_s: int
+    evaluation_interval_s: int
+    timelines: list[LifecycleTimeline]
+    # The first deploy analysed from the Rollout's first step with the raw alert expressions:
+    # the analysis as rendered before the start gate.
+    as_rendered_before: LifecycleTimeline
 
 
 class ReplayLevel(_Model):
@@ -494,6 +543,7 @@ Figures = Annotated[
     | BenchFigures
     | ArmsSpreadFigures
     | GuardrailsDrillFigures
+    | GuardrailsLifecycleFigures
     | ReplayAccuracyFigures
     | LocalHostsFigures
     | BindingSpreadFigures,

@@ -26,9 +26,11 @@ from bench.figures.records import (
     BindingSpreadFigures,
     FigureRecord,
     GuardrailsDrillFigures,
+    GuardrailsLifecycleFigures,
     HostClassFigures,
     HostRun,
     Interval,
+    LifecycleTimeline,
     LocalHostsFigures,
     LocalRunFigures,
     MiniatureFigures,
@@ -222,10 +224,14 @@ def _ratio_speedup(run: HostRun, name: str, ratio: float) -> float:
     )
 
 
+# The step ratios _implied_ratio searches.
+IMPLIED_RANGE = (0.5, 10.0)
+
+
 def _implied_ratio(reference: HostRun, name: str, speedup: float) -> float | None:
     """The step ratio at which ``reference``'s relation gives ``speedup`` (bisection: the
-    relation falls as the ratio grows); None outside ratios 0.5-10."""
-    low, high = 0.5, 10.0
+    relation falls as the ratio grows); None outside IMPLIED_RANGE."""
+    low, high = IMPLIED_RANGE
     if not _ratio_speedup(reference, name, high) <= speedup <= _ratio_speedup(reference, name, low):
         return None
     for _ in range(60):
@@ -240,10 +246,10 @@ def _agreement(run: HostRun) -> str:
     assert run.host_expectation is not None
     verdicts = {c.agrees for c in run.host_expectation.values()}
     if verdicts == {True}:
-        return "each inside its predicted interval"
+        return "each measured speedup within the interval its step costs explain"
     if False in verdicts:
-        return "NOT all inside their predicted intervals (see docs/local-run.md)"
-    return "without a predicted interval to compare"
+        return "NOT each measured speedup within what its step costs explain (docs/local-run.md)"
+    return "without an interval to compare"
 
 
 def readme_local_expected(records: Records) -> str:
@@ -255,51 +261,182 @@ def readme_local_expected(records: Records) -> str:
     measured = [r for r in h.runs if r.source == "measured"]
     reported = len(h.runs) - len(measured)
     return (
-        f"**Expected locally** (`make local`): the speedup follows the host. The models fix "
-        f"acceptance ({pct(run.acceptance_by_class[s])} structured, "
-        f"{pct(run.acceptance_by_class[o])} open-ended: {cs.tokens_per_step:.2f} and "
-        f"{co.tokens_per_step:.2f} tokens per target step); the host fixes what a speculative "
-        "step costs in plain decode steps (its step ratio: memory bandwidth against per-step "
-        "overhead). Every run prints its step ratio and the speedup it predicts next to the "
-        f"measured one. Over the {len(h.runs)} default runs on record ({len(measured)} "
-        f"measured by `python -m bench.figures measure`, {reported} reported by a user), "
-        f"the E2E speedup was **{_range(h.runs, s)}** on structured prompts and "
-        f"**{_range(h.runs, o)}** on open-ended ones. The newest measured run "
-        f"({run.date[:10]}, {run.machine.text()}): **{x(run.e2e_speedup[s].estimate)}** "
+        f"**Expected locally** (`make local`): the models fix acceptance "
+        f"({pct(run.acceptance_by_class[s])} structured, {pct(run.acceptance_by_class[o])} "
+        f"open-ended: {cs.tokens_per_step:.2f} and {co.tokens_per_step:.2f} tokens per target "
+        "step); the host fixes what a speculative step costs in plain decode steps (its step "
+        "ratio: memory bandwidth against per-step overhead). Every run predicts its speedup "
+        "before the load from a few single-stream requests to each arm, and prints the step "
+        "ratio its own streams explain the measured speedup by. Over the "
+        f"{len(h.runs)} default runs on record ({len(measured)} measured by `python -m "
+        f"bench.figures measure`, {reported} reported by a user), the E2E speedup was "
+        f"**{_range(h.runs, s)}** on structured prompts and **{_range(h.runs, o)}** on "
+        f"open-ended ones. {_before_load_text(h)}{_cross_host_text(h)} The newest measured "
+        f"run ({run.date[:10]}, {run.machine.text()}): **{x(run.e2e_speedup[s].estimate)}** "
         f"{ci(run.e2e_speedup[s])} / **{x(run.e2e_speedup[o].estimate)}** "
-        f"{ci(run.e2e_speedup[o])} ({run.e2e_speedup[s].n} pairs each), step ratio "
-        f"{cs.step_ratio:.2f} / {co.step_ratio:.2f}, predicted {x(cs.predicted.estimate)} "
-        f"{ci(cs.predicted)} / {x(co.predicted.estimate)} {ci(co.predicted)}: "
-        f"{_agreement(run)}. On a host whose step ratio is {STEP_RATIOS[-1]:.1f} the same "
-        f"relation gives {x(_ratio_speedup(run, s, STEP_RATIOS[-1]))} / "
+        f"{ci(run.e2e_speedup[o])} ({run.e2e_speedup[s].n} pairs each), explained by step "
+        f"ratios of {cs.step_ratio:.2f} / {co.step_ratio:.2f} (its own step costs give "
+        f"{x(cs.predicted.estimate)} {ci(cs.predicted)} / {x(co.predicted.estimate)} "
+        f"{ci(co.predicted)}: {_agreement(run)}). On a host whose step ratio is "
+        f"{STEP_RATIOS[-1]:.1f} the same relation gives "
+        f"{x(_ratio_speedup(run, s, STEP_RATIOS[-1]))} / "
         f"{x(_ratio_speedup(run, o, STEP_RATIOS[-1]))}.{_implied_text(h, run)} Per run and "
         "per step ratio: [docs/local-run.md](docs/local-run.md#the-machine-matters)."
     )
 
 
-def _implied_text(h: LocalHostsFigures, reference: HostRun) -> str:
-    """What the runs without step costs imply through the relation, both classes apart."""
-    pairs: list[tuple[float, float]] = []
-    for r in h.runs:
-        if r.host_expectation:
+def _before_load_text(h: LocalHostsFigures) -> str:
+    """How often the prediction made before each run's load missed its measured interval."""
+    made = [
+        (r, name, c)
+        for r in h.runs
+        if r.host_expectation
+        for name, c in sorted(r.host_expectation.items())
+        if c.predicted_before_load is not None and c.prediction_holds is not None
+    ]
+    if not made:
+        return (
+            "No run on record was predicted before its load yet (the calibration is newer "
+            "than every record): their step costs explain, they do not predict."
+        )
+    missed = [(r, name, c) for r, name, c in made if not c.prediction_holds]
+    text = (
+        f"Predicted before the load in {len(made)} class run{'' if len(made) == 1 else 's'} "
+        f"on record: **missed {len(missed)}** (outside the measured interval)"
+    )
+    if missed:
+        text += ": " + ", ".join(
+            f"{r.date[:10]} {name} {x(c.predicted_before_load or 0.0)} against "
+            f"{x(r.e2e_speedup[name].estimate)} {ci(r.e2e_speedup[name])}"
+            for r, name, c in missed
+        )
+    return text + "."
+
+
+def _step_ratio(run: HostRun, name: str, reference: HostRun) -> float | None:
+    """A run's step ratio of a class: its own, else what ``reference``'s relation implies."""
+    if run.host_expectation and name in run.host_expectation:
+        return run.host_expectation[name].step_ratio
+    return _implied_ratio(reference, name, run.e2e_speedup[name].estimate)
+
+
+def cross_host_predictions(h: LocalHostsFigures) -> list[tuple[HostRun, str, float, bool]]:
+    """Each run predicted from the others on record, as a newcomer reads the README before
+    running: the median step ratio of the other runs (their own, or what the relation
+    implies) through the relation of the newest other run that kept its costs. (run, class,
+    predicted, inside the run's measured interval); a run without such a reference or
+    without two other runs is left out."""
+    out = []
+    for run in h.runs:
+        others = [r for r in h.runs if r is not run]
+        kept = [r for r in others if r.source == "measured" and r.host_expectation]
+        if len(others) < 2 or not kept:
             continue
-        found = [_implied_ratio(reference, n, r.e2e_speedup[n].estimate) for n in CLASSES]
-        implied = [ratio for ratio in found if ratio is not None]
-        if len(implied) == len(found):
-            pairs.append((min(implied), max(implied)))
-    if not pairs:
+        reference = max(kept, key=lambda r: r.date)
+        for name in CLASSES:
+            ratios = sorted(
+                ratio for r in others if (ratio := _step_ratio(r, name, reference)) is not None
+            )
+            measured = run.e2e_speedup[name]
+            if not ratios or measured.low is None or measured.high is None:
+                continue
+            middle = len(ratios) // 2
+            median = (
+                ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+            )
+            predicted = _ratio_speedup(reference, name, median)
+            out.append((run, name, predicted, measured.low <= predicted <= measured.high))
+    return out
+
+
+def _cross_host_text(h: LocalHostsFigures) -> str:
+    found = cross_host_predictions(h)
+    if not found:
         return ""
-    apart = max(high - low for low, high in pairs)
+    missed = [(r, name, p) for r, name, p, holds in found if not holds]
+    errors = [p / r.e2e_speedup[name].estimate - 1 for r, name, p, _ in found]
+    text = (
+        f" Predicting each run from the others on record (their median step ratio through "
+        f"the relation) misses **{len(missed)} of {len(found)}** class runs' measured "
+        f"intervals (errors {signed_pct(min(errors))} to {signed_pct(max(errors))})"
+    )
+    if missed:
+        text += ": " + ", ".join(
+            f"{r.date[:10]} {name} {x(p)} against {x(r.e2e_speedup[name].estimate)} "
+            f"{ci(r.e2e_speedup[name])}"
+            for r, name, p in missed
+        )
+    return text + "."
+
+
+def _ratio_interval(run: HostRun, name: str, reference: HostRun) -> tuple[float, float]:
+    """The step ratios a run's class is consistent with: the interval its own step costs
+    explain through its own relation, else its measured interval through ``reference``'s
+    (the relation falls as the ratio grows, so an interval's high end gives the low ratio;
+    beyond IMPLIED_RANGE the bound is its edge)."""
+    if run.host_expectation and name in run.host_expectation:
+        through, interval = run, run.host_expectation[name].predicted
+    else:
+        through, interval = reference, run.e2e_speedup[name]
+    high = interval.high if interval.high is not None else interval.estimate
+    low = interval.low if interval.low is not None else interval.estimate
+    lowest, highest = _implied_ratio(through, name, high), _implied_ratio(through, name, low)
     return (
-        f" The {len(pairs)} runs that kept no step costs imply step ratios of "
-        f"{min(low for low, _ in pairs):.2f}-{max(high for _, high in pairs):.2f}, each run's two "
-        f"classes within {apart:.2f} of each other: one number per host accounts for both."
+        IMPLIED_RANGE[0] if lowest is None else lowest,
+        IMPLIED_RANGE[1] if highest is None else highest,
+    )
+
+
+def one_ratio_per_host(h: LocalHostsFigures, reference: HostRun) -> list[tuple[HostRun, bool]]:
+    """Per run: whether one step ratio lies within both classes' intervals (one number for
+    the host accounts for both classes) or not."""
+    out = []
+    for run in h.runs:
+        (s_low, s_high), (o_low, o_high) = (_ratio_interval(run, n, reference) for n in CLASSES)
+        out.append((run, max(s_low, o_low) <= min(s_high, o_high)))
+    return out
+
+
+def _implied_text(h: LocalHostsFigures, reference: HostRun) -> str:
+    """Whether one step ratio per host accounts for both classes, run by run."""
+    found = one_ratio_per_host(h, reference)
+    shared = [r for r, ok in found if ok]
+    apart = [r for r, ok in found if not ok]
+    text = (
+        f" In {len(shared)} of {len(found)} runs one step ratio lies within both classes' "
+        "intervals (those their own step costs explain or, where none were kept, the measured "
+        "ones through the relation)"
+    )
+    gaps = [
+        (abs(a - b), r)
+        for r in h.runs
+        if r.host_expectation and all(n in r.host_expectation for n in CLASSES)
+        for a, b in [tuple(r.host_expectation[n].step_ratio for n in CLASSES)]
+    ]
+    widest = ""
+    if gaps:
+        gap, run = max(gaps, key=lambda g: g[0])
+        widest = f" (the kept point ratios differ by up to {gap:.2f}, {run.date[:10]})"
+    if not apart:
+        return text + f": one number per host accounts for both classes{widest}."
+    detail = "; ".join(
+        f"{r.date[:10]} {r.record}: structured "
+        + " / open-ended ".join(
+            "{:.2f}-{:.2f}".format(*_ratio_interval(r, n, reference)) for n in CLASSES
+        )
+        for r in apart
+    )
+    if not shared:
+        return text + f": one number per host does not account for both classes ({detail})."
+    return text + (
+        f"; in the other {len(apart)} the two classes need different step ratios ({detail}), "
+        "so one number per host does not account for both classes there."
     )
 
 
 def _verdict(costs: HostClassFigures) -> str:
-    """Whether a class's measured speedup lies inside what its step costs predict."""
-    return {True: "agrees", False: "**disagrees**", None: "no interval"}[costs.agrees]
+    """Whether a class's measured speedup lies inside what its own step costs explain."""
+    return {True: "within", False: "**outside**", None: "no interval"}[costs.agrees]
 
 
 def _cell(run: HostRun, name: str) -> str:
@@ -307,7 +444,13 @@ def _cell(run: HostRun, name: str) -> str:
     text = f"{x(measured.estimate)} {ci(measured)}"
     if run.host_expectation and name in run.host_expectation:
         c = run.host_expectation[name]
-        text += f"; predicted {x(c.predicted.estimate)} {ci(c.predicted)}, {_verdict(c)}"
+        if c.predicted_before_load is not None:
+            held = {True: "held", False: "**missed**", None: "not compared"}[c.prediction_holds]
+            text += f"; predicted before the load {x(c.predicted_before_load)}, {held}"
+        text += (
+            f"; explained by step ratio {c.step_ratio:.2f}: {x(c.predicted.estimate)} "
+            f"{ci(c.predicted)}, {_verdict(c)}"
+        )
     return text
 
 
@@ -373,8 +516,8 @@ def binding_spread(records: Records) -> str:
     reference = _newest_with_costs(h)
     rows = [
         "| local.cpu_binding | baseline step | step ratio (structured / open-ended) | "
-        "structured E2E [95% CI] | open-ended E2E [95% CI] | predicted (structured / "
-        "open-ended) |",
+        "structured E2E [95% CI] | open-ended E2E [95% CI] | explained by the step ratio "
+        "(structured / open-ended) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for run in b.runs:
@@ -414,14 +557,18 @@ def binding_spread(records: Records) -> str:
             "",
             *rows,
             "",
-            _binding_verdict(b, ratios, per_binding, hosts),
+            _binding_verdict(b, ratios, per_binding, hosts, record.machine.cores),
             "",
         ]
     )
 
 
 def _binding_verdict(
-    b: BindingSpreadFigures, ratios: list[float], per_binding: str, hosts: list[float]
+    b: BindingSpreadFigures,
+    ratios: list[float],
+    per_binding: str,
+    hosts: list[float],
+    cores: int,
 ) -> str:
     """Whether the core placement moves the step ratio beyond the run-to-run noise."""
     by_binding = {
@@ -431,25 +578,38 @@ def _binding_verdict(
         for binding in b.bindings()
     }
     within = max(max(v) - min(v) for v in by_binding.values())
-    means = [sum(v) / len(v) for v in by_binding.values()]
-    between = max(means) - min(means)
+    means = {binding: sum(v) / len(v) for binding, v in by_binding.items()}
+    between = max(means.values()) - min(means.values())
+    explained = (
+        f"Each run's own step costs explain its speedup within their interval in "
+        f"{sum(bool(c.agrees) for r in b.runs for c in r.host_expectation.values())} of "
+        f"{sum(len(r.host_expectation) for r in b.runs)} class runs above (an explanation, "
+        "not a prediction: the costs are read off the same run)."
+    )
     text = (
         f"Over the {len(ratios)} runs on this host the structured step ratio was "
         f"{min(ratios):.2f}-{max(ratios):.2f} ({per_binding}); the default runs on record span "
         f"{min(hosts):.2f}-{max(hosts):.2f} (measured or implied, record local-hosts). "
     )
-    if all(len(v) > 1 for v in by_binding.values()) and within >= between:
+    if not all(len(v) > 1 for v in by_binding.values()):
+        return text + (
+            f"The bindings' means differ by {between:.2f}, the rounds of one binding by up to "
+            f"{within:.2f}: with one run of some binding the run-to-run noise is not measured "
+            f"for it, so this record cannot tell the core placement from the noise. {explained}"
+        )
+    if within >= between:
         return text + (
             f"The rounds of one binding differ by up to {within:.2f}, the bindings' means by "
-            f"{between:.2f}: no binding stands out of the run-to-run noise, so on 2 cores the "
-            "core placement is not a part of the spread the default could remove. Every run "
-            "states its own step ratio and what it predicts instead, and the prediction held "
-            f"in {sum(bool(c.agrees) for r in b.runs for c in r.host_expectation.values())} "
-            f"of {sum(len(r.host_expectation) for r in b.runs)} class runs above."
+            f"{between:.2f}: no binding stands out of the run-to-run noise, so on {cores} cores "
+            f"the core placement is not a part of the spread the default could remove. "
+            f"{explained}"
         )
+    lowest = min(means, key=lambda k: means[k])
     return text + (
-        f"The bindings' means differ by {between:.2f}, the rounds of one binding by up to "
-        f"{within:.2f}."
+        f"The bindings' means differ by {between:.2f}, more than the rounds of one binding "
+        f"(up to {within:.2f}): on {cores} cores the core placement moves the step ratio beyond "
+        f"the run-to-run noise, and `{lowest}` gives the lowest ({means[lowest]:.2f} on "
+        f"average). {explained}"
     )
 
 
@@ -473,8 +633,8 @@ def readme_bench(records: Records) -> str:
         f"At 64 concurrent streams from one Locust process on a {records['bench'].machine.cores}"
         f"-core machine, TTFT error p99 is {ms(ours64.ttft_ms[1])} and per-token ITL error p99 "
         f"{ms(ours64.itl_token_ms[1])} (`vllm bench serve` on the same workload: "
-        f"{ms(vllm64.ttft_ms[1])} and {ms(vllm64.itl_token_ms[1])}, the latter because it "
-        "counts a multi-token chunk's gap as one token's latency; AIPerf: "
+        f"{ms(vllm64.ttft_ms[1])} and {ms(vllm64.itl_token_ms[1])}, its ITL: "
+        f"{_itl_kind(vllm64)}; AIPerf: "
         f"{ms(aiperf64.ttft_ms[1])} and {ms(aiperf64.itl_token_ms[1])}, "
         f"{_itl_kind(aiperf64)}); at 256 streams, TTFT and "
         f"per-token ITL error p99 are {ms(ours256.ttft_ms[1])} and "
@@ -885,19 +1045,36 @@ def miniature(records: Records) -> str:
             f"| target step, 1 token ({mib('target')} of weights) | {step:.1f} ms "
             f"| {p90['target_step_1']:.1f} ms |",
             f"| target verify step, k+1 = {m.k + 1} tokens | {med[verify]:.1f} ms "
-            f"(**{x(med[verify] / step)}** one step, not {m.k + 1}x) | {p90[verify]:.1f} ms |",
+            f"(**{x(med[verify] / step)}** one step: {_verify_cost(med[verify] / step, m.k)}) "
+            f"| {p90[verify]:.1f} ms |",
             f"| draft `{m.draft}` step, 1 token ({mib('draft')}) | {med['draft_step_1']:.2f} ms "
             f"(**{med['draft_step_1'] / step:.3f}** of a target step) "
             f"| {p90['draft_step_1']:.2f} ms |",
             f"| the trained target unpadded, 1 token ({mib('trained_target')}) "
-            f"| {med['trained_target_step_1']:.2f} ms (the padding makes a step "
-            f"{step / med['trained_target_step_1']:.1f}x dearer) "
+            f"| {med['trained_target_step_1']:.2f} ms ({_padding(step, med)}) "
             f"| {p90['trained_target_step_1']:.2f} ms |",
             "",
             f"Implied weight read rate **{m.implied_read_gb_per_s:.1f} GB/s**; the draft's step "
             f"is **{med['draft_step_1'] / step:.1%}** of the target's.",
         ]
     )
+
+
+def _verify_cost(ratio: float, k: int) -> str:
+    """What a verify step of k + 1 tokens costs against one step, in words that follow the
+    ratio: nearer one step than k + 1 steps on the log scale (the weights are read once for
+    all k + 1 positions), or nearer k + 1 (each position pays its own compute)."""
+    if ratio * ratio < k + 1:
+        return f"nearer one step than {k + 1}, the weights read once for all {k + 1} tokens"
+    return f"nearer {k + 1} steps than one: each token pays its own compute"
+
+
+def _padding(step: float, medians: dict[str, float]) -> str:
+    """What padding the trained target did to a step, in words that follow the numbers."""
+    factor = step / medians["trained_target_step_1"]
+    if factor >= 1:
+        return f"the padding makes a step {factor:.1f}x dearer"
+    return f"the padded step is {1 / factor:.1f}x cheaper than the unpadded one"
 
 
 def arms_spread(records: Records) -> str:
@@ -1218,6 +1395,49 @@ def guardrails_drill(records: Records) -> str:
     )
 
 
+def guardrails_lifecycle(records: Records) -> str:
+    r, d = need(records, "guardrails-lifecycle", GuardrailsLifecycleFigures)
+
+    def outcome(t: LifecycleTimeline) -> str:
+        if not t.aborted:
+            return f"no abort ({t.phase})"
+        after = (
+            f", {t.windows_to_abort:.1f} windows after the fault"
+            if t.windows_to_abort is not None
+            else f" at {t.abort_at_s:.0f} s"
+        )
+        return f"**{t.phase}**{after}, by {t.decided_by} ({t.message})"
+
+    rows = [
+        f"Evaluated {r.day} on the {d.profile} rendering (scrape every {d.scrape_interval_s} s, "
+        f"rules every {d.evaluation_interval_s} s, window {d.window_s} s):",
+        "",
+        "| timeline | kind | what happens | analysis |",
+        "| --- | --- | --- | --- |",
+        *(
+            f"| {t.timeline} | {t.kind} | {t.description} | {outcome(t)} |"
+            for t in [*d.timelines, d.as_rendered_before]
+        ),
+        "",
+    ]
+    healthy = [t for t in d.timelines if t.kind == "healthy"]
+    faults = [t for t in d.timelines if t.kind == "fault"]
+    aborted_healthy = sum(t.aborted for t in healthy)
+    late = [t for t in faults if not t.aborted or (t.windows_to_abort or 0) > 2]
+    rows.append(
+        f"{aborted_healthy} of {len(healthy)} healthy timelines aborted; "
+        + (
+            f"every one of the {len(faults)} faults aborted within two windows"
+            if not late
+            else f"{len(late)} of {len(faults)} faults did not abort within two windows "
+            f"({', '.join(t.timeline for t in late)})"
+        )
+        + "; the first deploy analysed as rendered before "
+        + ("aborted." if d.as_rendered_before.aborted else "did not abort.")
+    )
+    return "\n".join(rows)
+
+
 def replay_accuracy(records: Records) -> str:
     r, d = need(records, "replay-accuracy", ReplayAccuracyFigures)
     when = f"{r.day}, {r.machine.text()}"
@@ -1287,6 +1507,7 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "stats-speed": stats_speed,
     "miniature": miniature,
     "guardrails-drill": guardrails_drill,
+    "guardrails-lifecycle": guardrails_lifecycle,
     "replay-accuracy": replay_accuracy,
     "loadtest-workers": loadtest_workers,
     "arms-spread": arms_spread,

@@ -18,6 +18,8 @@ import yaml
 from workspace import PROMETHEUS_URL
 
 from charts.gateway import gateway_manifests
+from charts.inputs import ClusterInputs
+from charts.probe import start_probe_manifests
 from charts.rollout import rollout_manifests
 from experiment import build_config
 
@@ -89,6 +91,8 @@ def _custom_resources(overrides: dict[str, str]) -> list[dict[str, Any]]:
         for doc in [
             *gateway_manifests(config),
             *rollout_manifests(config, prometheus_url=PROMETHEUS_URL),
+            # The start probe's AnalysisTemplate (a Job metric), named by the Rollout's steps.
+            *start_probe_manifests(config, ClusterInputs("bucket", "image:tag")),
         ]
         if doc["apiVersion"].rsplit("/", 1)[0] not in CORE_GROUPS and "/" in doc["apiVersion"]
     ]

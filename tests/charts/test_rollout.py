@@ -13,7 +13,7 @@ import boto3
 import pytest
 from merge_patch import merge_patch
 from moto import mock_aws
-from workspace import PROMETHEUS_URL
+from workspace import DEPLOY_PINS, PROMETHEUS_URL
 
 from charts.rollout import (
     OPERATOR_STATUS_FIELDS,
@@ -196,9 +196,20 @@ def test_argo_conditions_state_the_same_verdict_as_the_checks() -> None:
     checks = {check.name: check for check in guardrail_checks(config)}
     for metric in analysis_template(config)["spec"]["metrics"]:
         check = checks[metric["name"]]
-        op = ">=" if check.must_be == "at_least" else "<="
-        assert metric["successCondition"] == f"all(result[0].Values, {{# {op} {check.threshold}}})"
-        assert metric["failureLimit"] == config.guardrails.evaluation_periods - 1
+        op = "<" if check.must_be == "at_least" else ">"
+        periods = config.guardrails.evaluation_periods
+        assert metric["successCondition"] == (
+            f"count(result[0].Values, {{# {op} {check.threshold}}}) < {periods}"
+        )
+        assert metric["failureLimit"] == 0  # the condition debounces, not a lifetime count
+
+
+def test_a_cloudwatch_check_fails_only_on_as_many_breaches_as_the_alarm_needs() -> None:
+    config = build_config({**FLOORS, "experiment.guardrails.evaluation_periods": "2"})
+    (check,) = [c for c in guardrail_checks(config) if c.name == "failed-share"]
+    breach, fine = 0.5, 0.0
+    assert check.passes([]) and check.passes([breach]) and check.passes([fine, breach, fine])
+    assert not check.passes([breach, fine, breach])
 
 
 def test_operators_may_patch_rollout_status_only_and_nothing_grants_promotion() -> None:
@@ -561,7 +572,7 @@ def test_with_live_guardrails_off_the_cloudwatch_checks_remain() -> None:
 def test_plain_yaml_refuses_live_guardrails_without_a_workspace(tmp_path, capsys) -> None:
     from charts.__main__ import main
 
-    args = ["--out", str(tmp_path), "--bucket", "b", "--loadtest-image", "i"]
+    args = ["--out", str(tmp_path), "--bucket", "b", "--loadtest-image", "i", *DEPLOY_PINS]
     assert main(args) == 2
     assert "--prometheus-url" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.yaml"))

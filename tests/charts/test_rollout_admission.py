@@ -37,6 +37,7 @@ from workspace import PROMETHEUS_URL
 import charts.rollout
 from charts.rollout import (
     canary_patches,
+    canary_steps,
     controller_username,
     no_promote_policy,
     rollout,
@@ -195,7 +196,7 @@ def paused(config: ExperimentConfig) -> dict[str, Any]:
     body = merge_patch(healthy(config), canary_patches(config)[0])
     steps = body["spec"]["strategy"]["canary"]["steps"]
     (pause_step,) = [i for i, step in enumerate(steps) if "pause" in step]
-    assert pause_step == len(steps) - 1 == 1  # the step indexes PROMOTES names
+    assert pause_step == len(steps) - 1 == AFTER_PAUSE - 1  # the step indexes PROMOTES names
     replicas = config.serving.replicas
     services = {arm: config.serving.service_name(arm) for arm in Arm}
     body["metadata"] |= {"generation": 2, "resourceVersion": "48213"}
@@ -271,15 +272,23 @@ CLI = "argoproj/argo-rollouts:v1.9.1:pkg/kubectl-argo-rollouts/cmd"
 ABORT = ("paused", {"status": {"abort": True}}, "status")
 # {CLI}/retry/retry.go, retryRolloutPatch
 RETRY = ("aborted", {"status": {"abort": False}}, "status")
-# {CLI}/promote/promote.go, getPatches (the Rollout's steps: setCanaryScale, pause; so the
-# step after the pause is 2, and so is the step count --skip-all-steps sets).
+# {CLI}/promote/promote.go, getPatches (the Rollout's steps: setCanaryScale, the start probe,
+# pause; so the step after the pause is their count, and so is the step count
+# --skip-all-steps sets).
+AFTER_PAUSE = len(canary_steps(build_config({})))
 PROMOTES = {
     # A canary with pause conditions: clearPauseConditionsPatch.
     "promote": ("paused", {"status": {"pauseConditions": None}}, "status"),
     # One inconclusive at a step analysis: clearPauseConditionsAndControllerPausePatch.
     "promote, inconclusive step": (
         "paused",
-        {"status": {"pauseConditions": None, "controllerPause": False, "currentStepIndex": 2}},
+        {
+            "status": {
+                "pauseConditions": None,
+                "controllerPause": False,
+                "currentStepIndex": AFTER_PAUSE,
+            }
+        },
         "status",
     ),
     # One without pause conditions (mid-step): clearPauseConditionsPatchWithStep.
@@ -291,7 +300,11 @@ PROMOTES = {
     # --full while currentPodHash != stableRS: promoteFullPatch.
     "promote --full": ("paused", {"status": {"promoteFull": True}}, "status"),
     # --skip-current-step and --skip-all-steps (deprecated): setCurrentStepIndex.
-    "promote --skip-current-step": ("paused", {"status": {"currentStepIndex": 2}}, "status"),
+    "promote --skip-current-step": (
+        "paused",
+        {"status": {"currentStepIndex": AFTER_PAUSE}},
+        "status",
+    ),
     # spec.paused set: promote and promote --full also send unpausePatch, to the Rollout.
     "promote, spec.paused": ("paused_by_spec", {"spec": {"paused": False}}, ""),
     # No status subresource: unpauseAndClearPauseConditionsPatch and

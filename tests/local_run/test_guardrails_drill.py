@@ -41,3 +41,22 @@ def test_a_killed_speculative_server_fires_missing_metrics_within_two_windows(
 ) -> None:
     seconds = drill.time_to_fire_s["arm_metrics_missing"]
     assert seconds is not None and seconds <= 2 * WINDOW_S, drill
+
+
+def test_the_clusters_rollback_analysis_holds_on_healthy_runs(drill: DrillResult) -> None:
+    """The rendered analysis, run against the local Prometheus with Argo's semantics."""
+    assert drill.healthy_analysis and all("no abort" in text for text in drill.healthy_analysis)
+
+
+@pytest.mark.parametrize("fault", ["acceptance_below_floor", "arm_metrics_missing"])
+def test_the_clusters_rollback_analysis_aborts_each_fault_within_two_windows(
+    drill: DrillResult, fault: str
+) -> None:
+    seconds = drill.time_to_abort_s[fault]
+    assert seconds is not None and seconds <= 2 * WINDOW_S, drill
+
+
+def test_a_speculative_server_started_late_does_not_abort(drill: DrillResult) -> None:
+    """Restarted under traffic after the kill (its route fell back meanwhile): the analysis,
+    started once it is available as the Rollout's is, takes its measurements and holds."""
+    assert "no abort" in drill.late_start_analysis, drill.late_start_analysis

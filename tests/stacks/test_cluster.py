@@ -186,10 +186,7 @@ def test_addons_and_pod_identity_associations(synth) -> None:
         (S3_CSI_NAMESPACE, S3_CSI_SERVICE_ACCOUNT),
         (CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT),
         (synth.config.serving.namespace, synth.config.loadtest.service_account),
-        (
-            synth.config.routing.eks.rollouts_namespace,
-            synth.config.routing.eks.rollouts_service_account,
-        ),
+        # Not the Argo Rollouts controller: IRSA (tests/stacks/test_controller_credentials.py).
         (synth.config.serving.namespace, synth.config.model_store.import_service_account),
     }
     csi_config = json.loads(addons[S3_CSI_DRIVER]["Properties"]["ConfigurationValues"])

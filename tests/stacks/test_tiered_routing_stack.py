@@ -1,5 +1,6 @@
 """The tiered-routing controllers in the synthesized cluster stack: pinned Helm releases,
-the routing chart applied after them, and a CloudWatch read-only role for the rollback."""
+the routing chart applied after them (the controller's credentials:
+test_controller_credentials.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from stacks.gateway import (
     envoy_gateway_values,
     rollouts_values,
 )
-from stacks.guardrails import QUERY_ACTIONS
 
 pytestmark = pytest.mark.infra
 
@@ -36,7 +36,7 @@ def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
     _, envoy = charts[ENVOY_GATEWAY_RELEASE]
     assert envoy["Properties"]["Repository"] == eks.envoy_gateway_chart
     assert envoy["Properties"]["Chart"] == "gateway-helm"
-    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.1"
+    assert envoy["Properties"]["Version"] == eks.envoy_gateway_version == "v1.9.3"
     assert envoy["Properties"]["Namespace"] == eks.namespace
     values = json.loads(envoy["Properties"]["Values"])
     assert values == envoy_gateway_values()
@@ -45,8 +45,9 @@ def test_envoy_gateway_and_argo_rollouts_are_the_pinned_charts(synth) -> None:
     assert rollouts["Properties"]["Repository"] == eks.rollouts_chart_repository
     assert rollouts["Properties"]["Version"] == eks.rollouts_chart_version == "2.41.1"
     assert rollouts["Properties"]["Namespace"] == eks.rollouts_namespace
-    values = json.loads(rollouts["Properties"]["Values"])
-    assert values == rollouts_values(synth.config)
+    # The values carry the controller's IRSA role ARN (tests/stacks/test_controller_credentials.py).
+    values = decode_manifest(rollouts["Properties"]["Values"])
+    assert values == rollouts_values(synth.config, "TOKEN")
     # The plugin of the pinned release, checked against the configured digest.
     (plugin,) = values["controller"]["trafficRouterPlugins"]
     assert plugin == {
@@ -82,30 +83,6 @@ def test_the_routing_chart_applies_after_both_controllers(synth) -> None:
     (_, chart), helm = routing[0], _helm(synth)
     depends = set(chart.get("DependsOn", []))
     assert {helm[ENVOY_GATEWAY_RELEASE][0], helm[ROLLOUTS_RELEASE][0]} <= depends
-
-
-def test_the_rollouts_role_may_only_read_metric_data_and_query_the_guardrails(synth) -> None:
-    resources = synth.templates["Cluster"]["Resources"]
-    eks = synth.config.routing.eks
-    (association,) = [
-        r["Properties"]
-        for r in resources.values()
-        if r["Type"] == "AWS::EKS::PodIdentityAssociation"
-        and r["Properties"]["Namespace"] == eks.rollouts_namespace
-    ]
-    assert association["ServiceAccount"] == eks.rollouts_service_account
-    role_id = association["RoleArn"]["Fn::GetAtt"][0]
-    statements = [
-        statement
-        for r in resources.values()
-        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]
-        for statement in r["Properties"]["PolicyDocument"]["Statement"]
-    ]
-    (cloudwatch, workspace) = statements
-    assert cloudwatch == {"Action": "cloudwatch:GetMetricData", "Effect": "Allow", "Resource": "*"}
-    # The live guardrails' workspace (tests/stacks/test_guardrails.py): read-only, that ARN.
-    assert sorted(workspace["Action"]) == sorted(QUERY_ACTIONS)
-    assert "Fn::GetStackOutput" in workspace["Resource"]
 
 
 def test_operators_get_an_access_entry_in_their_group_only(synth, synth_options) -> None:
