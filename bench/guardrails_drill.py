@@ -7,9 +7,11 @@ fast scrape (1 s), evaluation (2 s), window (16 s) and pending time (4 s). In or
 - healthy tiered traffic (structured prompts with the structured class header, open-ended
   ones without), ``--healthy-runs`` times one after the other: which alerts fire (none
   expected);
-- the speculation-stops-paying sweep: the same healthy mix at each ``--concurrency`` (that
-  many requests in flight), the speculative / baseline time per output token over the window
-  and whether SpecDecodeSlowerThanBaseline fired;
+- the load sweep: the same healthy mix at each ``--concurrency`` (that many requests in
+  flight) and the speculative / baseline time per output token over the window. Under tiered
+  routing the arms serve different classes, so this ratio describes the load, it judges
+  nothing: the like-with-like check (SpecDecodeSlowerThanBaseline, on the probe's per-class
+  pairs) needs the probe, which the local run has not, so it never fires here;
 - drift: open-ended prompts sent with the structured header, so the speculative arm's
   acceptance falls below the structured floor (``FLOOR``, between the miniature's open-ended
   and structured acceptance): seconds until SpecDecodeAcceptanceBelowFloor fires;

@@ -1391,7 +1391,27 @@ def guardrails_drill(records: Records) -> str:
         f"**{fire('acceptance_below_floor')}**; speculative server killed: "
         f"SpecDecodeArmMetricsMissing **{fire('arm_metrics_missing')}**. Speculative / baseline"
         f" time per output token by requests in flight: {sweep or 'not measured'}. Series "
-        f"held at the end, by job: {series}."
+        f"held at the end, by job: {series}." + _drill_analysis(d)
+    )
+
+
+def _drill_analysis(d: GuardrailsDrillFigures) -> str:
+    """What the cluster's rollback analysis decided in the drill (records since it has)."""
+    if d.time_to_abort_s is None:
+        return ""
+
+    def aborted(name: str) -> str:
+        seconds = (d.time_to_abort_s or {}).get(name)
+        return "did not abort" if seconds is None else f"aborted after {seconds:.1f} s"
+
+    held = sum("no abort" in text for text in d.healthy_analysis or [])
+    late = d.late_start_analysis or "not measured"
+    return (
+        f" The rendered rollback analysis, run against the same Prometheus with Argo's "
+        f"semantics: **{held} of {len(d.healthy_analysis or [])} healthy runs held**; drifted "
+        f"mix **{aborted('acceptance_below_floor')}**; killed server "
+        f"**{aborted('arm_metrics_missing')}**; the speculative server restarted late under "
+        f"traffic: {late}."
     )
 
 
@@ -1401,11 +1421,10 @@ def guardrails_lifecycle(records: Records) -> str:
     def outcome(t: LifecycleTimeline) -> str:
         if not t.aborted:
             return f"no abort ({t.phase})"
-        after = (
-            f", {t.windows_to_abort:.1f} windows after the fault"
-            if t.windows_to_abort is not None
-            else f" at {t.abort_at_s:.0f} s"
-        )
+        if t.windows_to_abort is not None:
+            after = f", {t.windows_to_abort:.1f} windows after the fault"
+        else:
+            after = "" if t.abort_at_s is None else f" at {t.abort_at_s:.0f} s"
         return f"**{t.phase}**{after}, by {t.decided_by} ({t.message})"
 
     rows = [

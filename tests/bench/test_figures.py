@@ -31,6 +31,7 @@ from bench.figures.records import (
     ROOT,
     BenchReported,
     FigureRecord,
+    GuardrailsLifecycleFigures,
     LocalRunFigures,
     Provenance,
     StatsSpeedFigures,
@@ -932,3 +933,54 @@ def test_a_margin_whose_interval_holds_1_is_never_called_faster() -> None:
     assert "faster" not in spans and "can't tell apart from b" in spans
     assert "slower than b" in _margin_text(Interval(estimate=0.8, low=0.7, high=0.9, n=16), "b")
     assert _margin_text(None, "b") == ""
+
+
+def test_the_drill_region_states_what_the_analysis_decided_from_the_record() -> None:
+    from bench.figures.regions import guardrails_drill
+
+    held = _records_with(
+        "guardrails-drill",
+        time_to_abort_s={"acceptance_below_floor": 9.0, "arm_metrics_missing": 7.0},
+        healthy_analysis=["rollback analysis: Running, no abort (102 measurements)"],
+        late_start_analysis="rollback analysis: Running, no abort (102 measurements)",
+    )
+    text = guardrails_drill(held)
+    assert "**1 of 1 healthy runs held**" in text
+    assert "drifted mix **aborted after 9.0 s**" in text
+    # The opposite numbers give the opposite words.
+    broke = _records_with(
+        "guardrails-drill",
+        time_to_abort_s={"acceptance_below_floor": None, "arm_metrics_missing": None},
+        healthy_analysis=["rollback analysis: Failed at 16s by spec-decode-arm-metrics-missing"],
+        late_start_analysis="rollback analysis: Failed at 30s by spec-decode-route-falling-back",
+    )
+    text = guardrails_drill(broke)
+    assert "**0 of 1 healthy runs held**" in text
+    assert "drifted mix **did not abort**" in text and "killed server **did not abort**" in text
+    assert "Failed at 30s" in text
+
+
+def test_the_lifecycle_region_states_its_conclusion_from_the_record() -> None:
+    from bench.figures.regions import guardrails_lifecycle
+
+    records = load_records()
+    figures = records["guardrails-lifecycle"].figures
+    assert isinstance(figures, GuardrailsLifecycleFigures)
+    assert "0 of 5 healthy timelines aborted; every one of the 5 faults aborted" in (
+        guardrails_lifecycle(records)
+    )
+    rows = [
+        t.model_copy(update={"aborted": True, "abort_at_s": 600.0})
+        if t.timeline == "idle night"
+        else t.model_copy(update={"aborted": False, "windows_to_abort": None})
+        if t.kind == "fault"
+        else t
+        for t in figures.timelines
+    ]
+    before = figures.as_rendered_before.model_copy(update={"aborted": False})
+    text = guardrails_lifecycle(
+        _records_with("guardrails-lifecycle", timelines=rows, as_rendered_before=before)
+    )
+    assert "1 of 5 healthy timelines aborted" in text
+    assert "5 of 5 faults did not abort within two windows" in text
+    assert "as rendered before did not abort." in text
