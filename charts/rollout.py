@@ -445,6 +445,21 @@ def progress_deadline_s(config: ExperimentConfig) -> int:
     return (serving.precompile_timeout_minutes + serving.startup_timeout_minutes) * 60
 
 
+def canary_start_message(config: ExperimentConfig) -> str:
+    """What is still starting when ``cdk deploy`` returns (a stack output) and the kubectl
+    steps end: the canary precompiles and starts after the deploy; its analysis waits."""
+    serving = config.serving
+    probe = ", then runs the probe once" if config.guardrails.probe_runs else ""
+    return (
+        f"The speculative revision of Rollout {rollout_name(config)} now precompiles (up to "
+        f"{serving.precompile_timeout_minutes} min on a first deploy) and starts (up to "
+        f"{serving.startup_timeout_minutes} min){probe}; its guardrail analysis starts only "
+        f"then, and a revision not available within {progress_deadline_s(config) // 60} min "
+        f"is aborted. Watch it: kubectl argo rollouts get rollout {rollout_name(config)} "
+        f"-n {serving.namespace} --watch"
+    )
+
+
 def canary_steps(config: ExperimentConfig) -> list[dict[str, Any]]:
     """Scale the canary, run the probe once (when the probe is on), then pause for ever."""
     steps: list[dict[str, Any]] = [

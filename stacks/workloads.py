@@ -101,6 +101,7 @@ def add_canary_revision(
         ROLLOUTS_API,
         STABLE_REVISION_FIELD,
         canary_patches,
+        canary_start_message,
         rollout_name,
     )
 
@@ -132,4 +133,11 @@ def add_canary_revision(
         patch_type=eks.PatchType.MERGE,  # CRDs take no strategic merge patch
     )
     patch.node.add_dependency(stable)
+    # cdk deploy returns once the patch is applied; the canary's precompile only starts then.
+    cdk.CfnOutput(
+        cdk.Stack.of(cluster),
+        "SpeculativeRevisionStarting",
+        value=canary_start_message(config),
+        description="What is still starting after cdk deploy returns",
+    )
     return patch

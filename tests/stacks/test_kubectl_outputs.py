@@ -29,3 +29,15 @@ def test_without_live_guardrails_there_is_no_workspace_output(tmp_path) -> None:
     off = synthesize({"experiment.guardrails.live.enabled": "false"}, tmp_path)
     assert "PrometheusQueryUrl" not in off.templates["Cluster"].get("Outputs", {})
     assert "LoadTestImageUri" in off.templates["Cluster"]["Outputs"]
+
+
+def test_cdk_deploy_says_what_is_still_starting(synth: Synthesized) -> None:
+    """The canary precompiles after cdk deploy returns: an output names it, its budgets, when
+    the analysis starts and how to watch it."""
+    from experiment import build_config
+
+    text = synth.templates["Cluster"]["Outputs"]["SpeculativeRevisionStarting"]["Value"]
+    config = build_config({})
+    assert f"Rollout {config.project}-arms-" in text
+    assert f"up to {config.serving.precompile_timeout_minutes} min" in text
+    assert "analysis starts only then" in text and "--watch" in text
