@@ -76,7 +76,7 @@ from charts.vllm_service import (
 )
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import ConfigError
-from guardrails.analysis import live_checks, live_metric
+from guardrails.analysis import live_metrics
 from guardrails.scrape import eks_scrape_config
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
@@ -224,9 +224,7 @@ def analysis_template(
             "apiVersion": ROLLOUTS_API,
             "kind": "AnalysisTemplate",
             "metadata": metadata(config, name, labels(config, "rollout", name)),
-            "spec": {
-                "metrics": [live_metric(config, check, address) for check in live_checks(config)]
-            },
+            "spec": {"metrics": live_metrics(config, address)},
         }
     eks = config.routing.eks
     metrics = [

@@ -92,3 +92,11 @@ def live_metric(config: ExperimentConfig, check: LiveCheck, address: str) -> dic
             }
         },
     }
+
+
+def live_metrics(
+    config: ExperimentConfig, address: str, generation: Generation | None = None
+) -> list[dict[str, Any]]:
+    """The AnalysisTemplate's ``spec.metrics``: one metric per check, querying ``address``;
+    the cluster's (charts/rollout.py), the lifecycle drill's and the local run's alike."""
+    return [live_metric(config, check, address) for check in live_checks(config, generation)]

@@ -37,8 +37,8 @@ import yaml
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import add_config_arguments, config_from_arguments
 from guardrails import rules
-from guardrails.analysis import live_checks, live_metric
-from guardrails.argo import AnalysisRun, Metric, Outcome
+from guardrails.analysis import live_checks, live_metrics
+from guardrails.argo import AnalysisRun, Metric, Outcome, duration_s
 
 STALE = "stale"
 MISSING = "_"
@@ -135,9 +135,10 @@ class SeriesWriter:
         previous: dict[str, str] = {}
         for step in range(self.steps):
             t = step * self.step_s
-            for instance, (arm, pod) in self.timeline.pods(t).items():
+            pods = self.timeline.pods(t)
+            for instance, (arm, pod) in pods.items():
                 self._pod(step, instance, arm, pod, counters, previous)
-            self._gateway(step, t, counters)
+            self._gateway(step, t, pods, counters)
             self._probe(step, t)
         return {name: " ".join(values) for name, values in self.values.items()}
 
@@ -192,7 +193,13 @@ class SeriesWriter:
             self._put(key, step, f"{counters[key]:g}")
         previous[instance] = state
 
-    def _gateway(self, step: int, t: float, counters: dict[str, float]) -> None:
+    def _gateway(
+        self,
+        step: int,
+        t: float,
+        pods: dict[str, tuple[Arm, PodState]],
+        counters: dict[str, float],
+    ) -> None:
         job = self.jobs["gateway"]
         up = "up" + self._labels(job=job, instance="envoy:19001")
         route = self.config.routing.rule_name(self.config.routing.speculative_classes[0])
@@ -214,7 +221,7 @@ class SeriesWriter:
         # A missed scrape is Prometheus' failure, not the pod's: Envoy still reaches it.
         sd_ready = any(
             arm is Arm.SPECULATIVE and pod.state in ("serving", "idle", "blip")
-            for arm, pod in self.timeline.pods(t).values()
+            for arm, pod in pods.values()
         )
         requests = 10.0
         # With no ready speculative endpoint every request is retried on the baseline.
@@ -251,12 +258,6 @@ _FAILED = re.compile(
     r"exp: [^\n]*\n\s*got: \{\} (?P<got>\S+)",
     re.S,
 )
-
-
-def _go_duration_s(text: str) -> float:
-    return sum(
-        float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"([\d.]+)([hms])", text)
-    )
 
 
 def promtool_binary() -> str:
@@ -314,7 +315,7 @@ def query_values(
     found = 0
     for match in _FAILED.finditer(done.stdout + done.stderr):
         expr = match["expr"].encode().decode("unicode_escape")
-        t = _go_duration_s(match["time"])
+        t = duration_s(match["time"])
         values[(by_query[expr], t)] = float(match["got"])
         found += 1
     if done.returncode != 0 and found == 0:
@@ -575,9 +576,7 @@ def timelines(config: ExperimentConfig) -> list[Timeline]:
 def run_all(config: ExperimentConfig) -> dict[str, Any]:
     """Every timeline, and the first deploy as the analysis was rendered before (raw alert
     expressions, measured from the Rollout's first step), as the record keeps them."""
-    template = {
-        "spec": {"metrics": [live_metric(config, c, AMP_EXAMPLE) for c in live_checks(config)]}
-    }
+    template = {"spec": {"metrics": live_metrics(config, AMP_EXAMPLE)}}
     found = timelines(config)
     first = next(t for t in found if t.name == "first deploy")
     before = dataclasses.replace(

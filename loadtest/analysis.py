@@ -32,27 +32,31 @@ from loadtest.verdict import MorePairs, bucket_verdicts, pilot_floors, verdict_f
 LOCAL_LOSSLESS_AGREEMENT = 1.0
 
 
-def served_k(config: ExperimentConfig, *, local: bool) -> int:
-    """The k the speculative arm serves with: the local run's spec or the trn2 one (the
-    local rule, ``local.num_speculative_tokens`` else ``serving``'s, lives once, in
-    ``ExperimentConfig.local_serving_spec``; the model paths do not matter for k)."""
+Schedule = list[tuple[int, int, int]]
+
+
+def _served(config: ExperimentConfig, *, local: bool) -> tuple[int, Schedule | None]:
+    """The speculative arm's k and k per batch-size range, from its spec: the local run's or
+    the trn2 one (the local rule, ``local.num_speculative_tokens`` else ``serving``'s, lives
+    once, in ``ExperimentConfig.local_serving_spec``; the model paths do not matter here)."""
     if local:
         spec = config.local_serving_spec(Arm.SPECULATIVE, target_dir="", draft_dir="")
     else:
         spec = config.serving_spec(Arm.SPECULATIVE)
     k = spec.num_speculative_tokens
     assert k is not None, "a speculative arm's spec always has k"
-    return k
-
-
-def served_schedule(config: ExperimentConfig, *, local: bool) -> list[tuple[int, int, int]] | None:
-    """The speculative arm's k per batch-size range, from the same spec as ``served_k``."""
-    if local:
-        spec = config.local_serving_spec(Arm.SPECULATIVE, target_dir="", draft_dir="")
-    else:
-        spec = config.serving_spec(Arm.SPECULATIVE)
     schedule = spec.speculation_schedule
-    return [(first, last, k) for first, last, k in schedule] if schedule else None
+    return k, [(first, last, n) for first, last, n in schedule] if schedule else None
+
+
+def served_k(config: ExperimentConfig, *, local: bool) -> int:
+    """The k the speculative arm serves with (its most, under a schedule)."""
+    return _served(config, local=local)[0]
+
+
+def served_schedule(config: ExperimentConfig, *, local: bool) -> Schedule | None:
+    """The speculative arm's k per batch-size range; None: one k for every batch."""
+    return _served(config, local=local)[1]
 
 
 def analysis_info(config: ExperimentConfig, *, local: bool = False) -> AnalysisInfo:

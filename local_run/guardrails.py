@@ -23,7 +23,7 @@ from typing import IO, Any
 import yaml
 
 from experiment.config import Arm, ExperimentConfig
-from guardrails.analysis import live_checks, live_metric
+from guardrails.analysis import live_metrics
 from guardrails.argo import AnalysisRun, Metric, Outcome
 from guardrails.rules import rule_set
 from guardrails.scrape import local_scrape_config
@@ -215,13 +215,13 @@ class AlertLog:
 
 
 def analysis_metrics(config: ExperimentConfig, address: str) -> list[Metric]:
-    """The rollback analysis the cluster renders (guardrails.analysis ``live_metric``: query,
+    """The rollback analysis the cluster renders (guardrails.analysis ``live_metrics``: query,
     interval, initialDelay, limits, conditions), for the local run's servers and rules (no
     probe locally), querying ``address``."""
     local = without_probe(config)
     return [
-        Metric.from_template(live_metric(local, check, address))
-        for check in live_checks(local, Generation.LOCAL_CPU)
+        Metric.from_template(metric)
+        for metric in live_metrics(local, address, Generation.LOCAL_CPU)
     ]
 
 
