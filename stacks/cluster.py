@@ -15,6 +15,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct, IConstruct
 
+from charts.gateway import gateway_url
 from experiment import ExperimentConfig
 from experiment.config import EndpointAccess
 from stacks.addons import ClusterAddons
@@ -233,8 +234,7 @@ class ClusterStack(cdk.Stack):
             ],
         )
         # What the kubectl path takes from the stacks (python -m charts --loadtest-image,
-        # --prometheus-url; charts/__main__.py, docs/serving.md), as outputs of this stack. The
-        # gateway's address is not one: Envoy Gateway creates its Service at run time.
+        # --prometheus-url; charts/__main__.py, docs/serving.md), as outputs of this stack.
         cdk.CfnOutput(
             self,
             "LoadTestImageUri",
@@ -249,6 +249,15 @@ class ClusterStack(cdk.Stack):
                 description="The live guardrails' AMP query URL (python -m charts "
                 "--prometheus-url)",
             )
+        # Envoy Gateway creates the gateway's Service at run time, under the name the chart's
+        # EnvoyProxy gives it (charts/gateway.py, envoy_proxy), so its address is known now.
+        cdk.CfnOutput(
+            self,
+            "GatewayInternalUrl",
+            value=gateway_url(config),
+            description="The tiered gateway inside the cluster (ClusterIP; from outside: "
+            "kubectl port-forward to its Service)",
+        )
         self._acknowledge_eks_internals()
 
     def _grant_traffic_read(

@@ -1,5 +1,6 @@
 """The stack outputs the kubectl path takes (``python -m charts --bucket --loadtest-image
---prometheus-url``): they exist under the names its help gives."""
+--prometheus-url``): they exist under the names its help gives; and the gateway's address in
+the cluster, which the load-test Job's tiered arm calls."""
 
 from __future__ import annotations
 
@@ -41,3 +42,19 @@ def test_cdk_deploy_says_what_is_still_starting(synth: Synthesized) -> None:
     assert f"Rollout {config.project}-arms-" in text
     assert f"up to {config.serving.precompile_timeout_minutes} min" in text
     assert "analysis starts only then" in text and "--watch" in text
+
+
+def test_the_gateway_address_output_is_the_service_the_envoy_proxy_names(
+    synth: Synthesized,
+) -> None:
+    """The address is only right if Envoy Gateway names the Service as the output says: the
+    rendered EnvoyProxy's envoyService.name, in the controller's namespace, on the port."""
+    from charts.gateway import envoy_proxy
+    from experiment import build_config
+
+    config = build_config({})
+    url = synth.templates["Cluster"]["Outputs"]["GatewayInternalUrl"]["Value"]
+    service = envoy_proxy(config)["spec"]["provider"]["kubernetes"]["envoyService"]
+    assert service["type"] == "ClusterIP"
+    namespace = config.routing.eks.namespace
+    assert url == f"http://{service['name']}.{namespace}.svc:{config.serving.port}"
