@@ -152,6 +152,14 @@ PINS_ARGS ?=
 pins: $(STAMP)
 	$(PY) -m experiment pins $(PINS_ARGS)
 
+# Read-only checks before `cdk deploy` (credentials and account, trn2 capacity and quota, EKS
+# and add-on versions, the CDK bootstrap, the bucket name, Docker, the hub): one line each,
+# with the fix; exits 1 on a failure. Needs AWS credentials; -c/--config as for synth.
+.PHONY: preflight
+PREFLIGHT_ARGS ?=
+preflight: $(STAMP)
+	$(PY) -m experiment preflight $(PREFLIGHT_ARGS)
+
 # Synthesize every stack offline (no AWS credentials, no lookups) into cdk.out/.
 synth: $(STAMP)
 	$(CDK) synth --quiet

@@ -78,28 +78,22 @@ def candidate_service_name(config: ExperimentConfig, draft: str, k: int) -> str:
 
 
 def candidate_configs(config: ExperimentConfig) -> dict[str, ExperimentConfig]:
-    """One configuration per tuning candidate when ``tuning.deploy`` is on, by service name.
-    The comparison's own speculative arm is not repeated (it is that candidate already)."""
-    if not config.tuning.deploy:
-        return {}
-    serving = config.serving
+    """One configuration per tuning candidate when ``tuning.deploy`` is on, by service name
+    (ExperimentConfig.deployed_candidates)."""
     candidates = {}
-    for draft in config.tuning.drafts:
-        for k in config.tuning.measured_k:
-            if (draft, k) == (serving.draft_model, serving.num_speculative_tokens):
-                continue
-            name = candidate_service_name(config, draft, k)
-            candidates[name] = config.with_speculative(draft, k, name)
-    check_capacity(config, len(candidates))
+    for draft, k in config.deployed_candidates():
+        name = candidate_service_name(config, draft, k)
+        candidates[name] = config.with_speculative(draft, k, name)
+    check_capacity(config)
     return candidates
 
 
-def check_capacity(config: ExperimentConfig, candidates: int) -> None:
+def check_capacity(config: ExperimentConfig) -> None:
     """Every arm runs at once: the Neuron node group must hold them all."""
     nodes = config.cluster.neuron_nodes
-    arms = 2 + candidates
+    arms = 2 + len(config.deployed_candidates())
     per_node = nodes.devices // config.serving.neuron_devices
-    needed = -(-arms * config.serving.replicas // per_node)
+    needed = config.neuron_nodes_for_arms()
     if needed > nodes.max_size:
         raise ConfigError(
             f"tuning.deploy: {arms} arms x {config.serving.neuron_devices} devices need "

@@ -8,6 +8,10 @@
   plugin's SHA-256, the two EKS add-on versions) and records them in cdk.context.json, where
   ``cdk synth`` and ``python -m charts`` read them; ``--refresh`` resolves them again,
   ``--check`` asks upstream whether the recorded ones still exist (experiment/pins/cli.py).
+- ``preflight``: read-only checks, before ``cdk deploy``, of the AWS account (credentials,
+  trn2 capacity and quota, EKS and add-on versions, the CDK bootstrap, the bucket name), Docker
+  and the model hub; each prints pass, fail with the fix, or skip; exits 1 on a failure
+  (experiment/preflight/cli.py).
 
 The configuration reference has its own entry point, ``python -m experiment.reference``.
 """
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from experiment import calendar
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from experiment.pins import cli as pins_cli
+from experiment.preflight import cli as preflight_cli
 
 
 def main(argv: Sequence[str] | None = None, *, eks_client: pins_cli.EksClient | None = None) -> int:
@@ -45,9 +50,18 @@ def main(argv: Sequence[str] | None = None, *, eks_client: pins_cli.EksClient | 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pins_cli.add_arguments(pins)
+    preflight = commands.add_parser(
+        "preflight",
+        help="read-only checks of the AWS account, Docker and the hub before cdk deploy",
+        description=preflight_cli.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    preflight_cli.add_arguments(preflight)
     args = parser.parse_args(argv)
     if args.command == "pins":
         return pins_cli.run(args, eks_client or pins_cli.default_eks_client)
+    if args.command == "preflight":
+        return preflight_cli.run(args)
     if args.markdown:
         print(calendar.markdown(), end="")
         return 0

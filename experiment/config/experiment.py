@@ -308,6 +308,22 @@ class ExperimentConfig(Section):
         )
         return self.model_copy(update={"serving": serving})
 
+    def deployed_candidates(self) -> list[tuple[str, int]]:
+        """The tuning candidates (draft, k) deployed beside the arms with ``tuning.deploy``;
+        the comparison's own speculative arm is not repeated (it is that candidate already)."""
+        if not self.tuning.deploy:
+            return []
+        own = (self.serving.draft_model, self.serving.num_speculative_tokens)
+        pairs = [(d, k) for d in self.tuning.drafts for k in self.tuning.measured_k]
+        return [pair for pair in pairs if pair != own]
+
+    def neuron_nodes_for_arms(self) -> int:
+        """Neuron nodes that hold every serving pod at once: both arms and the deployed
+        candidates, ``serving.replicas`` pods each, as many per node as its devices allow."""
+        per_node = self.cluster.neuron_nodes.devices // self.serving.neuron_devices
+        pods = (2 + len(self.deployed_candidates())) * self.serving.replicas
+        return -(-pods // per_node)
+
     def compiled_artifacts_path(self, arm: Arm) -> str:
         return (
             f"{self.model_store.mount_path}/{self.model_store.compiled_prefix}/"
