@@ -160,7 +160,12 @@ class LocalPrometheus(BackgroundProcess):
             up = self.targets_up()
             return len(up) == expected and all(up.values())
 
-        if not poll_until(scraped, time.monotonic() + self.ready_timeout_s, POLL_INTERVAL_S):
+        # Prometheus scrapes a new target first at an offset within its interval (prometheus
+        # scrape/target.go, Target.offset: a hash of the target), so a 30 s interval can take
+        # up to 30 s before the first scrape.
+        first_scrape_s = self.config.guardrails.live.scrape_interval_s
+        deadline = time.monotonic() + self.ready_timeout_s + first_scrape_s
+        if not poll_until(scraped, deadline, POLL_INTERVAL_S):
             up = self.targets_up()
             self.stop()
             raise ServerError(f"guardrails: Prometheus cannot scrape every target: {up}")

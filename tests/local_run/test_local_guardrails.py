@@ -28,7 +28,7 @@ from local_run.guardrails import (
     LocalPrometheus,
     without_probe,
 )
-from local_run.servers import free_port
+from local_run.servers import ServerError, free_port
 from runtime.spec import Generation
 
 FAST = [
@@ -100,3 +100,35 @@ def test_prometheus_watches_both_arms_and_the_gateway(tmp_path: Path) -> None:
     finally:
         for arm in arms.values():
             arm.kill()
+
+
+class _SlowFirstScrape(LocalPrometheus):
+    """Every target first reported up ``first_up_s`` after the settle starts, as Prometheus
+    does for a target whose scrape offset falls late in its interval."""
+
+    first_up_s: float = 0.0
+    began: float = 0.0
+
+    def targets_up(self) -> dict[str, bool]:
+        up = time.monotonic() - self.began >= self.first_up_s
+        return {"baseline": up, "speculative": up}
+
+
+@pytest.mark.parametrize(("first_up_s", "settles"), [(0.8, True), (5.0, False)])
+def test_the_settle_waits_a_scrape_interval_beyond_the_ready_timeout(
+    tmp_path: Path, first_up_s: float, settles: bool
+) -> None:
+    """A first scrape can come a whole interval after the start: the settle allows the
+    interval (1 s here) on top of the ready timeout (0.3 s), and no longer (without it, a
+    30 s interval failed `make local` with the guardrails on)."""
+    pairs = ["guardrails.live.evaluation_interval_s=1", "guardrails.live.scrape_interval_s=1"]
+    config = build_config(context_from_pairs(pairs))
+    servers = {Arm.BASELINE: "http://a", Arm.SPECULATIVE: "http://b"}
+    prom = _SlowFirstScrape(config, servers, None, tmp_path, ready_timeout_s=0.3)
+    prom.first_up_s, prom.began = first_up_s, time.monotonic()
+    if settles:
+        prom._settle()
+    else:
+        with pytest.raises(ServerError, match="cannot scrape every target"):
+            prom._settle()
+        assert time.monotonic() - prom.began < 2.0

@@ -29,7 +29,7 @@ from tune.render.markdown import render_markdown
 from tune.report import read_result, write_outputs
 from tune.results import EAGLE3_CANDIDATE, Setting, TuneResult, drafter_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(600)]
 
 PORT = 8621  # inside the tune range (8601-8640), away from a CLI sweep on 8601
 
@@ -49,7 +49,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
             "experiment.tuning.port": PORT,
             "experiment.tuning.drafters": "[draft-model, eagle3]",
             "experiment.tuning.concurrency": "[1, 2]",
-            "experiment.tuning.budget_s": 1500,  # under the 1800 s timeout
+            "experiment.tuning.budget_s": 540,  # under the 600 s timeout
         }
     )
     out = tmp_path_factory.mktemp("sweep")
