@@ -12,6 +12,11 @@
   trn2 capacity and quota, EKS and add-on versions, the CDK bootstrap, the bucket name), Docker
   and the model hub; each prints pass, fail with the fix, or skip; exits 1 on a failure
   (experiment/preflight/cli.py).
+- ``check``: after ``cdk deploy``, in the manner of ``linkerd check``: the cluster and its
+  Neuron devices, the serving pods, the Rollout and its analysis, the gateway's routes, the
+  telemetry in Prometheus, the load-test Job; ✓ or ✗ with the fix; ``--local`` checks the
+  stack ``python -m local_run`` starts (deploy_check/cli.py, its own package: it reads what
+  charts render).
 
 The configuration reference has its own entry point, ``python -m experiment.reference``.
 """
@@ -22,6 +27,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from deploy_check import cli as check_cli
 from experiment import calendar
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from experiment.pins import cli as pins_cli
@@ -57,11 +63,21 @@ def main(argv: Sequence[str] | None = None, *, eks_client: pins_cli.EksClient | 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     preflight_cli.add_arguments(preflight)
+    check = commands.add_parser(
+        "check",
+        help="after cdk deploy (or beside python -m local_run): is everything up, wired and "
+        "watched?",
+        description=check_cli.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check_cli.add_arguments(check)
     args = parser.parse_args(argv)
     if args.command == "pins":
         return pins_cli.run(args, eks_client or pins_cli.default_eks_client)
     if args.command == "preflight":
         return preflight_cli.run(args)
+    if args.command == "check":
+        return check_cli.run(args)
     if args.markdown:
         print(calendar.markdown(), end="")
         return 0

@@ -153,3 +153,36 @@ def test_the_gateways_own_cost_is_measured_around_the_tiered_arm(
     assert cost.cpu_s > 0 and cost.cpu_ms_per_request is not None
     assert cost.added_ms_per_request is not None and cost.added_ms_per_request >= 0
     assert "gateway cost during the tiered arm" in (tiered_dir / "report.md").read_text()
+
+
+def test_the_deploy_check_passes_its_http_checks_on_the_real_stack(
+    local_config: ExperimentConfig,
+    running_servers: dict[Arm, str],
+    gateway: EnvoyGateway,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m experiment check --local`` against real vLLM servers behind the real
+    Envoy: both arms serve the configured model and the gateway answers every class on its
+    route (its telemetry checks run on a real Prometheus in tests/deploy_check)."""
+    from experiment.__main__ import main
+
+    gateway_port = int(gateway.url.rsplit(":", 1)[1])
+    pairs = {
+        "local.baseline_port": local_config.local.baseline_port,
+        "local.speculative_port": local_config.local.speculative_port,
+        "local.gateway_port": gateway_port,
+        "local.tiered": "true",
+    }
+    argv = ["check", "--local"]
+    for key, value in pairs.items():
+        argv += ["-c", f"{key}={value}"]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "✗" not in out
+    checked = [line for line in out.splitlines() if line.startswith("✓")]
+    model = local_config.serving.target_model
+    for arm in Arm:
+        assert any(arm.value in line and model in line for line in checked), out
+    for name in local_config.routing.allowed_classes:
+        assert any(name in line for line in checked), (name, out)
