@@ -13,9 +13,8 @@ from experiment import build_config
 from experiment.config import Arm
 from loadtest.plan import build_plan, local_scale
 from loadtest.traffic import bucket_label, per_second, read_traffic
+from local_run.models import ensure_models
 from local_run.traffic import import_trace, replay_config, trace_log
-
-MODELS = Path(".cache/models")
 
 
 def test_the_trace_mixes_classes_turns_lengths_and_bursts():
@@ -32,17 +31,8 @@ def test_the_trace_mixes_classes_turns_lengths_and_bursts():
     assert max(stamps.values()) >= 3  # a burst: several requests in one second
 
 
-def _served_tokenizer() -> Path | None:
-    found = sorted(MODELS.glob("*/target/tokenizer.json"))
-    return found[0].parent if found else None
-
-
-@pytest.mark.parametrize("counted", ["approximation", "served tokenizer"])
-def test_the_trace_imports_whole_with_both_buckets_in_each_class(tmp_path: Path, counted: str):
+def check_trace_imported_whole(tmp_path: Path, tokenizer: Path | None) -> None:
     config = build_config({})
-    tokenizer = _served_tokenizer() if counted == "served tokenizer" else None
-    if counted == "served tokenizer" and tokenizer is None:
-        pytest.skip("no generated models in .cache/models (make local generates them)")
     path = import_trace(config, tmp_path, tokenizer)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     requests = read_traffic(path)
@@ -52,6 +42,19 @@ def test_the_trace_imports_whole_with_both_buckets_in_each_class(tmp_path: Path,
     assert set(cells) == {(c, b) for c in ("structured", "open_ended") for b in ("0-127", "128+")}
     assert max(r.input_tokens + r.output_tokens for r in requests) <= config.local.max_model_len
     assert max(per_second(requests)) >= 3
+
+
+def test_the_trace_imports_whole_with_both_buckets_in_each_class(tmp_path: Path):
+    check_trace_imported_whole(tmp_path, None)  # lengths by this module's approximation
+
+
+@pytest.mark.train
+@pytest.mark.timeout(600)  # generates the tiny pair on a fresh clone
+def test_the_trace_imports_whole_counted_by_the_served_tokenizer(tmp_path: Path):
+    """Counted by the generated target's own tokenizer (never skipped: the pair is made if
+    this clone has none yet, as `make local` makes it)."""
+    pair = ensure_models(build_config({}).local)
+    check_trace_imported_whole(tmp_path, pair.target_dir)
 
 
 def test_local_traffic_replays_the_trace_and_is_off_by_default(tmp_path: Path):
