@@ -80,6 +80,8 @@ def candidate_service_name(config: ExperimentConfig, draft: str, k: int) -> str:
 def candidate_configs(config: ExperimentConfig) -> dict[str, ExperimentConfig]:
     """One configuration per tuning candidate when ``tuning.deploy`` is on, by service name
     (ExperimentConfig.deployed_candidates)."""
+    if not config.tuning.deploy:
+        return {}
     candidates = {}
     for draft, k in config.deployed_candidates():
         name = candidate_service_name(config, draft, k)
