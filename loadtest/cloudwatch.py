@@ -6,8 +6,9 @@ Names come from ``config.loadtest``: namespace ``metric_namespace``, metric name
 (``Values``/``Counts`` arrays, so CloudWatch percentiles such as p99 are computed from
 the real distribution) twice: with {Variant, PromptClass} and with {Variant} alone.
 Run-level rates go out the same two ways. Acceptance goes out by its source
-(``Acceptance.source`` of the SD arm): measured counters as AcceptanceRate and
-MeanAcceptanceLength with {Variant}; the client-side estimate (servers without counters) as
+(``Acceptance.source`` of the SD arm): measured by the server (each request's figures, or
+the counters) as AcceptanceRate and MeanAcceptanceLength with {Variant}; the client-side
+estimate (servers without counters) as
 AcceptanceRateEstimate per class; nothing when not available (frozen counters), so neither
 the dashboard nor an alarm ever sees a fake 0. Latencies in milliseconds.
 
@@ -147,7 +148,7 @@ def build_metric_data(
             data += _scalar(names.goodput, "Count/Second", dims, block.goodput_rps, timestamp)
             data += _scalar(names.failed_requests, "Count", dims, block.failed, timestamp)
         acceptance = arm_summary.acceptance
-        if acceptance.source is AcceptanceSource.MEASURED:
+        if acceptance.source.from_server:  # per request or counters: measured by the server
             data += _scalar(
                 names.acceptance_rate, "None", [variant], acceptance.acceptance_rate, timestamp
             )

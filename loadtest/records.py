@@ -59,6 +59,19 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None  # a FailureReason value
     error_detail: str | None = None
+    # The server's own acceptance of this request, from the final usage chunk's
+    # metrics.speculative_decoding (vLLM --per-request-spec-decode-metrics; field names in
+    # guardrails/vllm_metrics.py). None: the response carried none (no flag, no drafter, a
+    # stream cut before its last chunk, or a record from before these fields).
+    spec_steps: int | None = None  # verify steps (num_spec_steps)
+    spec_draft_tokens: int | None = None  # drafted tokens (num_draft_tokens)
+    spec_accepted_tokens: int | None = None  # accepted drafted tokens (num_accepted_draft_tokens)
+    spec_histogram: list[int] | None = None  # steps that accepted exactly j drafts, j = 0..k
+
+    @property
+    def has_spec_figures(self) -> bool:
+        """The response carried the server's per-request acceptance."""
+        return self.spec_steps is not None
 
     @property
     def ok(self) -> bool:
@@ -69,7 +82,7 @@ class RequestRecord:
         return "".join(self.chunk_texts)
 
     def to_json(self) -> str:
-        # Every field is a scalar or a list of scalars, so vars() is what asdict() returns,
+        # Every field is a scalar, a list of scalars or None, so vars() is what asdict() returns,
         # at a tenth of the CPU (asdict deep-copies each list; this runs once per request).
         return json.dumps(vars(self), separators=(",", ":"))
 

@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -56,6 +56,9 @@ SCHEMA_VERSION = 13
 #    headline's TTFT and TPOT speedups come from.
 # 13: multiple comparisons across a replayed trace's cells (issue 40): ClassVerdict.p_value
 #    and adjusted_p_value (Holm); each cell's cost_ratio is read at its Holm level.
+# 14: acceptance per request (vLLM --per-request-spec-decode-metrics): AcceptanceSource
+#    "per request", ArmSummary.request_acceptance (per class, the counters' own block and
+#    their reconciliation); None for servers without the figures and for older runs.
 
 
 class _Result(BaseModel):
@@ -132,8 +135,14 @@ class LengthMismatch(_Result):
 
 
 class AcceptanceSource(StrEnum):
-    """Where an arm's acceptance figure comes from (loadtest.acceptance decides)."""
+    """Where an arm's acceptance figure comes from (loadtest.acceptance decides), best first."""
 
+    PER_REQUEST = "per request"
+    """Every measured request that succeeded carried the server's own figures (vLLM
+    --per-request-spec-decode-metrics: metrics.speculative_decoding on its final usage chunk)
+    and the figure is their sum: accepted / drafted tokens, 1 + accepted / verify steps. Per
+    prompt class under any mix of traffic; reconciled with the counters
+    (ArmSummary.request_acceptance)."""
     MEASURED = "measured"
     """The server's vllm:spec_decode_* counters moved over the window (vLLM V1, vllm-neuron
     1.x): the acceptance figures are real."""
@@ -146,22 +155,31 @@ class AcceptanceSource(StrEnum):
     (vllm-neuron 0.2.x registers them and never increments them), /metrics could not be
     read, the arm served nothing, or it does not speculate. Never reported as 0."""
 
+    @property
+    def from_server(self) -> bool:
+        """The server measured the figure (its per-request figures or its counters)."""
+        return self in (AcceptanceSource.PER_REQUEST, AcceptanceSource.MEASURED)
+
 
 class Acceptance(_Result):
-    """Speculative acceptance from the server's /metrics counter deltas (None: not measured)."""
+    """Speculative acceptance of an arm over the measured window: the sum of each request's
+    own figures or the server's /metrics counter deltas (None: not measured)."""
 
     available: bool
-    """True exactly when source is measured."""
+    """True exactly when the server measured it: source per request or measured."""
     source: AcceptanceSource
-    """measured (counters), estimated (no counters: client-side estimate) or not available;
-    ``reason`` says why when not measured. Derived from ``available`` when absent (summaries
-    before schema 5): measured or not available."""
+    """per request (each request's figures), measured (counters), estimated (no counters:
+    client-side estimate) or not available; ``reason`` says why when not available.
+    Derived from ``available`` when absent (summaries before schema 5): measured or not
+    available."""
     acceptance_rate: float | None = None
     """Accepted / drafted tokens over the measured window."""
     mean_acceptance_length: float | None = None
     """1 + accepted / drafts: tokens per target step."""
     per_position_rate: list[float] | None = None
     drafts: float | None = None
+    """Verify steps (vllm:spec_decode_num_drafts): the per-request sum or the counter delta,
+    as ``source`` says."""
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
     reason: str | None = None
@@ -178,12 +196,110 @@ class Acceptance(_Result):
 
     @model_validator(mode="after")
     def _consistent(self) -> Acceptance:
-        if self.available != (self.source is AcceptanceSource.MEASURED):
+        if self.available != self.source.from_server:
             raise ValueError(
                 f"acceptance: available={self.available} contradicts source {self.source.value!r}"
-                " (available means measured by the server's counters)"
+                " (available means measured by the server: per request or by its counters)"
             )
         return self
+
+
+class RequestAcceptance(_Result):
+    """Acceptance of one scope (all classes, or one prompt class), summed from the server's
+    figures of each measured request that succeeded (loadtest.acceptance)."""
+
+    requests: int
+    """Measured requests of the scope that succeeded."""
+    with_figures: int
+    """Of them, those whose response carried the server's figures."""
+    spec_steps: int
+    """Verify steps, summed (num_spec_steps)."""
+    draft_tokens: int
+    """Drafted tokens, summed (num_draft_tokens)."""
+    accepted_tokens: int
+    """Accepted drafted tokens, summed (num_accepted_draft_tokens)."""
+    histogram: list[int] | None = None
+    """Steps that accepted exactly j drafts, j = 0..k, summed (None: a response came without
+    its acceptance_histogram)."""
+    missing: int = 0
+    """requests - with_figures: responses without figures, counted and never estimated (the
+    sums cover only the others). Derived."""
+    acceptance_rate: float | None = None
+    """accepted_tokens / draft_tokens (None: nothing drafted). Derived."""
+    mean_acceptance_length: float | None = None
+    """1 + accepted_tokens / spec_steps: tokens per target step (None: no step). Derived."""
+    per_position_rate: list[float] | None = None
+    """Position i: steps that accepted more than i drafts / spec_steps, as the counters'
+    per-position rate (None: no histogram or no step). Derived."""
+
+    @model_validator(mode="after")
+    def _derived(self) -> RequestAcceptance:
+        # Derived, never trusted from input (as Interval.significant).
+        steps, histogram = self.spec_steps, self.histogram
+        rates = None
+        if histogram and steps:
+            rates = [sum(histogram[i + 1 :]) / steps for i in range(len(histogram) - 1)]
+        derived = {
+            "missing": self.requests - self.with_figures,
+            "acceptance_rate": (
+                self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+            ),
+            "mean_acceptance_length": 1.0 + self.accepted_tokens / steps if steps else None,
+            "per_position_rate": rates,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+        return self
+
+    @property
+    def complete(self) -> bool:
+        """Every request of the scope carried figures, and the server drafted for them."""
+        return self.with_figures > 0 and self.missing == 0 and self.draft_tokens > 0
+
+
+class AcceptanceReconciliation(_Result):
+    """The per-request sums against the /metrics counter deltas of the same window.
+
+    vLLM counts both in one branch of its scheduler with the same draft count
+    (guardrails/vllm_metrics.py), and records the counters in the pass of its output loop
+    that hands a request its last output, before the stream can end (up to 128 requests per
+    step: VLLM_V1_OUTPUT_PROC_CHUNK_SIZE), so over the same requests they are equal: the
+    tolerance is 0. Warm-up requests are outside
+    both (they end before the window's first scrape). The window's requests without figures
+    (failed, still in flight at the close, or answered without figures) hold steps the
+    counters count and the sums do not: then the counters may exceed the sums, by at most
+    the steps those requests can hold, and by no more drafts than k per step."""
+
+    counter_drafts: float
+    counter_draft_tokens: float
+    counter_accepted_tokens: float
+    request_steps: int
+    request_draft_tokens: int
+    request_accepted_tokens: int
+    requests_without_figures: int
+    """Measured requests the counters saw without figures: failed, in flight at the
+    window's close, or succeeded without figures."""
+    allowance_steps: int | None
+    """The most verify steps those requests can hold (each step emits at least one token
+    after the prefill's: max_tokens - 1 per request, or output_tokens - 1 where known); None:
+    unknown (a Locust worker was lost with its records)."""
+    agrees: bool
+    reason: str
+    """What the comparison found, for the report."""
+
+
+class ArmRequestAcceptance(_Result):
+    """An arm's acceptance from each measured request's own figures (vLLM
+    --per-request-spec-decode-metrics), overall and per prompt class, next to the counters."""
+
+    overall: RequestAcceptance
+    by_class: dict[str, RequestAcceptance] = Field(default_factory=dict)
+    """Per prompt class of the measured requests, whatever their mix in the window."""
+    counters: Acceptance
+    """The /metrics counters' own block over the same window (the arm's acceptance whenever
+    the per-request figures are incomplete)."""
+    reconciliation: AcceptanceReconciliation | None = None
+    """None: the counters did not measure the window (see ``counters.reason``)."""
 
 
 class ClassAcceptance(Acceptance):
@@ -318,8 +434,14 @@ class ArmSummary(_Result):
     by_class: dict[str, MetricBlock] = Field(default_factory=dict)
     length_mismatch_examples: list[LengthMismatch] = Field(default_factory=list)
     acceptance: Acceptance
+    """The best acceptance the arm has: each request's figures when all carried them, else the
+    counters' (or the estimate's) block, labelled by ``source``."""
     server_latency: ArmServerLatency | None = None
     """From the arm's own vLLM histograms (None: the tiered arm, or a run before schema 12)."""
+    request_acceptance: ArmRequestAcceptance | None = None
+    """From each measured request's own figures (None: no response of the arm carried any,
+    e.g. a server without --per-request-spec-decode-metrics, the baseline, the tiered arm, or
+    a run before schema 14)."""
 
 
 class StatSpeedups(_Result):
@@ -802,9 +924,10 @@ class PilotFloors(_Result):
     factor: float
     """guardrails.live.pilot_floor_factor of the run."""
     source: AcceptanceSource
-    """The SD arm's acceptance source: floors only when its server's counters measured it."""
+    """The SD arm's acceptance source: floors only when its server measured it (each
+    request's figures or its counters)."""
     measured_acceptance_rate: float | None = None
-    """The SD arm's acceptance from its counters over the whole (mixed-class) window, for
+    """The SD arm's acceptance from its server over the whole (mixed-class) window, for
     comparison with the per-class figures; None unless measured."""
     by_class: list[ClassFloor] = Field(default_factory=list)
     """One entry per routed class, in verdict order (empty: the verdict routes none)."""

@@ -14,7 +14,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from experiment.config import TIERED_ARM, Arm, LoadTestConfig, StatisticsConfig
-from loadtest.acceptance import acceptance_from_deltas, decode_tokens
+from loadtest.acceptance import (
+    acceptance_from_deltas,
+    best_acceptance,
+    decode_tokens,
+    request_acceptance,
+)
 from loadtest.analysis import analyse
 from loadtest.arms import arms_timing, timing_warnings
 from loadtest.lossless import lossless_check
@@ -30,6 +35,7 @@ from loadtest.results import (
     SCHEMA_VERSION,
     Acceptance,
     AcceptanceSource,
+    ArmRequestAcceptance,
     ArmServerLatency,
     ArmSummary,
     CloudWatchResult,
@@ -137,6 +143,7 @@ def _arm_warnings(
             "client's scheduling delay (keep streams per worker within the budget of "
             "bench/README.md)"
         )
+    warnings += _request_acceptance_warnings(arm, block)
     server = block.server_latency
     if server is not None and (server.failed_scrapes or server.malformed_lines):
         warnings.append(
@@ -150,6 +157,29 @@ def _arm_warnings(
             f"{arm}: the workers' wall clocks differ by {block.clock_skew_ms:.1f} ms (over "
             f"{skew_warning_ms:g} ms): the window and throughput are off by up to that much "
             "(per-request metrics are not: each is on one worker's clock)"
+        )
+    return warnings
+
+
+def _request_acceptance_warnings(arm: str, block: ArmSummary) -> list[str]:
+    """Per-request figures missing on some responses, or sums the counters contradict."""
+    per_request = block.request_acceptance
+    if per_request is None:
+        return []
+    warnings = []
+    overall = per_request.overall
+    if overall.missing:
+        warnings.append(
+            f"{arm}: per-request acceptance figures missing on {overall.missing} of "
+            f"{overall.requests} requests: the arm's acceptance is not per request but "
+            f"{block.acceptance.source.value}, and each class's per-request figure covers only "
+            "the requests that carried them (never filled in with estimates)"
+        )
+    reconciliation = per_request.reconciliation
+    if reconciliation is not None and not reconciliation.agrees:
+        warnings.append(
+            f"{arm}: per-request acceptance and the /metrics counters disagree: "
+            f"{reconciliation.reason}"
         )
     return warnings
 
@@ -181,6 +211,7 @@ def _arm_summary(
     meta: WindowMeta,
     acceptance: Acceptance,
     server: ArmServerLatency | None = None,
+    per_request: ArmRequestAcceptance | None = None,
 ) -> ArmSummary:
     segments = [(block.first_index, block.last_index) for block in meta.blocks]
     metrics = arm_metrics(records, run.slo.model_dump(), segments)
@@ -204,6 +235,7 @@ def _arm_summary(
         length_mismatch_examples=metrics.length_mismatch_examples,
         acceptance=acceptance,
         server_latency=server,
+        request_acceptance=per_request,
     )
 
 
@@ -225,6 +257,21 @@ def window_acceptance(meta: WindowMeta, arm: Arm, records: list[RequestRecord]) 
         speculative=arm is Arm.SPECULATIVE,
         decode_tokens=decode_tokens(records),
     )
+
+
+def arm_acceptance(
+    meta: WindowMeta, arm: Arm, records: list[RequestRecord]
+) -> tuple[Acceptance, ArmRequestAcceptance | None]:
+    """The arm's best acceptance (each request's figures when all carried them, else the
+    counters' block) and its per-request block (None: no response carried figures)."""
+    counters = window_acceptance(meta, arm, records)
+    per_request = request_acceptance(
+        records,
+        counters,
+        unfinished=meta.unfinished_requests,
+        workers_lost=bool(meta.lost_workers),
+    )
+    return best_acceptance(counters, per_request), per_request
 
 
 def read_window_meta(run_dir: Path, arm: Arm | str) -> WindowMeta:
@@ -252,9 +299,11 @@ def summarize(run_dir: Path, *, length_buckets: Sequence[int] | None = None) -> 
         records, meta = read_arm(run_dir, arm.value)
         metas[arm.value] = meta
         records_by_arm[arm] = records
-        acceptance = window_acceptance(meta, arm, records)
+        acceptance, per_request = arm_acceptance(meta, arm, records)
         server, server_deltas[arm] = arm_server_latency(scrape_windows(meta), records)
-        arms[arm.value] = _arm_summary(run, arm.value, records, meta, acceptance, server)
+        arms[arm.value] = _arm_summary(
+            run, arm.value, records, meta, acceptance, server, per_request
+        )
         warnings += _arm_warnings(
             arm.value, arms[arm.value], run.request.max_tokens, skew_warning_ms(run)
         )

@@ -13,12 +13,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from runtime.render import VllmCommand, render
+from runtime.render import PER_REQUEST_SPEC_METRICS_FLAG, VllmCommand, render
 from runtime.spec import ServingSpec
 
 MARKER_NAME = ".precompiled.json"
-# Flags that do not reach the compiler.
-NOT_COMPILED_FLAGS = ("--host", "--port", "--served-model-name")
+# Flags (each with its value) that do not reach the compiler: where the server listens, the
+# name it answers to, and what its responses report.
+NOT_COMPILED_FLAGS = ("--host", "--port", "--served-model-name", PER_REQUEST_SPEC_METRICS_FLAG)
 # Environment that does not reach the compiler (where artifacts live is not what they are).
 NOT_COMPILED_ENV = ("NEURON_COMPILED_ARTIFACTS",)
 

@@ -47,9 +47,40 @@ def plugin_neuron_config(all_greedy: bool) -> dict[str, object]:
 # vllm-neuron 1.x disables async scheduling whenever --speculative-config is set
 # (docs/guides/features-guide.md, "Speculative decoding": "Mutually exclusive with async
 # scheduling") and DFlash refuses to start without the flag (vllm_neuron/vllm/spec_decode/
-# dflash.py): rendered on the speculative arm so the one documented difference between the
+# dflash.py): rendered on the speculative arm so this documented difference between the
 # arms is visible in its command (charts/symmetry.py names it as allowed).
 PLUGIN_SPECULATIVE_ONLY_FLAGS = ("--no-async-scheduling",)
+# Each request's own acceptance (the load test's best acceptance source, loadtest/acceptance.py):
+# with this flag the final usage chunk of a stream that asks for usage carries
+# ``metrics.speculative_decoding`` (guardrails/vllm_metrics.py names its fields). Checked in
+# vllm 0.32 (local) and the 0.29.0 sdist (the plugin DLC's vLLM): vllm/config/observability.py
+# (ObservabilityConfig.per_request_spec_decode_metrics: none | summary | detailed),
+# vllm/engine/arg_utils.py (the flag), vllm/config/vllm.py (refused without
+# --speculative-config: rendered on the speculative arm only). "summary": the step histogram
+# and the sums, without the per-step arrays of "detailed". vllm-neuron 1.2's own source was not
+# read: whether it fills the figures is open until a trn2 run; a server that returns none
+# leaves the load test on the counters, labelled as such.
+PER_REQUEST_SPEC_METRICS_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_SPEC_METRICS_ARGS = (PER_REQUEST_SPEC_METRICS_FLAG, "summary")
+# Generations whose engine refuses the flag, with why; every other generation renders it on
+# its speculative arm (per_request_spec_metrics_args).
+PER_REQUEST_SPEC_METRICS_REFUSED: dict[Generation, str] = {
+    Generation.NEURON_FORK: (
+        "the 0.9 fork's V0 engine has no per-request speculative metrics: its argument parser "
+        "(vLLM 0.9.1's vllm/engine/arg_utils.py, which the fork extends) defines no "
+        f"{PER_REQUEST_SPEC_METRICS_FLAG} and would refuse it"
+    ),
+}
+
+
+def per_request_spec_metrics_args(generation: Generation) -> tuple[str, ...]:
+    """The flag and level a speculating server of ``generation`` is started with (none where
+    its engine refuses the flag)."""
+    if generation in PER_REQUEST_SPEC_METRICS_REFUSED:
+        return ()
+    return PER_REQUEST_SPEC_METRICS_ARGS
+
+
 # The 0.9 fork's loader turns any speculative config into fused speculation with the given
 # draft; "eagle" is the method the published experiment ran with (a plain Qwen3-1.7B draft)
 # and passes the fork's config checks, so it is the default unless the config names another.
@@ -124,6 +155,7 @@ def _render_neuron_fork(spec: ServingSpec) -> VllmCommand:
             "max_model_len": spec.max_model_len,
         }
         args += ["--speculative-config", _json(speculative)]
+        args += per_request_spec_metrics_args(spec.generation)
         overrides |= FORK_SPECULATIVE_NEURON_OVERRIDES
     args += ["--override-neuron-config", _json(overrides)]
     env = {"VLLM_NEURON_FRAMEWORK": NEURON_FRAMEWORK, **_neuron_env(spec)}
@@ -160,6 +192,7 @@ def _render_neuron_plugin(spec: ServingSpec) -> VllmCommand:
         }
         args += ["--speculative-config", _json(speculative)]
         args += list(PLUGIN_SPECULATIVE_ONLY_FLAGS)
+        args += per_request_spec_metrics_args(spec.generation)
     neuron_config = plugin_neuron_config(spec.all_greedy)
     args += ["--additional-config", _json({"neuron_config": neuron_config})]
     return VllmCommand(API_SERVER_MODULE, (*args, *spec.extra_args), _neuron_env(spec))
@@ -183,6 +216,7 @@ def _render_local_cpu(spec: ServingSpec) -> VllmCommand:
             # the maximum the drafter is started with.
             speculative[SCHEDULE_KEY] = [list(entry) for entry in spec.speculation_schedule]
         args += ["--speculative-config", _json(speculative)]
+        args += per_request_spec_metrics_args(spec.generation)
     env: dict[str, str] = {}
     if spec.cpu_kvcache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.cpu_kvcache_gib)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from loadtest.render.decision import cost_rows, price_text, verdict_note, verdict_rows
 from loadtest.render.load_generator import load_generator_rows
-from loadtest.render.tables import summary_rows
+from loadtest.render.tables import (
+    request_acceptance_rows,
+    request_acceptance_text,
+    summary_rows,
+)
 from loadtest.render.tiered import tiered_rows, tiered_text
 from loadtest.results import RunSummary
 
@@ -23,10 +27,19 @@ def fixed_width(header: list[str], rows: list[list[str]]) -> str:
 
 
 def render_summary_table(summary: RunSummary) -> str:
-    """Both arms and the speedups, one metric per line; the load generator (workers, CPU,
-    clock skew); then the cost per 1M output tokens and the verdict per prompt class when
-    the run has them; then the tiered arm per class when the run drove it."""
-    parts = [fixed_width(*summary_rows(summary)), fixed_width(*load_generator_rows(summary))]
+    """Both arms and the speedups, one metric per line; the acceptance per prompt class from
+    each request's own figures when the server returned them, with their reconciliation; the
+    load generator (workers, CPU, clock skew); then the cost per 1M output tokens and the
+    verdict per prompt class when the run has them; then the tiered arm per class when the
+    run drove it."""
+    parts = [fixed_width(*summary_rows(summary))]
+    per_request = request_acceptance_rows(summary)
+    if per_request[1]:
+        parts.append(fixed_width(*per_request))
+        note = request_acceptance_text(summary)
+        if note is not None:
+            parts.append(note)
+    parts.append(fixed_width(*load_generator_rows(summary)))
     costs = cost_rows(summary)
     if costs[1]:
         parts += [fixed_width(*costs), price_text(summary)]

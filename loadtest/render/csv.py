@@ -7,7 +7,7 @@ from pathlib import Path
 
 from loadtest.metrics import ALL_CLASSES, DISTRIBUTIONS, RATES
 from loadtest.render.tables import STATS
-from loadtest.results import Interval, RunSummary
+from loadtest.results import ArmSummary, Interval, RunSummary
 
 HEADER = ["arm", "variant", "prompt_class", "metric", "stat", "value"]
 # Scalar fields of a MetricBlock written as (metric, "value", value).
@@ -38,8 +38,38 @@ def write_csv(summary: RunSummary, path: Path) -> None:
                 writer.writerow([arm, block.label, ALL_CLASSES, name, "value", value])
             source = block.acceptance.source.value
             writer.writerow([arm, block.label, ALL_CLASSES, "acceptance_source", "value", source])
+            writer.writerows(_request_acceptance_rows(arm, block))
         writer.writerows(_comparison_rows(summary))
         writer.writerows(_tiered_rows(summary))
+
+
+# Per scope, from each request's own figures (metric "request_<field>", stat "value").
+REQUEST_ACCEPTANCE = (
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "spec_steps",
+    "draft_tokens",
+    "accepted_tokens",
+    "requests",
+    "with_figures",
+    "missing",
+)
+
+
+def _request_acceptance_rows(arm: str, block: ArmSummary) -> list[list[object]]:
+    """The arm's per-request acceptance per scope, and whether the counters agree."""
+    per_request = block.request_acceptance
+    if per_request is None:
+        return []
+    rows: list[list[object]] = []
+    for scope, figures in {ALL_CLASSES: per_request.overall, **per_request.by_class}.items():
+        for name in REQUEST_ACCEPTANCE:
+            value = getattr(figures, name)
+            rows.append([arm, block.label, scope, f"request_{name}", "value", value])
+    if per_request.reconciliation is not None:
+        agrees = per_request.reconciliation.agrees
+        rows.append([arm, block.label, ALL_CLASSES, "request_counters_agree", "value", agrees])
+    return rows
 
 
 COMPARISON = "comparison"  # the arm column of SD-vs-baseline figures

@@ -83,23 +83,30 @@ def verdict_rows(summary: RunSummary) -> Table:
     return header, rows
 
 
+PER_REQUEST_SOURCE = "per-request figures"
 MEASURED_SOURCE = "server counters"
 ESTIMATED_SOURCE = "client estimate"
+SOURCE_LABELS = {
+    AcceptanceSource.PER_REQUEST: PER_REQUEST_SOURCE,
+    AcceptanceSource.MEASURED: MEASURED_SOURCE,
+}
 
 
 def acceptance_cell(summary: RunSummary, verdict: ClassVerdict) -> str:
     """The best acceptance the run has for the verdict's scope, with its source named: the
-    SD server's vllm:spec_decode_* counters over the window for all classes together (they
-    cannot tell classes apart), else the client-side estimate from tokens per chunk with its
-    paired interval."""
-    measured = summary.arm(Arm.SPECULATIVE).acceptance if Arm.SPECULATIVE in summary.arms else None
-    if (
-        verdict.prompt_class == ALL_CLASSES
-        and measured is not None
-        and measured.source is AcceptanceSource.MEASURED
-        and measured.acceptance_rate is not None
-    ):
-        return f"{measured.acceptance_rate:.3f} ({MEASURED_SOURCE})"
+    SD server's figures of every request of the scope (per class too), else for all classes
+    together its vllm:spec_decode_* counters over the window (they cannot tell classes
+    apart), else the client-side estimate from tokens per chunk with its paired interval. A
+    class whose per-request figures are incomplete gets the estimate, never a mix."""
+    sd = summary.arms.get(Arm.SPECULATIVE.value)
+    if sd is not None and verdict.prompt_class == ALL_CLASSES:
+        acceptance = sd.acceptance
+        if acceptance.source.from_server and acceptance.acceptance_rate is not None:
+            return f"{acceptance.acceptance_rate:.3f} ({SOURCE_LABELS[acceptance.source]})"
+    elif sd is not None and sd.request_acceptance is not None:
+        scope = sd.request_acceptance.by_class.get(verdict.prompt_class)
+        if scope is not None and scope.complete and scope.acceptance_rate is not None:
+            return f"{scope.acceptance_rate:.3f} ({PER_REQUEST_SOURCE})"
     estimate = interval_text(verdict.acceptance_rate_estimate, unit="")
     return estimate if estimate == NOT_AVAILABLE else f"{estimate} ({ESTIMATED_SOURCE})"
 
@@ -165,8 +172,9 @@ def floor_text(entry: ClassFloor, factor: float) -> str:
 def floors_text(floors: PilotFloors) -> str:
     """What the floors in the routing line are, class by class (docs/routing.md)."""
     measured = floors.measured_acceptance_rate
+    source = SOURCE_LABELS.get(floors.source, floors.source.value)
     counters = (
-        f"; the SD server's counters measured {measured:.3f} over the whole run"
+        f"; the SD server measured {measured:.3f} over the whole run ({source})"
         if measured is not None
         else ""
     )

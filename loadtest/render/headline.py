@@ -32,7 +32,7 @@ class Headline(BaseModel):
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     acceptance_note: str | None = None  # why acceptance is not available
-    acceptance_source: str | None = None  # measured, estimated or not available
+    acceptance_source: str | None = None  # per request, measured, estimated or not available
     speedup_e2e_mean: float | None = None
     speedup_tpot_mean: float | None = None
     speedup_ttft_mean: float | None = None

@@ -27,7 +27,7 @@ from loadtest.render.plot_files import (  # noqa: F401  (re-exported for report.
     CLASS_PLOT,
     TIMESERIES_PLOT,
 )
-from loadtest.results import RunSummary
+from loadtest.results import AcceptanceSource, RunSummary
 
 COLORS = {Arm.BASELINE: "#1f77b4", Arm.SPECULATIVE: "#d62728"}
 MARKERS = {Arm.BASELINE: "o", Arm.SPECULATIVE: "^"}  # told apart without colour too
@@ -116,19 +116,40 @@ def plot_per_class(summary: RunSummary, path: Path) -> None:
 
 
 def plot_acceptance(summary: RunSummary, path: Path) -> bool:
-    """The SD arm's acceptance per draft position; False (no file) when not available."""
-    acceptance = summary.arm(Arm.SPECULATIVE).acceptance
+    """The SD arm's acceptance per draft position, from its best source; with per-request
+    figures, each prompt class's bars beside the whole run's. False (no file) when not
+    available."""
+    sd = summary.arm(Arm.SPECULATIVE)
+    acceptance = sd.acceptance
     rates = acceptance.per_position_rate
     if not rates or acceptance.acceptance_rate is None:
         return False
+    series: dict[str, list[float]] = {"all": rates}
+    per_request = sd.request_acceptance
+    if per_request is not None and acceptance.source is AcceptanceSource.PER_REQUEST:
+        for name, block in per_request.by_class.items():
+            if block.per_position_rate:
+                missing = f", {block.missing} missing" if block.missing else ""
+                series[f"{name} (n={block.with_figures}{missing})"] = block.per_position_rate
     figure, axis = plt.subplots(figsize=(7, 3.5))
-    axis.bar(range(len(rates)), rates, color=COLORS[Arm.SPECULATIVE])
+    width = 0.8 / len(series)
+    for offset, (label, values) in enumerate(series.items()):
+        axis.bar(
+            [position + offset * width for position in range(len(values))],
+            values,
+            width,
+            label=label,
+            color=COLORS[Arm.SPECULATIVE] if offset == 0 else None,
+        )
+    if len(series) > 1:
+        axis.legend(fontsize="small")
     axis.set_xlabel("draft position")
     axis.set_ylabel("accepted / drafts")
     axis.set_ylim(0, 1.05)
     axis.set_title(
-        f"Acceptance per position (rate {acceptance.acceptance_rate:.2f}, "
-        f"mean length {acceptance.mean_acceptance_length or 0.0:.2f})"
+        f"Acceptance per position, {acceptance.source.value} (rate "
+        f"{acceptance.acceptance_rate:.2f}, mean length "
+        f"{acceptance.mean_acceptance_length or 0.0:.2f})"
     )
     figure.tight_layout()
     figure.savefig(path, dpi=DPI)

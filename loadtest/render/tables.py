@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from experiment.config import TIERED_ARM, Arm
-from loadtest.metrics import DISTRIBUTIONS, PERCENTILES
+from loadtest.metrics import ALL_CLASSES, DISTRIBUTIONS, PERCENTILES
 from loadtest.render.decision import (
     NOT_AVAILABLE,
     Table,
@@ -29,6 +29,7 @@ from loadtest.render.per_token import has_server_latency, per_token_rows, per_to
 from loadtest.render.plot_files import KEY_PLOTS
 from loadtest.render.tiered import tiered_rows, tiered_text
 from loadtest.results import (
+    Acceptance,
     AcceptanceSource,
     ArmSummary,
     Distribution,
@@ -231,30 +232,99 @@ def failure_rows(summary: RunSummary) -> Table:
 
 
 def acceptance_rows(summary: RunSummary) -> Table:
+    """Each arm's acceptance from its best source; beside a per-request figure, the same
+    window's counters (their reconciliation is under the per-class table)."""
     header = ["arm", "acceptance rate", "mean acceptance length", "per position", "note", "source"]
     rows = []
     for name, arm in summary.arms.items():
-        acc = arm.acceptance
-        if acc.available:
+        rows.append(_acceptance_row(summary, name, arm.label, arm.acceptance))
+        per_request = arm.request_acceptance
+        if per_request is not None and arm.acceptance.source is AcceptanceSource.PER_REQUEST:
+            label = f"{arm.label} (counters)"
+            rows.append(_acceptance_row(summary, name, label, per_request.counters))
+    return header, rows
+
+
+def _acceptance_row(summary: RunSummary, name: str, label: str, acc: Acceptance) -> list[str]:
+    if acc.available:
+        return [
+            label,
+            fmt(acc.acceptance_rate, "{:.3f}"),
+            fmt(acc.mean_acceptance_length, "{:.2f}"),
+            ", ".join(f"{v:.2f}" for v in acc.per_position_rate or []),
+            "",
+            acc.source.value,
+        ]
+    note = acc.reason or ""
+    # The estimate stands in only where the server has no counters, never for frozen ones.
+    estimated = acc.source is AcceptanceSource.ESTIMATED and name == Arm.SPECULATIVE
+    estimate = _client_acceptance_note(summary) if estimated else ""
+    return [label, "not available", "not available", "", note + estimate, acc.source.value]
+
+
+def request_acceptance_rows(summary: RunSummary) -> Table:
+    """Each arm's per-request figures (vLLM --per-request-spec-decode-metrics), all classes
+    then each prompt class, whatever the classes' mix in the window; empty without any."""
+    header = [
+        "arm",
+        "prompt class",
+        "acceptance rate",
+        "mean acceptance length",
+        "per position",
+        "verify steps",
+        "drafted",
+        "accepted",
+        "requests with figures",
+    ]
+    rows = []
+    for arm in summary.arms.values():
+        per_request = arm.request_acceptance
+        if per_request is None:
+            continue
+        for scope, block in {ALL_CLASSES: per_request.overall, **per_request.by_class}.items():
+            missing = f" ({block.missing} missing)" if block.missing else ""
             rows.append(
                 [
                     arm.label,
-                    fmt(acc.acceptance_rate, "{:.3f}"),
-                    fmt(acc.mean_acceptance_length, "{:.2f}"),
-                    ", ".join(f"{v:.2f}" for v in acc.per_position_rate or []),
-                    "",
-                    acc.source.value,
+                    scope,
+                    fmt(block.acceptance_rate, "{:.3f}"),
+                    fmt(block.mean_acceptance_length, "{:.2f}"),
+                    ", ".join(f"{v:.2f}" for v in block.per_position_rate or []),
+                    str(block.spec_steps),
+                    str(block.draft_tokens),
+                    str(block.accepted_tokens),
+                    f"{block.with_figures} of {block.requests}{missing}",
                 ]
             )
-        else:
-            note = acc.reason or ""
-            # The estimate stands in only where the server has no counters, never for frozen ones.
-            estimated = acc.source is AcceptanceSource.ESTIMATED and name == Arm.SPECULATIVE
-            estimate = _client_acceptance_note(summary) if estimated else ""
-            rows.append(
-                [arm.label, "not available", "not available", "", note + estimate, acc.source.value]
-            )
     return header, rows
+
+
+def request_acceptance_text(summary: RunSummary) -> str | None:
+    """Per arm: whether the per-request sums agree with the same window's counters, or why
+    they were not compared; None without per-request figures."""
+    lines = []
+    for arm in summary.arms.values():
+        per_request = arm.request_acceptance
+        if per_request is None:
+            continue
+        found = per_request.reconciliation
+        if found is not None:
+            verdict = "agree" if found.agrees else "DISAGREE"
+            lines.append(
+                f"{arm.label}: per-request sums and /metrics counters {verdict}: {found.reason}."
+            )
+        else:
+            counters = per_request.counters
+            lines.append(
+                f"{arm.label}: not reconciled, the counters are {counters.source.value} "
+                f"({counters.reason or 'no reason recorded'})."
+            )
+        if per_request.overall.missing:
+            lines.append(
+                f"{arm.label}: per-request figures missing on {per_request.overall.missing} of "
+                f"{per_request.overall.requests} requests; the rows above cover only the others."
+            )
+    return " ".join(lines) if lines else None
 
 
 def _client_acceptance_note(summary: RunSummary) -> str:
@@ -465,10 +535,17 @@ def sections(summary: RunSummary, plots: list[str]) -> list[Section]:
     ]
     if summary.cost is not None:
         result.append(Section("Cost by scope", cost_rows(summary)))
-    result += [
-        Section("Speculative acceptance (server /metrics deltas)", acceptance_rows(summary)),
-        Section("Lossless check", lossless_text(summary)),
-    ]
+    result.append(Section("Speculative acceptance (best source per arm)", acceptance_rows(summary)))
+    per_request = request_acceptance_rows(summary)
+    if per_request[1]:
+        result.append(
+            Section(
+                "Acceptance per prompt class (each request's own figures)",
+                per_request,
+                note=request_acceptance_text(summary),
+            )
+        )
+    result.append(Section("Lossless check", lossless_text(summary)))
     failures = failure_rows(summary)
     result.append(Section("Failures by reason", failures if failures[1] else "No failed requests."))
     if more_plots:

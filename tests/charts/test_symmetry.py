@@ -326,7 +326,7 @@ def test_plugin_async_scheduling_is_the_named_allowed_difference() -> None:
     assert arm_asymmetries(baseline, speculative) == []
     # Named with its source, for the plugin only.
     reasons = allowed_differences(Generation.NEURON_PLUGIN)
-    assert set(reasons) == {"--no-async-scheduling"}
+    assert set(reasons) == {"--no-async-scheduling", PER_REQUEST}
     assert "features-guide.md" in reasons["--no-async-scheduling"]
     assert allowed_differences(Generation.NEURON_FORK) == {}
 
@@ -558,3 +558,70 @@ def test_a_speculation_schedule_is_a_decoding_difference() -> None:
     )
     assert "num_speculative_tokens_per_batch_size" in annotations[COMMAND_ANNOTATION]
     assert arm_asymmetries(baseline, speculative) == []
+
+
+# Per-request acceptance (--per-request-spec-decode-metrics): an allowed speculative-only
+# flag wherever the engine takes it (runtime/render.py), and nothing else becomes allowed.
+PER_REQUEST = "--per-request-spec-decode-metrics"
+# Mutations that exist on the plugin's manifests too (the fork's Neuron override does not).
+PLUGIN_MUTATIONS = sorted(set(MUTATIONS) - {"shared Neuron override"})
+
+
+def test_per_request_metrics_is_named_where_rendered_and_refused_on_the_fork() -> None:
+    from charts.symmetry import allowed_differences
+    from runtime.spec import Generation
+
+    plugin_base, plugin_spec = _arms(build_config(PLUGIN))
+    assert f"{PER_REQUEST} summary" in _command(plugin_spec)
+    assert PER_REQUEST not in _command(plugin_base)
+    assert arm_asymmetries(plugin_base, plugin_spec) == []
+    for generation in (Generation.NEURON_PLUGIN, Generation.LOCAL_CPU):
+        assert "vllm/config/vllm.py" in allowed_differences(generation)[PER_REQUEST]
+    # The fork renders it on neither arm and may not: its engine refuses the flag.
+    fork_base, fork_spec = _arms()
+    assert PER_REQUEST not in _command(fork_spec)
+    _set_command(fork_spec, _command(fork_spec) + f" {PER_REQUEST} summary")
+    assert any(f"{PER_REQUEST} only on the speculative arm" in p
+               for p in arm_asymmetries(fork_base, fork_spec))  # fmt: skip
+
+
+def test_per_request_metrics_on_the_baseline_is_reported() -> None:
+    baseline, speculative = _arms(build_config(PLUGIN))
+    _set_command(baseline, _command(baseline) + f" {PER_REQUEST} summary")
+    _set_command(speculative, _command(speculative).replace(f" {PER_REQUEST} summary", ""))
+    assert any(f"{PER_REQUEST} only on the baseline" in p
+               for p in arm_asymmetries(baseline, speculative))  # fmt: skip
+
+
+@pytest.mark.parametrize("arm", list(Arm))
+@pytest.mark.parametrize("name", PLUGIN_MUTATIONS)
+def test_with_per_request_metrics_any_other_difference_still_fails(name: str, arm: Arm) -> None:
+    baseline, speculative = _arms(build_config(PLUGIN))
+    assert PER_REQUEST in _command(speculative)
+    MUTATIONS[name](baseline if arm == Arm.BASELINE else speculative)
+    assert arm_asymmetries(baseline, speculative) != [], f"{name} on {arm} went unnoticed"
+
+
+def test_another_speculative_only_flag_is_not_allowed_beside_it() -> None:
+    baseline, speculative = _arms(build_config(PLUGIN))
+    _set_command(speculative, _command(speculative) + " --enable-log-outputs")
+    assert arm_asymmetries(baseline, speculative) == [
+        "Deployment command: flag --enable-log-outputs only on the speculative arm"
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["cpu", "env", "shared vLLM flag", "spec field other than decoding"]
+)
+def test_n_plugin_arms_with_per_request_metrics_still_catch_a_drifted_one(name: str) -> None:
+    from charts.symmetry import fleet_asymmetries
+
+    baseline, fleet = _fleet(PLUGIN)
+    assert len(fleet) > 2
+    assert all(PER_REQUEST in _command(manifests) for manifests in fleet.values())
+    assert fleet_asymmetries(baseline, fleet) == []
+    victim = sorted(fleet)[1]
+    MUTATIONS[name](fleet[victim])
+    problems = fleet_asymmetries(baseline, fleet)
+    assert problems
+    assert all(p.startswith(f"{victim}: ") for p in problems)

@@ -172,7 +172,7 @@ def test_the_printed_line_round_trips_into_the_floors(fake_run_dir) -> None:
         "structured: floor 0.52 = 0.9 x the lower 95% bound of its acceptance "
         "0.613 [0.587, 0.641] (n=16 pairs), rounded down to 2 decimals"
     ) in (text or "")
-    assert "the SD server's counters measured 0.600 over the whole run" in (text or "")
+    assert "the SD server measured 0.600 over the whole run (server counters)" in (text or "")
 
 
 def test_a_class_outside_the_default_allow_list_keeps_the_line_valid(fake_run_dir) -> None:

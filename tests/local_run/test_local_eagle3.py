@@ -263,6 +263,8 @@ def test_drafter_renders_the_plugin_profiles_eagle3_flags_minus_neuron_options()
     spec_flags = commands["eagle3"][Arm.SPECULATIVE].flags()
     base_flags = commands["eagle3"][Arm.BASELINE].flags()
     speculative = json.loads(spec_flags.pop("--speculative-config") or "")
+    # Each request's acceptance in its response, whichever the drafter (runtime/render.py).
+    assert spec_flags.pop("--per-request-spec-decode-metrics") == "summary"
     assert speculative == {
         "method": "eagle3",
         "model": "/m/eagle3/h",

@@ -1,8 +1,10 @@
 """Integration tier: the local run on real vLLM (CPU) servers with the generated tiny pair.
 
 Both arms serve every request; the speculative arm's acceptance counters are present and
-consistent and the baseline has none; greedy speculative output equals the baseline's
-(lossless); the client's per-token accounting adds up to the server's own totals.
+consistent and the baseline has none; every speculative response carries the request's own
+acceptance, whose sums equal the counters' deltas over the window; greedy speculative output
+equals the baseline's (lossless); the client's per-token accounting adds up to the server's
+own totals.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from loadtest.prompts import load_prompts
 from loadtest.records import read_records
 from loadtest.render.headline import headline
 from loadtest.render.plots import TIMESERIES_PLOT
+from loadtest.results import AcceptanceSource
 from local_run.smoke import (
     SMOKE_PROMPT,
     acceptance_by_class,
@@ -95,8 +98,10 @@ def test_acceptance_counters_present_and_consistent_for_sd_only(
 ) -> None:
     k = local_config.local_serving_spec(Arm.SPECULATIVE, "t", "d").num_speculative_tokens
     assert k is not None
-    sd = comparison.arm(Arm.SPECULATIVE).acceptance
-    assert sd.available, sd.reason
+    block = comparison.arm(Arm.SPECULATIVE)
+    # The counters' own block (the arm's acceptance is the per-request sums: test below).
+    sd = block.request_acceptance.counters if block.request_acceptance else block.acceptance
+    assert sd.source is AcceptanceSource.MEASURED, sd.reason
     assert sd.drafts and sd.draft_tokens and sd.accepted_tokens is not None
     assert sd.acceptance_rate is not None
     assert 0 <= sd.accepted_tokens <= sd.draft_tokens <= sd.drafts * k
@@ -114,6 +119,37 @@ def test_acceptance_counters_present_and_consistent_for_sd_only(
         name.startswith("vllm:spec_decode")
         for name in server_counters(running_servers[Arm.SPECULATIVE])
     )
+
+
+def test_per_request_sums_equal_the_counter_deltas_of_the_window(
+    comparison: RunSummary, comparison_dir: Path
+) -> None:
+    """The speculative server runs with --per-request-spec-decode-metrics (runtime/render.py):
+    every measured response carried its request's figures, and over the window (warm-up
+    left out of both) their sums equal the counters' deltas exactly, per position too."""
+    block = comparison.arm(Arm.SPECULATIVE)
+    per_request = block.request_acceptance
+    assert per_request is not None
+    overall, counters = per_request.overall, per_request.counters
+    assert overall.missing == 0
+    assert overall.with_figures == overall.requests == block.overall.succeeded > 0
+    assert counters.source is AcceptanceSource.MEASURED, counters.reason
+    sums = (overall.spec_steps, overall.draft_tokens, overall.accepted_tokens)
+    assert sums == (counters.drafts, counters.draft_tokens, counters.accepted_tokens)
+    assert overall.per_position_rate == pytest.approx(counters.per_position_rate)
+    found = per_request.reconciliation
+    assert found is not None and found.agrees, found
+    assert found.requests_without_figures == 0
+    assert block.acceptance.source is AcceptanceSource.PER_REQUEST
+    assert not [w for w in comparison.warnings if "per-request" in w]
+    # Per class, from the same figures: the classes' sums make up the whole.
+    assert set(per_request.by_class) == {"open_ended", "structured"}
+    assert sum(c.spec_steps for c in per_request.by_class.values()) == overall.spec_steps
+    records = read_records(comparison_dir / "records_speculative.jsonl")
+    assert all(r.has_spec_figures for r in records)  # the warm-up's responses carry them too
+    assert comparison.arm(Arm.BASELINE).request_acceptance is None
+    baseline = read_records(comparison_dir / "records_baseline.jsonl")
+    assert not any(r.has_spec_figures for r in baseline)
 
 
 def test_greedy_speculative_output_equals_baseline(

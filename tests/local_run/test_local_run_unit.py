@@ -41,7 +41,10 @@ def test_arms_differ_only_in_port_and_speculative_flags() -> None:
     config = build_config({})
     commands = arm_commands(config, TARGET_DIR, DRAFT_DIR)
     base, sd = commands[Arm.BASELINE].flags(), commands[Arm.SPECULATIVE].flags()
-    assert set(sd) - set(base) == {"--speculative-config"}
+    # The draft, and each request's acceptance in its response (vLLM refuses the flag
+    # without a draft: runtime/render.py).
+    assert set(sd) - set(base) == {"--speculative-config", "--per-request-spec-decode-metrics"}
+    assert sd["--per-request-spec-decode-metrics"] == "summary"
     assert {k for k in base if base[k] != sd[k]} == {"--port"}
     assert base["--model"] == "/models/abc/target"
     assert '"model":"/models/abc/draft"' in (sd["--speculative-config"] or "")

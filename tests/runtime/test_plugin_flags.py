@@ -20,6 +20,8 @@ PLUGIN_DOCS = "vllm-project/vllm-neuron:docs/guides/features-guide.md"
 DESIGN = "vllm-project/vllm-neuron:docs/design/speculation/speculative_decoding_design.md"
 DFLASH = "vllm-project/vllm-neuron:vllm_neuron/vllm/spec_decode/dflash.py"
 VLLM_ARGS = "vllm-project/vllm:vllm/engine/arg_utils.py"
+# Read in the vllm 0.29.0 sdist (PyPI), the DLC's vLLM: ObservabilityConfig.
+VLLM_OBSERVABILITY = "vllm-project/vllm@v0.29.0:vllm/config/observability.py"
 # FrontendArgs (host, port); vllm/entrypoints/launchers/cli_args.py in the local 0.32.
 FRONTEND_ARGS = "vllm-project/vllm:vllm/entrypoints/openai/cli_args.py"
 
@@ -40,6 +42,11 @@ FLAG_SOURCES: dict[str, tuple[str, str]] = {
     "--no-enable-chunked-prefill": (DFLASH, "DFlashProposer refuses chunked prefill"),
     "--speculative-config": (PLUGIN_DOCS, "method, model, num_speculative_tokens"),
     "--no-async-scheduling": (PLUGIN_DOCS, "speculation is mutually exclusive with async"),
+    "--per-request-spec-decode-metrics": (
+        VLLM_OBSERVABILITY,
+        "per_request_spec_decode_metrics: none | summary | detailed (arg_utils.py registers it; "
+        "config/vllm.py refuses it without a speculative config)",
+    ),
     "--additional-config": (DESIGN, '{"neuron_config": {"on_device_sampling_config": ...}}'),
 }
 # Keys inside the JSON values, with their sources.
@@ -148,7 +155,11 @@ def test_baseline_has_the_same_neuron_config_and_no_decoding_flags() -> None:
     assert "--no-async-scheduling" not in base  # async scheduling stays on without a draft
     assert base["--additional-config"] == spec["--additional-config"]
     assert base["--no-enable-prefix-caching"] is None
-    assert set(spec) - set(base) == {"--speculative-config", "--no-async-scheduling"}
+    assert set(spec) - set(base) == {
+        "--speculative-config",
+        "--no-async-scheduling",
+        "--per-request-spec-decode-metrics",
+    }
 
 
 def test_dflash_renders_its_required_flags() -> None:

@@ -9,10 +9,18 @@ import pytest
 
 from experiment import build_config
 from experiment.config import Arm
-from runtime.render import API_SERVER_MODULE, VllmCommand, num_gpu_blocks_override, render
+from runtime.render import (
+    API_SERVER_MODULE,
+    PER_REQUEST_SPEC_METRICS_ARGS,
+    PER_REQUEST_SPEC_METRICS_REFUSED,
+    VllmCommand,
+    num_gpu_blocks_override,
+    render,
+)
 from runtime.spec import Generation, ServingSpec
 
 SPECULATIVE_FLAGS = {"--speculative-config"}
+PER_REQUEST = "--per-request-spec-decode-metrics"
 
 
 def _pair(config=None) -> tuple[VllmCommand, VllmCommand]:
@@ -54,8 +62,9 @@ def test_fork_method_defaults_to_the_published_experiments_and_config_overrides_
     ("make_config", "speculative_only"),
     [
         (lambda: build_config({}), SPECULATIVE_FLAGS),
-        # The plugin turns async scheduling off on a speculating server (charts/symmetry.py).
-        (_plugin_config, SPECULATIVE_FLAGS | {"--no-async-scheduling"}),
+        # The plugin turns async scheduling off on a speculating server (charts/symmetry.py)
+        # and, on vLLM 0.29, reports each request's acceptance (the fork's engine cannot).
+        (_plugin_config, SPECULATIVE_FLAGS | {"--no-async-scheduling", PER_REQUEST}),
     ],
 )
 def test_arms_share_every_other_flag(make_config, speculative_only) -> None:
@@ -116,8 +125,30 @@ def test_local_cpu_profile_uses_draft_model_method_on_loopback() -> None:
     assert spec.flags()["--port"] == str(config.local.speculative_port)
     assert base.env == spec.env == {"VLLM_CPU_KVCACHE_SPACE": str(config.local.cpu_kvcache_gib)}
     assert not any(arg.startswith("--override-neuron") for arg in spec.args)
-    shared = {k: v for k, v in spec.flags().items() if k not in SPECULATIVE_FLAGS | {"--port"}}
+    assert spec.flags()[PER_REQUEST] == "summary"  # each request's acceptance, SD arm only
+    only_sd = SPECULATIVE_FLAGS | {PER_REQUEST, "--port"}
+    shared = {k: v for k, v in spec.flags().items() if k not in only_sd}
     assert shared == {k: v for k, v in base.flags().items() if k != "--port"}
+
+
+@pytest.mark.parametrize("generation", list(Generation))
+def test_per_request_metrics_only_on_a_speculating_server_whose_engine_takes_it(
+    generation: Generation,
+) -> None:
+    config = _plugin_config() if generation is Generation.NEURON_PLUGIN else build_config({})
+    if generation is Generation.LOCAL_CPU:
+        base, spec = (config.local_serving_spec(arm, "/m/t", "/m/d") for arm in Arm)
+    else:
+        base, spec = (config.serving_spec(arm) for arm in Arm)
+    assert base.generation == spec.generation == generation
+    # vLLM refuses the flag without a speculative config (vllm/config/vllm.py).
+    assert PER_REQUEST not in render(base).flags()
+    args = render(spec).args
+    if generation in PER_REQUEST_SPEC_METRICS_REFUSED:
+        assert PER_REQUEST not in args
+    else:
+        at = args.index(PER_REQUEST)
+        assert tuple(args[at : at + 2]) == PER_REQUEST_SPEC_METRICS_ARGS == (PER_REQUEST, "summary")
 
 
 def test_extra_args_are_appended_to_both_arms() -> None:

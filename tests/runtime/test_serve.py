@@ -102,6 +102,20 @@ def test_fingerprint_ignores_port_and_artifacts_location_only(tmp_path: Path) ->
         ), change
 
 
+def test_per_request_metrics_leave_the_fingerprint_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It changes what responses report, not the compiled graph: artifacts compiled before the
+    # flag was rendered stay valid (runtime/artifacts.py, NOT_COMPILED_FLAGS).
+    from runtime import render as render_module
+
+    config = build_config({"experiment.serving.profile": "new-deployment"})
+    spec = config.serving_spec(Arm.SPECULATIVE)
+    assert "--per-request-spec-decode-metrics" in render_module.render(spec).args
+    with_flag = compile_fingerprint(spec)
+    monkeypatch.setattr(render_module, "per_request_spec_metrics_args", lambda generation: ())
+    assert "--per-request-spec-decode-metrics" not in render_module.render(spec).args
+    assert compile_fingerprint(spec) == with_flag
+
+
 def test_dry_run_does_not_exec(tmp_path: Path) -> None:
     spec = _spec(tmp_path, arm=Arm.BASELINE)
     calls = []
