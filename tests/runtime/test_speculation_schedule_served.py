@@ -6,7 +6,8 @@ one request at a time it drafts nothing (the drafts counter stays put while toke
 two at a time it drafts, so vLLM applies the schedule rather than ignoring it. "Two at a time"
 is made certain, not hoped for: a long streamed request is under way before the second is
 sent, and the test checks it was still streaming after the second finished. Counters are read
-once vLLM has counted every finished request, so the last steps' statistics are in. A schedule vLLM
+once vLLM has counted every finished request, so the reading never depends on when the API
+server records a step's statistics against when it answers. A schedule vLLM
 refuses at start (rendered past runtime/validate.py, which would refuse it first) fails the
 start with vLLM's own message in the error."""
 
@@ -95,8 +96,9 @@ def finished(url: str) -> float:
 
 
 def drafts_once_counted(url: str, requests_done: int) -> float:
-    """The drafts counter once vLLM has recorded ``requests_done`` finished requests: the
-    API server can answer a request before it records the statistics of its last step."""
+    """The drafts counter once vLLM has recorded ``requests_done`` finished requests (vLLM
+    records a step's statistics in the pass that hands out its outputs, except for steps of
+    more than VLLM_V1_OUTPUT_PROC_CHUNK_SIZE outputs; the count makes the order moot)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while finished(url) < requests_done:
         assert time.monotonic() < deadline, f"vLLM never counted {requests_done} requests"
