@@ -333,14 +333,15 @@ class BatchPrediction(_Result):
 
 class ScheduleRange(_Result):
     """One [first, last, k] range of the schedule and why: the chosen k's predicted speedup
-    at the range's weakest batch size (k = 0: the best k's, which did not pay)."""
+    at the range's weakest batch size (k = 0 priced as vLLM serves it: the drafter's forward
+    still runs each step, tune/schedule.py)."""
 
     first: int
     last: int
     k: int
     at_batch_size: int
-    best_k: int  # the k with the highest prediction at at_batch_size (k itself when k > 0)
-    predicted_speedup: Interval  # of best_k at at_batch_size
+    best_k: int  # the k > 0 with the highest prediction at at_batch_size (k itself when k > 0)
+    predicted_speedup: Interval  # of k at at_batch_size; at most 1: no k pays there
     measured_batch_sizes: list[int]
 
 

@@ -16,7 +16,20 @@ the class model's (replayed or summed, tune/analysis.py). Per class, of N output
 The workload's speedup is sum_c w_c E2E_base / sum_c w_c E2E (classes weighted by their
 request counts) and a server kept at b streams b N / E2E output tokens per second. Between
 measured batch sizes the predictions are interpolated linearly; past the largest measured
-one they are held. The k of a batch size is the best predicted k, 0 where none beats 1.
+one they are held.
+
+k = 0 is not the baseline. At k = 0 vLLM still runs the drafter's forward pass over each
+step's new tokens, to keep the drafter's KV cache in step with the text
+(vllm/v1/spec_decode/llm_base_proposer.py, ``propose``: "No draft tokens requested (e.g.
+Dynamic SD decided K=0). The prefill forward pass above already ran to keep the drafter KV
+cache in sync"), so a k = 0 step costs about a k = 1 step and yields one token:
+
+    E2E(b, 0)   = TTFT(b) + (N - 1) T_b(1)
+
+The k of a batch size is the best predicted of 0..K by that model (in practice never 0, as
+tau(1) > 1). Where even the best is predicted slower than the baseline, the schedule keeps it
+and a note names those batch sizes: no k serves the baseline's speed there; routing those
+loads to the baseline arm does (tiered routing, the guardrails).
 Interval: the load test's expanded percentile bootstrap over prompts (the same draws in
 every run, so both arms and every level stay paired) of the step times and TTFTs; tau(k) is
 held at its point estimate.
@@ -145,19 +158,24 @@ def _class_level(
 
 @dataclass(frozen=True)
 class _Level:
-    """The workload at one batch size: E2E per k (k = 0: the baseline), rows = resamples."""
+    """The workload at one batch size, rows = resamples: E2E per k of the speculating server
+    (k = 0: its drafter still runs, one token per step) and of the baseline."""
 
     batch_size: int
     e2e: dict[int, np.ndarray]
+    baseline: np.ndarray
     tokens: float  # sum_c w_c N_c
     measured: bool
 
     def speedup(self, k: int) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return self.e2e[0] / self.e2e[k]
+            return self.baseline / self.e2e[k]
 
     def throughput(self, k: int) -> float:
         return float(self.batch_size * self.tokens / self.e2e[k][0])
+
+    def baseline_throughput(self) -> float:
+        return float(self.batch_size * self.tokens / self.baseline[0])
 
 
 def _workload(
@@ -168,20 +186,22 @@ def _workload(
     ks: Sequence[int],
 ) -> _Level:
     e2e: dict[int, np.ndarray] = {}
+    baseline = np.zeros_like(next(iter(per_class.values())).baseline_step)
+    for name, level in per_class.items():
+        w, decode = class_weights.get(name, 1), models[name].output_tokens - 1
+        baseline = baseline + w * (level.baseline_ttft + decode * level.baseline_step)
     for k in (0, *ks):
-        total = np.zeros_like(next(iter(per_class.values())).baseline_step)
+        total = np.zeros_like(baseline)
         for name, level in per_class.items():
             model, w = models[name], class_weights.get(name, 1)
             decode = model.output_tokens - 1
-            if k == 0:
-                total = total + w * (level.baseline_ttft + decode * level.baseline_step)
-            else:
-                tau = model.prediction(k).tokens_per_step
-                step = level.intercept + level.per_k * k
-                total = total + w * (level.ttft + decode * step / tau)
+            # k = 0: the drafter's forward still runs (module docstring), one token a step.
+            tau = 1.0 if k == 0 else model.prediction(k).tokens_per_step
+            step = level.intercept + level.per_k * max(k, 1)
+            total = total + w * (level.ttft + decode * step / tau)
         e2e[k] = total
     tokens = sum(class_weights.get(n, 1) * models[n].output_tokens for n in per_class)
-    return _Level(batch_size, e2e, tokens, measured=True)
+    return _Level(batch_size, e2e, baseline, tokens, measured=True)
 
 
 def _at(levels: Sequence[_Level], batch_size: int) -> _Level:
@@ -194,11 +214,12 @@ def _at(levels: Sequence[_Level], batch_size: int) -> _Level:
     below = [lv for lv in levels if lv.batch_size < batch_size]
     if not above:
         held = below[-1]
-        return _Level(batch_size, held.e2e, held.tokens, measured=False)
+        return _Level(batch_size, held.e2e, held.baseline, held.tokens, measured=False)
     lo, hi = below[-1], above[0]
     t = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
     e2e = {k: (1 - t) * lo.e2e[k] + t * hi.e2e[k] for k in lo.e2e}
-    return _Level(batch_size, e2e, lo.tokens, measured=False)
+    baseline = (1 - t) * lo.baseline + t * hi.baseline
+    return _Level(batch_size, e2e, baseline, lo.tokens, measured=False)
 
 
 def derive_schedule(
@@ -289,29 +310,26 @@ def derive_schedule(
             k=k,
             e2e_speedup=interval(float(values[0]), values[1:], n, boot),
             output_throughput_tok_s=level.throughput(k),
-            baseline_output_throughput_tok_s=level.throughput(0),
+            baseline_output_throughput_tok_s=level.baseline_throughput(),
             measured=level.measured,
         )
 
     every = [_at(measured_levels, b) for b in range(1, max_num_seqs + 1)]
-    predictions = [speedup(here, k) for here in every for k in ks]
-    chosen: list[int] = []
-    for here in every:
-        best = max(ks, key=lambda k: here.speedup(k)[0])
-        chosen.append(best if here.speedup(best)[0] > 1 else 0)
+    predictions = [speedup(here, k) for here in every for k in (0, *ks)]
+    # The best predicted of 0..K (k = 0 priced as served: module docstring); a range ends
+    # where the k changes or where it stops (or starts) paying.
+    chosen = [max((0, *ks), key=lambda k: here.speedup(k)[0]) for here in every]
+    pays = [bool(here.speedup(k)[0] > 1) for here, k in zip(every, chosen, strict=True)]
+    losing = [here.batch_size for here, paid in zip(every, pays, strict=True) if not paid]
     ranges: list[ScheduleRange] = []
     first = 1
     for b in range(1, max_num_seqs + 1):
-        if b < max_num_seqs and chosen[b] == chosen[b - 1]:
+        if b < max_num_seqs and (chosen[b], pays[b]) == (chosen[b - 1], pays[b - 1]):
             continue
         k = chosen[b - 1]
         span = every[first - 1 : b]
-        if k:
-            weakest = min(span, key=lambda lv: lv.speedup(k)[0])
-            best_k = k
-        else:
-            weakest = span[0]
-            best_k = max(ks, key=lambda j: weakest.speedup(j)[0])
+        weakest = min(span, key=lambda lv: lv.speedup(k)[0])
+        best_k = k if k else max(ks, key=lambda j: weakest.speedup(j)[0])
         ranges.append(
             ScheduleRange(
                 first=first,
@@ -319,13 +337,19 @@ def derive_schedule(
                 k=k,
                 at_batch_size=weakest.batch_size,
                 best_k=best_k,
-                predicted_speedup=speedup(weakest, best_k).e2e_speedup,
+                predicted_speedup=speedup(weakest, k).e2e_speedup,
                 measured_batch_sizes=[lv.batch_size for lv in span if lv.measured],
             )
         )
         first = b + 1
-    if all(r.k == 0 for r in ranges):
-        notes.append(f"schedule: {draft} pays at no batch size; serve the baseline")
+    if len(losing) == max_num_seqs:
+        notes.append(f"schedule: {draft} pays at no batch size at any k; serve the baseline")
+    elif losing:
+        notes.append(
+            f"schedule: {draft} pays at no k at batch sizes {_spans(losing)}; a k=0 range would "
+            "still run the drafter every step (vLLM keeps its KV cache in step), so route "
+            "those loads to the baseline arm instead (tiered routing, the guardrails)"
+        )
     schedule = SpeculationSchedule(
         draft=draft,
         drafter=drafter_of(draft),
@@ -338,6 +362,17 @@ def derive_schedule(
         overrides=None,
     )
     return schedule, notes
+
+
+def _spans(values: Sequence[int]) -> str:
+    """[1, 2, 3, 7, 8] -> "1-3, 7-8"."""
+    spans: list[list[int]] = []
+    for v in values:
+        if spans and v == spans[-1][1] + 1:
+            spans[-1][1] = v
+        else:
+            spans.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def add_schedule(
@@ -359,7 +394,7 @@ def add_schedule(
         return
     if refused is not None:
         result.notes.append(f"schedule: not deployable: {refused}")
-    elif any(r.k for r in schedule.ranges):
+    elif any((r.predicted_speedup.estimate or 0.0) > 1 for r in schedule.ranges):  # pays
         schedule = schedule.model_copy(
             update={"overrides": schedule_overrides_line(schedule.draft, schedule.entries)}
         )

@@ -83,10 +83,14 @@ def break_even_text(break_even: BreakEven) -> str:
 
 
 def schedule_range_text(r: ScheduleRange) -> str:
-    """``batch 1-2: k=3, predicted 1.40x [1.30, 1.50] (n=32) at batch 2``; a k=0 range says
-    what the best k would have given there."""
+    """``batch 1-2: k=3, predicted 1.40x [1.30, 1.50] (n=32) at batch 2``; a range where no
+    k pays says so and where the loss goes instead."""
     span = f"batch {r.first}" if r.first == r.last else f"batch {r.first}-{r.last}"
     gain = f"{interval_text(r.predicted_speedup)} at batch {r.at_batch_size}"
-    if r.k:
-        return f"{span}: k={r.k}, predicted {gain}"
-    return f"{span}: k=0 (no speculation; the best, k={r.best_k}, predicted {gain})"
+    text = f"{span}: k={r.k}, predicted {gain}"
+    if r.k == 0:
+        text += " (the drafter still runs each step)"
+    estimate = r.predicted_speedup.estimate
+    if estimate is not None and estimate <= 1:
+        text += "; no k pays here: route these loads to the baseline"
+    return text
