@@ -166,9 +166,11 @@ synth: $(STAMP)
 
 # Accuracy and capacity of the load generator vs ground truth, vllm bench serve and AIPerf
 # (AIPerf's own venv, .cache/bench/aiperf-venv, is installed on first use; writes
-# bench/results.json and the table in bench/README.md; its duration: docs/bench.md).
+# bench/results.json and the table in bench/README.md; its duration: docs/bench.md), then
+# the trace replay beside AIPerf's and vllm bench serve's trace modes (bench/replay_peers.py;
+# rewrites docs/records/replay-peers.json and renders docs/bench.md).
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m bench && $(PY) -m bench.figures measure replay-peers
 
 lint: $(LINT_STAMP)
 	$(FAST_VENV)/bin/ruff check .

@@ -8,6 +8,10 @@ results table into ``bench/README.md`` (between the RESULTS markers).
     python -m bench                       # everything (~15 min on 2 cores)
     python -m bench --levels 1,16 --quick # a smoke run
 
+``make bench`` runs this, then ``python -m bench.figures measure replay-peers``
+(bench/replay_peers.py: the trace replay beside AIPerf's fixed schedule and vllm bench
+serve's timed_trace, against the same truth server; its own record, docs/bench.md).
+
 ``--config FILE`` / ``-c KEY=VALUE`` / ``--help-config`` as on every command: the Locust
 instrument runs with the configured ``loadtest.workers_connect_timeout_s``; the workload
 (stream shape, levels, request counts) is this bench's own (bench/workload.py).

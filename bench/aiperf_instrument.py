@@ -124,7 +124,7 @@ def aiperf_command(
         "completions",
         "--streaming",
         # A local directory: aiperf/common/tokenizer.py resolve_alias() returns a path
-        # unchanged and transformers loads it from disk (see _env for why not offline mode).
+        # unchanged and transformers loads it from disk (see aiperf_env for why not offline mode).
         "--tokenizer",
         str(tokenizer_dir.resolve()),
         # Output lengths from the server's usage (stream_options.include_usage), not from
@@ -168,7 +168,7 @@ def aiperf_command(
     ]
 
 
-def _env() -> dict[str, str]:
+def aiperf_env() -> dict[str, str]:
     """AIPerf's environment: never the hub, and not HF offline mode.
 
     With HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE set, AIPerf 0.13 looks every tokenizer name
@@ -286,7 +286,7 @@ def run_aiperf(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_env(),
+                env=aiperf_env(),
                 cwd=run_dir,
                 check=False,
                 # AIPerf starts a dozen services (ZMQ) before the first request: ~10 s.

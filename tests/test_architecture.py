@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     # local_run: the drill and the miniature start its servers, gateway and Prometheus;
     # the figures and the CLI describe the machine with it (local_run/machine.py);
     # guardrails: the drill reads the analysis' outcome (guardrails/argo.py Outcome).
-    "bench": {"loadtest", "local_run", "experiment", "guardrails"},
+    # tune, runtime: the adaptive-k sweep takes the tuning's schedule and renders its servers
+    "bench": {"loadtest", "local_run", "experiment", "guardrails", "tune", "runtime"},
     "tune": {"loadtest", "local_run", "experiment", "runtime"},
     # the checks after a deploy look up what charts rendered and guardrails watch; --local,
     # what local_run lays out (its rule file, the rules without the probe's)

@@ -17,7 +17,7 @@ from bench.figures.records import (
     TestSuiteFigures,
     load_records,
 )
-from bench.figures.regions import Records, render_document, rendered_documents
+from bench.figures.regions import PLOTS, Records, render_document, rendered_documents
 
 INDEX = RECORDS_DIR / "README.md"
 
@@ -85,6 +85,8 @@ def rendered(root: Path = ROOT, records: Records | None = None) -> dict[Path, st
         if fresh != text or "<!-- figures:" in text:
             out[path] = fresh
     out[INDEX] = render_index(records)
+    for name, plot in PLOTS.items():  # plots drawn from the records, as SVG text
+        out[root / name] = plot(records)
     return out
 
 

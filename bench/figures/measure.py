@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from bench.figures.records import (
     BENCH_RESULT_FILES,
     ROOT,
+    AdaptiveKFigures,
     ArmCostFigures,
     ArmsSpreadFigures,
     BindingSpreadFigures,
@@ -52,6 +53,7 @@ from bench.figures.records import (
     RecordMachine,
     ReplayAccuracyFigures,
     ReplayLevel,
+    ReplayPeersFigures,
     SlowTest,
     StatsSpeedFigures,
     TestSuiteFigures,
@@ -586,6 +588,20 @@ def replay_figures(outcome: Outcome) -> ReplayAccuracyFigures:
     )
 
 
+REPLAY_PEERS_OUT = "runs/figures/replay-peers.json"
+
+
+def replay_peers_figures(outcome: Outcome) -> ReplayPeersFigures:
+    return ReplayPeersFigures.model_validate_json((outcome.workdir / REPLAY_PEERS_OUT).read_text())
+
+
+ADAPTIVE_K_OUT = "runs/figures/adaptive-k.json"
+
+
+def adaptive_k_figures(outcome: Outcome) -> AdaptiveKFigures:
+    return AdaptiveKFigures.model_validate_json((outcome.workdir / ADAPTIVE_K_OUT).read_text())
+
+
 ARMS_SPREAD_OUT = "runs/figures/arms-spread.json"
 
 
@@ -690,6 +706,13 @@ MEASUREMENTS: dict[str, Measurement] = {
             f".venv/bin/python -m bench.guardrails_drill --out {DRILL_OUT}",
             drill_figures,
         ),
+        # The quick tuning's best fixed k and schedule, then the three on real vLLM at
+        # concurrency 1-16, interleaved (issue 38 item 3).
+        Measurement(
+            "adaptive-k",
+            f".venv/bin/python -m bench.adaptive_k --out {ADAPTIVE_K_OUT}",
+            adaptive_k_figures,
+        ),
         # The canary's life: timelines through promtool and Argo's semantics (issue 39).
         Measurement(
             "guardrails-lifecycle",
@@ -704,6 +727,13 @@ MEASUREMENTS: dict[str, Measurement] = {
             "mkdir -p runs/figures && "
             f".venv/bin/python -m bench.replay_accuracy --out {REPLAY_OUT}",
             replay_figures,
+        ),
+        # The same trace replayed by the load test, AIPerf's fixed schedule and vllm bench
+        # serve's timed_trace, lone requests and burst members apart (make bench runs it).
+        Measurement(
+            "replay-peers",
+            f".venv/bin/python -m bench.replay_peers --out {REPLAY_PEERS_OUT}",
+            replay_peers_figures,
         ),
         Measurement(
             "stats-speed",

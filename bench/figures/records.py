@@ -513,6 +513,10 @@ class ReplayLevel(_Model):
 # Issue 31's goal for the trace replay: p99 send error by streams (256: two workers) on a
 # 2-core machine; here, not in bench/replay_accuracy.py, so rendering needs no load test.
 P99_GOAL_MS = {64: 2.0, 256: 5.0}
+# The replay side by side (bench/replay_peers.py): the load test's lone requests (alone at
+# their offset) within the same p99 bound, and its burst members' p99 no later than the best
+# peer's on the same trace.
+LONE_P99_GOAL_MS = P99_GOAL_MS
 
 
 class ReplayAccuracyFigures(_Model):
@@ -534,6 +538,118 @@ class ReplayAccuracyFigures(_Model):
         raise KeyError(f"replay-accuracy has no level at {streams} streams")
 
 
+class SendErrors(_Model):
+    """p50, p99 and max send error (ms) of a group of requests (bench/replay_peers.py)."""
+
+    n: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+class ReplayPeerRun(_Model):
+    """One tool replaying one level's trace, each repetition against a fresh truth server:
+    every figure the median over the repetitions that replayed."""
+
+    tool: Literal["loadtest", "aiperf", "vllm"]
+    label: str
+    streams: int
+    workers: int | None  # the load test's Locust processes; None: a peer
+    requests: int
+    matched: int
+    unmatched: int  # the most of any repetition
+    lone: SendErrors | None  # requests alone at their offset
+    burst: SendErrors | None  # requests sharing their offset with others
+    largest_burst: int
+    wall_s: float | None = None
+    error: str | None = None  # every repetition failed: why (no errors then)
+    repetitions: int = 1  # that replayed
+    failures: list[str] = []  # the reasons of the repetitions that failed
+    load_average_1m: list[float] = []  # at each repetition's start
+    lone_p99_ms_by_repetition: list[float] = []
+    burst_p99_ms_by_repetition: list[float] = []
+
+
+class ReplayPeersFigures(_Model):
+    """``python -m bench.replay_peers``: the same trace replayed by the load test, AIPerf's
+    fixed schedule and vllm bench serve's timed_trace, against the truth server's kernel
+    receive log, lone requests and burst members apart."""
+
+    kind: Literal["replay-peers"] = "replay-peers"
+    method: str
+    time_scale: float
+    service_s: float
+    burst_every_s: float
+    burst_share: float
+    repetitions: int = 1  # interleaved: tool after tool, level after level, then again
+    versions: dict[str, str]
+    runs: list[ReplayPeerRun]
+
+    def levels(self) -> list[int]:
+        return sorted({run.streams for run in self.runs})
+
+    def run(self, streams: int, tool: str) -> ReplayPeerRun | None:
+        for found in self.runs:
+            if found.streams == streams and found.tool == tool:
+                return found
+        return None
+
+
+class AdaptiveKLevel(_Model):
+    """One concurrency level of ``python -m bench.adaptive_k``: the baseline, the best fixed
+    k and the speculation schedule run in interleaved blocks on the same requests, every
+    speedup paired by request (the load test's bootstrap) over the requests all three
+    served."""
+
+    concurrency: int
+    fit: bool  # a tuning.concurrency level: the schedule's step costs were measured here
+    schedule_k: int  # the schedule's k at this batch size
+    requests: int  # measured requests per policy
+    failed: dict[str, int]  # by policy: baseline, fixed, schedule
+    fixed_speedup: Interval  # mean E2E baseline / mean E2E fixed k
+    schedule_speedup: Interval  # mean E2E baseline / mean E2E schedule
+    schedule_over_fixed: Interval  # mean E2E fixed k / mean E2E schedule
+    # tune/schedule.py's BatchPrediction at this batch size, for the schedule's k (k = 0: the
+    # baseline itself, 1 without an interval) and for the fixed k; None: not predicted
+    predicted_schedule: Interval | None
+    predicted_fixed: Interval | None
+    # vLLM's spec-decode counters over the level's measured blocks, by speculative policy:
+    # speculative steps and tokens drafted in them (None: not scraped)
+    drafts: dict[str, float | None] = {}
+    draft_tokens: dict[str, float | None] = {}
+    load_average_1m: float | None = None  # at the level's start
+    wall_s: float
+
+
+class AdaptiveKFigures(_Model):
+    """``python -m bench.adaptive_k``: the quick tuning sweep's best fixed k and speculation
+    schedule, then both against the baseline at every concurrency on real vLLM."""
+
+    kind: Literal["adaptive-k"] = "adaptive-k"
+    draft: str
+    drafter: str
+    fixed_k: int
+    schedule: list[tuple[int, int, int]]  # [first, last, k] as served
+    schedule_max_k: int  # the schedule server's num_speculative_tokens
+    max_num_seqs: int
+    fit_levels: list[int]  # tuning.concurrency of the tuning sweep
+    max_tokens: int
+    prompts: int
+    requests_per_prompt: int
+    block_requests: int
+    tolerance: float  # the prediction goal on held-out levels
+    wall_s: float  # the whole measurement: tuning, start-up, sweep
+    tuning_wall_s: float
+    tuning_server_starts: int
+    startup_s: float  # the three servers of the sweep, started together
+    sweep_wall_s: float
+    levels: list[AdaptiveKLevel]
+    notes: list[str] = []
+
+    def held_out(self) -> list[AdaptiveKLevel]:
+        return [level for level in self.levels if not level.fit]
+
+
 Figures = Annotated[
     LocalRunFigures
     | TestSuiteFigures
@@ -545,8 +661,10 @@ Figures = Annotated[
     | GuardrailsDrillFigures
     | GuardrailsLifecycleFigures
     | ReplayAccuracyFigures
+    | ReplayPeersFigures
     | LocalHostsFigures
-    | BindingSpreadFigures,
+    | BindingSpreadFigures
+    | AdaptiveKFigures,
     Field(discriminator="kind"),
 ]
 

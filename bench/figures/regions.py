@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from bench.figures.adaptive_k import plot_svg, region_text
+from bench.figures.formatting import ci, dur, ms, pct, secs, x
 from bench.figures.records import (
     BENCH_RESULT_FILES,
+    LONE_P99_GOAL_MS,
     P99_GOAL_MS,
     RECORDS_DIR,
     ROOT,
+    AdaptiveKFigures,
     ArmsSpreadFigures,
     BenchFigures,
     BenchPoint,
@@ -35,6 +39,9 @@ from bench.figures.records import (
     LocalRunFigures,
     MiniatureFigures,
     ReplayAccuracyFigures,
+    ReplayPeerRun,
+    ReplayPeersFigures,
+    SendErrors,
     StatsSpeedFigures,
     TestSuiteFigures,
     TieredFigures,
@@ -67,34 +74,6 @@ def need(records: Records, name: str, kind: type[F]) -> tuple[FigureRecord, F]:
     if not isinstance(record.figures, kind):
         raise RegionError(f"record {name!r} holds {record.figures.kind} figures, not {kind}")
     return record, record.figures
-
-
-# Formatting: one way per kind of figure, so a re-render never changes the style.
-def dur(seconds: float) -> str:
-    whole = round(seconds)
-    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
-
-
-def secs(seconds: float) -> str:
-    return f"{round(seconds)} s"
-
-
-def x(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-def ci(interval: Interval) -> str:
-    if interval.low is None or interval.high is None:
-        return "[no interval]"
-    return f"[{interval.low:.2f}, {interval.high:.2f}]"
-
-
-def pct(share: float) -> str:
-    return f"{share * 100:.1f}%"
-
-
-def ms(value: float) -> str:
-    return f"{value:.2f} ms"
 
 
 def span(values: list[float], digits: int = 2) -> str:
@@ -1509,6 +1488,129 @@ def replay_accuracy(records: Records) -> str:
     return "\n".join(rows)
 
 
+def _send_errors(errors: SendErrors | None) -> str:
+    if errors is None:
+        return "-"
+    return f"{errors.p50_ms:.2f} / {errors.p99_ms:.2f} / {errors.max_ms:.2f}"
+
+
+def _peer_label(run: ReplayPeerRun) -> str:
+    if run.workers is None:
+        return run.label
+    return f"{run.label}, {run.workers} {'process' if run.workers == 1 else 'workers'}"
+
+
+def replay_peers_verdicts(d: ReplayPeersFigures) -> list[str]:
+    """The goals judged on the record's numbers, one sentence each: the load test's lone p99
+    against LONE_P99_GOAL_MS, its burst members' p99 against the best peer's (rounded as
+    shown, so a verdict never contradicts the table)."""
+    out = []
+    for streams in d.levels():
+        ours = d.run(streams, "loadtest")
+        if ours is None or ours.error is not None:
+            out.append(f"At {streams} streams the load test did not replay the trace: not judged.")
+            continue
+        goal = LONE_P99_GOAL_MS.get(streams)
+        if ours.lone is not None and goal is not None:
+            met = round(ours.lone.p99_ms, 2) <= goal
+            out.append(
+                f"At {streams} streams the load test's lone requests reached the server "
+                f"{'within' if met else 'outside'} the goal: p99 {ms(ours.lone.p99_ms)} "
+                f"against {goal:g} ms ({'met' if met else 'missed'})."
+            )
+        if ours.burst is None:
+            continue
+        peers = {
+            run.label: run.burst
+            for run in d.runs
+            if run.streams == streams and run.tool != "loadtest" and run.burst is not None
+        }
+        if not peers:
+            out.append(
+                f"At {streams} streams no peer replayed the trace's bursts: the burst goal "
+                "is not judged."
+            )
+            continue
+        best = min(peers, key=lambda label: round(peers[label].p99_ms, 2))
+        met = round(ours.burst.p99_ms, 2) <= round(peers[best].p99_ms, 2)
+        out.append(
+            f"At {streams} streams the load test's burst members were "
+            f"{'no later than' if met else 'later than'} the best peer's ({best}): "
+            f"p99 {ms(ours.burst.p99_ms)} against {ms(peers[best].p99_ms)} "
+            f"({'met' if met else 'missed'})."
+        )
+    return out
+
+
+def _by_repetition(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values) or "-"
+
+
+def replay_peers(records: Records) -> str:
+    r, d = need(records, "replay-peers", ReplayPeersFigures)
+    versions = ", ".join(f"{name} {version}" for name, version in sorted(d.versions.items()))
+    repeated = (
+        f"each figure the median of {d.repetitions} interleaved repetitions"
+        if d.repetitions > 1
+        else "one repetition"
+    )
+    rows = [
+        f"Measured {r.day}, {r.machine.text()} ({versions}): one trace per level, its "
+        f"requests each streaming for {d.service_s:g} s, {d.burst_share:.0%} of them in "
+        f"bursts every {d.burst_every_s:g} s, time scale {d.time_scale:g}, replayed by each "
+        f"tool in turn against a fresh truth server; {repeated}. Send error in ms, "
+        "p50 / p99 / max, relative to the tool's median request; the p99 of each repetition "
+        "and the 1-minute load average at its start beside them.",
+        "",
+        "| streams | tool | requests matched | lone requests | burst members | largest burst "
+        "| p99 by repetition: lone; burst | load average |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for streams in d.levels():
+        for run in (found for found in d.runs if found.streams == streams):
+            loads = _by_repetition(run.load_average_1m)
+            if run.error is not None:
+                rows.append(
+                    f"| {streams} | {_peer_label(run)} | failed: {run.error} | - | - | - | - "
+                    f"| {loads} |"
+                )
+                continue
+            missing = f" ({run.unmatched} unmatched)" if run.unmatched else ""
+            failed = (
+                f"; {len(run.failures)} repetition{'s' if len(run.failures) > 1 else ''} "
+                f"failed: {run.failures[-1]}"
+                if run.failures
+                else ""
+            )
+            rows.append(
+                f"| {streams} | {_peer_label(run)} | {run.matched} of {run.requests}{missing}"
+                f"{failed} | {_send_errors(run.lone)} | {_send_errors(run.burst)} "
+                f"| {run.largest_burst} | {_by_repetition(run.lone_p99_ms_by_repetition)}; "
+                f"{_by_repetition(run.burst_p99_ms_by_repetition)} | {loads} |"
+            )
+    for verdict in replay_peers_verdicts(d):
+        rows += ["", verdict]
+    return "\n".join(rows)
+
+
+def adaptive_k(records: Records) -> str:
+    """The schedule against the best fixed k and the baseline by load (bench/figures/
+    adaptive_k.py: its goals and break-even words are computed there from the numbers)."""
+    record, figures = need(records, "adaptive-k", AdaptiveKFigures)
+    return region_text(record, figures)
+
+
+def adaptive_k_plot(records: Records) -> str:
+    return plot_svg(need(records, "adaptive-k", AdaptiveKFigures)[1])
+
+
+# Plot files rendered from records like the regions (SVG: text, checked byte for byte), by
+# path from the repository root.
+PLOTS: dict[str, Callable[[Records], str]] = {
+    "docs/records/adaptive-k.svg": adaptive_k_plot,
+}
+
+
 REGIONS: dict[str, Callable[[Records], str]] = {
     "readme-times": readme_times,
     "readme-light-tiers": readme_light_tiers,
@@ -1528,8 +1630,10 @@ REGIONS: dict[str, Callable[[Records], str]] = {
     "guardrails-drill": guardrails_drill,
     "guardrails-lifecycle": guardrails_lifecycle,
     "replay-accuracy": replay_accuracy,
+    "replay-peers": replay_peers,
     "loadtest-workers": loadtest_workers,
     "arms-spread": arms_spread,
+    "adaptive-k": adaptive_k,
     "bench-duration": bench_duration,
     "bench-bar": bench_bar,
     "bench-workers": bench_workers,
