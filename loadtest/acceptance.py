@@ -35,6 +35,7 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from experiment.config import Arm
 from guardrails import vllm_metrics
 from loadtest.records import RequestRecord
 from loadtest.results import (
@@ -43,6 +44,7 @@ from loadtest.results import (
     AcceptanceSource,
     ArmRequestAcceptance,
     RequestAcceptance,
+    RunSummary,
 )
 
 # The keys of ``Counters``: the counters' names without the common prefix.
@@ -328,3 +330,18 @@ def best_acceptance(counters: Acceptance, per_request: ArmRequestAcceptance | No
         draft_tokens=float(overall.draft_tokens),
         accepted_tokens=float(overall.accepted_tokens),
     )
+
+
+def measured_class_acceptance(summary: RunSummary) -> dict[str, RequestAcceptance] | None:
+    """The speculative arm's acceptance per prompt class from its requests' own figures,
+    when every measured request of every class carried them (the arm's source is "per
+    request"); None otherwise, and the caller probes the classes one at a time instead."""
+    arm = summary.arms.get(Arm.SPECULATIVE)
+    if arm is None or arm.acceptance.source is not AcceptanceSource.PER_REQUEST:
+        return None
+    found = arm.request_acceptance
+    if found is None or not found.by_class:
+        return None
+    if any(block.missing or block.acceptance_rate is None for block in found.by_class.values()):
+        return None
+    return dict(found.by_class)

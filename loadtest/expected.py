@@ -41,7 +41,14 @@ from loadtest.client import RequestParams
 from loadtest.probe import send_by_class
 from loadtest.prompts import Prompt, load_prompts
 from loadtest.records import RequestRecord
-from loadtest.results import ClassAcceptance, HostExpectation, Interval, RunSummary, StepCosts
+from loadtest.results import (
+    ClassAcceptance,
+    HostExpectation,
+    Interval,
+    RequestAcceptance,
+    RunSummary,
+    StepCosts,
+)
 from loadtest.stats import PairedSamples, interval, pair_records, request_values, resample_counts
 from loadtest.step_model import e2e_speedup
 from loadtest.summary import read_arm
@@ -185,7 +192,7 @@ def calibrate_suite(
 def _class_expectation(
     name: str,
     samples: PairedSamples,
-    acceptance: ClassAcceptance,
+    acceptance: ClassAcceptance | RequestAcceptance,
     measured: Interval,
     settings: StatisticsConfig,
     calibrated: StepCosts | None = None,
@@ -222,7 +229,7 @@ def _class_expectation(
 def host_expectation(
     baseline: Iterable[RequestRecord],
     speculative: Iterable[RequestRecord],
-    acceptance_by_class: Mapping[str, ClassAcceptance],
+    acceptance_by_class: Mapping[str, ClassAcceptance | RequestAcceptance],
     measured_by_class: Mapping[str, Interval],
     *,
     settings: StatisticsConfig,
@@ -247,7 +254,7 @@ def host_expectation(
 def run_expectation(
     run_dir: Path,
     summary: RunSummary,
-    acceptance_by_class: Mapping[str, ClassAcceptance],
+    acceptance_by_class: Mapping[str, ClassAcceptance | RequestAcceptance],
     calibration: Mapping[str, StepCosts] | None = None,
 ) -> list[HostExpectation]:
     """host_expectation of a summarized run, from its records; empty without statistics."""

@@ -18,15 +18,23 @@ import json
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT
+from loadtest.acceptance import measured_class_acceptance
 from loadtest.expected import calibrate_suite, run_expectation
-from loadtest.render.headline import Headline, headline, headline_text
+from loadtest.render.headline import (
+    CLASS_PER_REQUEST,
+    CLASS_PROBE,
+    Headline,
+    headline,
+    headline_text,
+)
 from loadtest.render.tiered import tiered_lines
-from loadtest.results import RunSummary
+from loadtest.results import ClassAcceptance, RequestAcceptance, RunSummary
 from local_run.arms import arm_servers, write_commands
 from local_run.gateway import EnvoyGateway, EnvoyMeter, local_gateway
 from local_run.guardrails import AlertLog, LiveAnalysis, LocalPrometheus, analysis_text
@@ -308,9 +316,16 @@ def run_local(
         timings["load_test"] = time.monotonic() - loadtest_started
         if watch is not None:
             _watch_until_evaluated(config, watch, watching)
-        # Outside the measured window: the overall counters cannot tell classes apart.
+        # Per class from the measured requests' own figures (vLLM returns them); else probed
+        # one class at a time outside the window (the counters cannot tell classes apart).
         probe_started = time.monotonic()
-        per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
+        measured = measured_class_acceptance(summary)
+        per_class: Mapping[str, ClassAcceptance | RequestAcceptance]
+        if measured is not None:
+            per_class, per_class_source = measured, CLASS_PER_REQUEST
+        else:
+            per_class = acceptance_by_class(config, urls[Arm.SPECULATIVE])
+            per_class_source = CLASS_PROBE
         timings["acceptance_by_class"] = time.monotonic() - probe_started
     timings["total"] = time.monotonic() - started
     host.finish()
@@ -321,7 +336,7 @@ def run_local(
         [] if config.local.traffic else run_expectation(run_dir, summary, per_class, calibration)
     )
     rates = {name: block.acceptance_rate for name, block in per_class.items()}
-    numbers = headline(summary, rates, expected)
+    numbers = headline(summary, rates, expected, acceptance_by_class_source=per_class_source)
     problems = _problems(summary)
     tiered_checks = tiered_lines(summary)
     alerts = None if watch is None else [alert.text for alert in watch.fired.values()]

@@ -64,6 +64,7 @@ from bench.figures.records import (
     TuneRecommendation,
 )
 from experiment.config import TIERED_ARM, Arm
+from loadtest.render.headline import CLASS_PROBE
 from loadtest.results import HostExpectation, RunSummary
 from loadtest.results import Interval as SummaryInterval
 from local_run.eagle3 import EAGLE3_KIND as EAGLE3_DRAFTER
@@ -137,6 +138,7 @@ def local_run_figures(outcome: Outcome, fresh_clone: bool) -> LocalRunFigures:
         e2e_speedup={c: _interval(by_class[c].speedup["e2e_ms"]["mean"]) for c in CLASSES},
         ttft_speedup={c: _interval(by_class[c].speedup["ttft_ms"]["mean"]) for c in CLASSES},
         acceptance_by_class={c: by_class_acceptance[c] for c in CLASSES},
+        acceptance_by_class_source=data["headline"].get("acceptance_by_class_source", CLASS_PROBE),
         lossless_exact_matches=summary.lossless.exact_matches,
         lossless_prompts=summary.lossless.prompts_compared,
         max_tokens=summary.run.request.max_tokens,

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loadtest.render.headline import CLASS_PROBE
 from loadtest.results import GatewayCost
 from local_run.machine import Machine
 
@@ -195,6 +196,9 @@ class LocalRunFigures(_Model):
     e2e_speedup: dict[str, Interval]  # by prompt class
     ttft_speedup: dict[str, Interval]
     acceptance_by_class: dict[str, float]
+    # Where it came from (loadtest.render.headline): each measured request's figures, or
+    # probed one class at a time after the window (every record before the former existed).
+    acceptance_by_class_source: str = CLASS_PROBE
     lossless_exact_matches: int
     lossless_prompts: int
     max_tokens: int

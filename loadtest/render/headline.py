@@ -15,6 +15,10 @@ from loadtest.results import (
     RunSummary,
 )
 
+# Where the headline's per-class acceptance comes from.
+CLASS_PROBE = "one class at a time"  # loadtest.probe, after the measured window
+CLASS_PER_REQUEST = "per request, under the measured load"  # loadtest.acceptance
+
 
 class ClassSpeedup(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -47,9 +51,11 @@ class Headline(BaseModel):
     lossless_exact_match_rate: float | None = None
     lossless_prompts_compared: int = 0
     lossless_prefix_agreement: float | None = None
-    # Acceptance per prompt class, one request at a time after the measured window
-    # (loadtest.probe); empty when not probed.
+    # Acceptance per prompt class: each measured request's own figures summed per class
+    # (loadtest.acceptance, "per request"), or probed one class at a time after the measured
+    # window (loadtest.probe) where the server returns no figures; empty when neither.
     acceptance_by_class: dict[str, float | None] = Field(default_factory=dict)
+    acceptance_by_class_source: str = CLASS_PROBE
     # Use SD or not, per prompt class then all, with why (loadtest.verdict); empty when the
     # run has no statistics.
     verdict: list[ClassVerdict] = Field(default_factory=list)
@@ -85,6 +91,8 @@ def headline(
     summary: RunSummary,
     acceptance_by_class: dict[str, float | None] | None = None,
     host_expectation: list[HostExpectation] | None = None,
+    *,
+    acceptance_by_class_source: str = CLASS_PROBE,
 ) -> Headline:
     acceptance = summary.arm(Arm.SPECULATIVE).acceptance
     overall = summary.speedup.overall
@@ -124,6 +132,7 @@ def headline(
         lossless_prompts_compared=summary.lossless.prompts_compared,
         lossless_prefix_agreement=summary.lossless.prefix_agreement_rate,
         acceptance_by_class=dict(acceptance_by_class or {}),
+        acceptance_by_class_source=acceptance_by_class_source,
         verdict=summary.verdict,
         margin_note=margin_text(summary),
         host_expectation=list(host_expectation or []),
@@ -177,7 +186,9 @@ def headline_text(numbers: Headline) -> str:
         "tokens per target step)",
     ]
     for name, rate in sorted(numbers.acceptance_by_class.items()):
-        lines.append(f"  {name} prompts, one class at a time: {_fmt(rate, '{:.1%}')}")
+        lines.append(
+            f"  {name} prompts, {numbers.acceptance_by_class_source}: {_fmt(rate, '{:.1%}')}"
+        )
     lines += [
         f"speedup SD vs baseline (>1 = SD faster): E2E mean "
         f"{_fmt(numbers.speedup_e2e_mean, '{:.2f}x')}, TTFT mean "

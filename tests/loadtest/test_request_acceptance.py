@@ -17,6 +17,7 @@ import pytest
 from experiment import build_config
 from loadtest.acceptance import (
     best_acceptance,
+    measured_class_acceptance,
     reconcile,
     request_acceptance,
     scope_acceptance,
@@ -462,6 +463,32 @@ def test_missing_figures_and_disagreeing_counters_are_warned_about(tmp_path: Pat
                for w in summary.warnings)  # fmt: skip
     assert any("per-request acceptance and the /metrics counters disagree" in w
                for w in summary.warnings)  # fmt: skip
+
+
+def test_the_local_runs_per_class_acceptance_comes_from_the_figures_when_complete(
+    tmp_path: Path,
+) -> None:
+    """The local run probes the classes one at a time only when the measured requests did
+    not all carry their figures (local_run/run.py)."""
+    from loadtest.render.headline import CLASS_PER_REQUEST, headline, headline_text
+
+    (tmp_path / "complete").mkdir()
+    (tmp_path / "gap").mkdir()
+    complete = summarize(_run_dir(tmp_path / "complete", _mixed_trace(), (78, 234, 96)))
+    per_class = measured_class_acceptance(complete)
+    request = complete.arm("speculative").request_acceptance
+    assert request is not None and per_class == request.by_class
+    assert set(per_class) == {"structured", "open_ended"}
+    rates = {name: block.acceptance_rate for name, block in per_class.items()}
+    text = headline_text(headline(complete, rates, acceptance_by_class_source=CLASS_PER_REQUEST))
+    assert f"structured prompts, {CLASS_PER_REQUEST}:" in text
+    assert "one class at a time" not in text
+    records = _mixed_trace()
+    records[4].spec_steps = None
+    gap = summarize(_run_dir(tmp_path / "gap", records, (78, 234, 96)))
+    assert measured_class_acceptance(gap) is None
+    default = headline_text(headline(gap, {"structured": 0.5}))
+    assert "structured prompts, one class at a time: 50.0%" in default
 
 
 def _report(tmp_path: Path, records: list[RequestRecord]) -> tuple[RunSummary, dict[str, str]]:
