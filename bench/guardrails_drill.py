@@ -74,6 +74,7 @@ DRILL = [
 ]
 MAX_TOKENS = 32
 HEALTHY_S = 3 * WINDOW_S
+LATE_START_S = 3 * WINDOW_S  # the restarted speculative server, analysed from its start
 SWEEP_S = 1.5 * WINDOW_S
 REQUEST_TIMEOUT_S = 120
 SD = '{arm="speculative"}'
@@ -217,8 +218,16 @@ class DrillResult:
 
 
 def run_drill(
-    work_dir: Path, healthy_runs: int = 1, concurrencies: Sequence[int] = ()
+    work_dir: Path,
+    healthy_runs: int = 1,
+    concurrencies: Sequence[int] = (),
+    *,
+    healthy_s: float = HEALTHY_S,
+    late_start_s: float = LATE_START_S,
 ) -> DrillResult:
+    """``healthy_s``, ``late_start_s``: how long a healthy run and the restarted server are
+    analysed (the record's three windows; the test suite's drill takes two of each: the
+    analysis' initial delay of one window, then a window of measurements)."""
     config = drill_config(work_dir / "runs")
     host = Machine.at_start()
     pair = ensure_models(config.local)
@@ -256,7 +265,7 @@ def run_drill(
                 watch.fired.clear()
                 with Traffic(gateway.url, model, header, healthy) as traffic:
                     analysis = LiveAnalysis(prom)
-                    healthy_analysis.append(analysis_text(analysis.run_for(HEALTHY_S)))
+                    healthy_analysis.append(analysis_text(analysis.run_for(healthy_s)))
                     watch.poll()
                     acceptance_healthy = _value(prom, f"specdecode:acceptance:ratio{SD}")
                     ratio_healthy = _value(prom, RATIO)
@@ -301,7 +310,7 @@ def run_drill(
                 speculative.start()
                 speculative.wait_ready(local.startup_timeout_s, print)
                 late = LiveAnalysis(prom)
-                late_start = analysis_text(late.run_for(3 * WINDOW_S))
+                late_start = analysis_text(late.run_for(late_start_s))
             # Not counted in failed_requests: streams in flight when the server is killed are
             # cut by design (the gateway retries only requests that have not started).
             series = {

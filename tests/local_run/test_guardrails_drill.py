@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.process, pytest.mark.timeout(
 
 @pytest.fixture(scope="module")
 def drill(tmp_path_factory: pytest.TempPathFactory) -> DrillResult:
-    result = run_drill(Path(tmp_path_factory.mktemp("drill")))
+    # Two windows per analysed phase (the record takes three): the suite's time budget.
+    short = 2 * WINDOW_S
+    result = run_drill(Path(tmp_path_factory.mktemp("drill")), healthy_s=short, late_start_s=short)
     print(f"drill: {result}")
     return result
 
