@@ -34,6 +34,10 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) in sys.path:
     sys.path.remove(str(TESTS))
 
+# urllib3's import binds ::1 once to probe IPv6: imported here, before the socket guard
+# below, no test is blamed for being the first to import requests (that depends on order).
+import urllib3.util.connection  # noqa: E402, F401
+
 from experiment.config import upstreams  # noqa: E402  (the calendar's clock, below)
 from loadtest.processes import PHASE_EVENT, TRAIN_EVENT  # noqa: E402  (after the removal)
 
