@@ -152,6 +152,14 @@ def aiperf_command(
         str(workload.warmup_requests),
         "--random-seed",
         "0",
+        *aiperf_run_flags(out_dir),
+    ]
+
+
+def aiperf_run_flags(out_dir: Path) -> list[str]:
+    """The flags every bench run of ``aiperf profile`` ends with: how it connects, what it
+    exports and where, and no UI or telemetry."""
+    return [
         # One connection per request, as the other instruments (the truth server closes).
         "--connection-reuse-strategy",
         "never",

@@ -218,13 +218,10 @@ def run_locust(
     }
 
 
-def run_vllm_bench(
-    workload: Workload, level: int, url: str, run_dir: Path, tokenizer_dir: Path
-) -> tuple[list[Observation], dict[str, Any]]:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "vllm_bench.log").unlink(missing_ok=True)
-    requests = workload.requests[level]
-    command = [
+def vllm_bench_target(url: str, tokenizer: str) -> list[str]:
+    """How every bench run of ``vllm bench serve`` starts: the CLI (bench.vllm_bench_cli)
+    against ``url``'s streamed completions as MODEL_NAME, counting with ``tokenizer``."""
+    return [
         sys.executable,
         "-m",
         "bench.vllm_bench_cli",
@@ -237,7 +234,32 @@ def run_vllm_bench(
         "--model",
         MODEL_NAME,
         "--tokenizer",
-        str(tokenizer_dir),
+        tokenizer,
+    ]
+
+
+def vllm_bench_results(result_dir: str) -> list[str]:
+    """How every bench run of ``vllm bench serve`` ends: its per-request results saved to
+    ``result_dir``/vllm_bench.json, no progress bar."""
+    return [
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        "vllm_bench.json",
+        "--disable-tqdm",
+    ]
+
+
+def run_vllm_bench(
+    workload: Workload, level: int, url: str, run_dir: Path, tokenizer_dir: Path
+) -> tuple[list[Observation], dict[str, Any]]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "vllm_bench.log").unlink(missing_ok=True)
+    requests = workload.requests[level]
+    command = [
+        *vllm_bench_target(url, str(tokenizer_dir)),
         "--dataset-name",
         "random",
         "--random-input-len",
@@ -265,13 +287,7 @@ def run_vllm_bench(
         "ttft,tpot,itl,e2el",
         "--metric-percentiles",
         "50,99",
-        "--save-result",
-        "--save-detailed",
-        "--result-dir",
-        str(run_dir),
-        "--result-filename",
-        "vllm_bench.json",
-        "--disable-tqdm",
+        *vllm_bench_results(str(run_dir)),
     ]
     env = dict(
         os.environ,

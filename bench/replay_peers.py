@@ -57,8 +57,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.aiperf_instrument import AIPERF_VERSION, DEFAULT_VENV, aiperf_env, ensure_aiperf
-from bench.instruments import MODEL_NAME
+from bench.aiperf_instrument import (
+    AIPERF_VERSION,
+    DEFAULT_VENV,
+    aiperf_env,
+    aiperf_run_flags,
+    ensure_aiperf,
+)
+from bench.instruments import MODEL_NAME, vllm_bench_results, vllm_bench_target
 from bench.replay_accuracy import (
     BURST_EVERY_S,
     BURST_SHARE,
@@ -252,17 +258,7 @@ def aiperf_command(
         str(WARMUP_REQUESTS),
         "--random-seed",
         "0",
-        # One connection per request, as bench.aiperf_instrument (the truth server closes).
-        "--connection-reuse-strategy",
-        "never",
-        "--export-level",
-        "raw",
-        "--artifact-dir",
-        str(out_dir.resolve()),
-        "--ui-type",
-        "none",
-        "--no-server-metrics",
-        "--no-gpu-telemetry",
+        *aiperf_run_flags(out_dir),
     ]
 
 
@@ -272,19 +268,7 @@ def vllm_command(
     """``vllm bench serve`` replaying ``trace_file`` self-timed (vllm/benchmarks/serve.py:
     ``--dataset-name timed_trace`` sets ``--self-timed``); no ``--max-concurrency``."""
     return [
-        sys.executable,
-        "-m",
-        "bench.vllm_bench_cli",
-        "--backend",
-        "openai",
-        "--base-url",
-        url,
-        "--endpoint",
-        "/v1/completions",
-        "--model",
-        MODEL_NAME,
-        "--tokenizer",
-        str(tokenizer_dir.resolve()),
+        *vllm_bench_target(url, str(tokenizer_dir.resolve())),
         "--dataset-name",
         VLLM_DATASET,
         "--dataset-path",  # absolute, as every path here: it runs in the run directory
@@ -301,13 +285,7 @@ def vllm_command(
         str(WARMUP_REQUESTS),
         "--ready-check-timeout-sec",
         "0",
-        "--save-result",
-        "--save-detailed",
-        "--result-dir",
-        str(out_dir.resolve()),
-        "--result-filename",
-        "vllm_bench.json",
-        "--disable-tqdm",
+        *vllm_bench_results(str(out_dir.resolve())),
     ]
 
 
