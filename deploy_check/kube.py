@@ -302,12 +302,6 @@ def api_result(reader: KubeReader, config: ExperimentConfig) -> Result:
     return Result.passed(CLUSTER, API_TITLE, f"Kubernetes {version}")
 
 
-def nodes_needed(config: ExperimentConfig) -> int:
-    """Neuron nodes every serving pod needs (the arms and any deployed tuning candidates:
-    ExperimentConfig.neuron_nodes_for_arms, which the charts' capacity check uses too)."""
-    return config.neuron_nodes_for_arms()
-
-
 def nodes_title(config: ExperimentConfig) -> str:
     return f"the {config.cluster.neuron_nodes.instance_type} nodes are Ready"
 
@@ -321,7 +315,7 @@ def nodes_result(nodes: Sequence[V1Node], config: ExperimentConfig) -> Result:
     title = nodes_title(config)
     ready = [_name(node) for node in nodes if node_ready(node)]
     not_ready = [f"{_name(node)}: {_ready_reason(node)}" for node in nodes if not node_ready(node)]
-    needed = nodes_needed(config)
+    needed = config.neuron_nodes_for_arms()  # every serving pod at once
     seen = f"{len(ready)} Ready of {len(nodes)}; both arms need {needed}"
     if not_ready:
         return Result.failed(
