@@ -1,8 +1,10 @@
 """``python -m bench.adaptive_k``: the speculation schedule against the best fixed k and the
 baseline, at every load, on real vLLM (CPU) servers of the local miniature.
 
-First the tuning: the local quick sweep (``tune.local.run_local_sweep``, quick mode: every
-local draft at k = 1 and 3, 16 output tokens) with ``tuning.concurrency`` at the fit levels
+First the tuning: the local sweep (``tune.local.run_local_sweep``) sized like its quick mode
+(every local draft at k = 1 and 3, one request per prompt, predictions up to k = 4) but with
+``--max-tokens`` output tokens (default 64, the tuning's default; quick mode's 16 are mostly
+the first token's time, where no k pays), ``tuning.concurrency`` at the fit levels
 (``--fit-levels``, default 1, 4, 16) and ``local.max_num_seqs`` raised to the largest level,
 so the step costs the schedule is derived from (tune/schedule.py) are measured at several
 batch sizes. It gives the best fixed k (the recommendation for all classes) and the schedule
@@ -88,9 +90,18 @@ DEFAULT_OUT = "runs/figures/adaptive-k.json"
 # --- the measurement ------------------------------------------------------------------------
 
 
-def sweep_config(fit_levels: Sequence[int], max_num_seqs: int, port: int) -> ExperimentConfig:
+# Quick mode's k and prediction range (tune/local.py QUICK_K): two fit k keep the sweep short.
+SWEEP_FIT_K = (1, 3)
+SWEEP_PREDICT_K_MAX = 4
+DEFAULT_MAX_TOKENS = 64
+
+
+def sweep_config(
+    fit_levels: Sequence[int], max_num_seqs: int, port: int, max_tokens: int
+) -> ExperimentConfig:
     """The defaults with the local servers batching up to ``max_num_seqs`` and the tuning's
-    step costs measured at ``fit_levels``, its one server on ``port``."""
+    step costs measured at ``fit_levels`` with ``max_tokens`` output tokens, k = 1 and 3,
+    one request per prompt, its one server on ``port``."""
 
     levels = ", ".join(str(level) for level in sorted(set(fit_levels)))
     return build_config(
@@ -99,7 +110,12 @@ def sweep_config(fit_levels: Sequence[int], max_num_seqs: int, port: int) -> Exp
                 f"local.max_num_seqs={max_num_seqs}",
                 f"tuning.concurrency=[{levels}]",
                 f"tuning.port={port}",
-                "tuning.budget_s=1200",
+                f"tuning.fit_k=[{', '.join(map(str, SWEEP_FIT_K))}]",
+                "tuning.holdout_k=[]",
+                f"tuning.predict_k_max={SWEEP_PREDICT_K_MAX}",
+                "tuning.requests_per_prompt=1",
+                f"tuning.max_tokens={max_tokens}",
+                "tuning.budget_s=2400",
             ]
         )
     )
@@ -221,6 +237,7 @@ class Sweep:
     levels: list[int]
     fit_levels: list[int]
     max_num_seqs: int
+    max_tokens: int
     requests_per_prompt: int
     block_requests: int
     work_dir: Path
@@ -238,12 +255,12 @@ def run_sweep(sweep: Sweep, log: Callable[[str], None] = print) -> AdaptiveKFigu
     while len(ports) < 4:
         ports.add(free_port())
     tune_port, *server_ports = sorted(ports)
-    config = sweep_config(sweep.fit_levels, sweep.max_num_seqs, tune_port)
+    config = sweep_config(sweep.fit_levels, sweep.max_num_seqs, tune_port, sweep.max_tokens)
     began = time.monotonic()
     tune_dir = sweep.work_dir / "tune"
-    log(f"adaptive-k: the quick tuning sweep, step costs at {sweep.fit_levels} ({tune_dir})")
+    log(f"adaptive-k: the tuning sweep, step costs at {sweep.fit_levels} ({tune_dir})")
     started = time.monotonic()
-    result = run_local_sweep(config, tune_dir, quick=True, log=log)
+    result = run_local_sweep(config, tune_dir, log=log)
     tuning_wall_s = time.monotonic() - started
     write_outputs(result, tune_dir)
     overall = next((r for r in result.recommendations if r.scope == ALL_CLASSES), None)
@@ -272,7 +289,7 @@ def run_sweep(sweep: Sweep, log: Callable[[str], None] = print) -> AdaptiveKFigu
             config, pairs[draft], "schedule", draft, max_k, entries, server_ports[2], log_dir
         ),
     ]
-    tokens = max_tokens(config, quick=True)  # the tuning's output length: its predictions'
+    tokens = max_tokens(config, quick=False)  # the tuning's output length: its predictions'
     local = local_experiment(config)
     prompts = len(load_prompts(list(local.loadtest.prompts.files)))
     levels: list[AdaptiveKLevel] = []
@@ -398,7 +415,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="tuning.concurrency of the tuning sweep (the schedule's step costs)",
     )
     parser.add_argument("--max-num-seqs", type=int, default=None, help="default: the top level")
-    parser.add_argument("--requests-per-prompt", type=int, default=4)
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help="output tokens per request, of the tuning and the sweep alike",
+    )
+    parser.add_argument("--requests-per-prompt", type=int, default=2)
     parser.add_argument("--block-requests", type=int, default=32)
     parser.add_argument("--work-dir", default=None, help="default: runs/adaptive-k-<time>")
     options = parser.parse_args(argv)
@@ -408,6 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         levels=levels,
         fit_levels=fit_levels,
         max_num_seqs=options.max_num_seqs or max(levels + fit_levels),
+        max_tokens=options.max_tokens,
         requests_per_prompt=options.requests_per_prompt,
         block_requests=options.block_requests,
         work_dir=work_dir,

@@ -134,7 +134,7 @@ def region_text(record: FigureRecord, f: AdaptiveKFigures) -> str:
     n_text = "/".join(str(n) for n in n_values)
     rows = [
         f"Measured {record.day}, {record.machine.text()}: **{dur(f.wall_s)}** "
-        f"(the quick tuning sweep {dur(f.tuning_wall_s)} with {f.tuning_server_starts} "
+        f"(the tuning sweep {dur(f.tuning_wall_s)} with {f.tuning_server_starts} "
         f"server starts, the three servers' start-up {dur(f.startup_s)}, the sweep "
         f"{dur(f.sweep_wall_s)}). The tuning (step costs at concurrency {fit}, "
         f"`local.max_num_seqs` {f.max_num_seqs}) chose **{f.draft} k={f.fixed_k}** as the best "

@@ -708,7 +708,7 @@ MEASUREMENTS: dict[str, Measurement] = {
             f".venv/bin/python -m bench.guardrails_drill --out {DRILL_OUT}",
             drill_figures,
         ),
-        # The quick tuning's best fixed k and schedule, then the three on real vLLM at
+        # The tuning's best fixed k and schedule (64 tokens), then the three on real vLLM at
         # concurrency 1-16, interleaved (issue 38 item 3).
         Measurement(
             "adaptive-k",

@@ -626,7 +626,7 @@ class AdaptiveKLevel(_Model):
 
 
 class AdaptiveKFigures(_Model):
-    """``python -m bench.adaptive_k``: the quick tuning sweep's best fixed k and speculation
+    """``python -m bench.adaptive_k``: the tuning sweep's best fixed k and speculation
     schedule, then both against the baseline at every concurrency on real vLLM."""
 
     kind: Literal["adaptive-k"] = "adaptive-k"
