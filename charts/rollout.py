@@ -15,12 +15,12 @@
   nothing. The alerts read recorded series the workspace's rule groups write
   (stacks/guardrails.py renders the same rule set). The ``for`` of the rule groups does not
   apply here: ``failureLimit`` is the analysis' persistence.
-- ``guardrail_checks`` (live guardrails disabled only): one check per guardrail alarm of
-  stacks/alarms.py that concerns the speculative arm (measured acceptance, the client-side
-  estimate of each speculative class against its ``routing.acceptance_floors`` floor, the SD
-  arm's failed-request share, the lossless prefix agreement), with the alarm's namespace,
-  metric, dimensions, statistic, period and threshold, as CloudWatch GetMetricData queries
-  (argoproj/argo-rollouts v1.9.1 ``docs/analysis/cloudwatch.md``). Only the load-test Job
+- ``guardrails.cloudwatch.analysis_guardrails`` (live guardrails disabled only): the
+  guardrails of the one CloudWatch list (the alarms of stacks/alarms.py render the same list)
+  that concern the speculative arm (measured acceptance, the client-side estimate of each
+  speculative class against its floor, the SD arm's failed-request share, the lossless prefix
+  agreement), as CloudWatch GetMetricData queries (argoproj/argo-rollouts v1.9.1
+  ``docs/analysis/cloudwatch.md``). Only the load-test Job
   publishes these, so no data is a pass there and nothing is watched once the Job ended: the
   reason the live checks replace them whenever they are enabled.
 - RBAC: only ``routing.eks.operators_group`` may patch ``rollouts/status``, which is what
@@ -48,8 +48,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from charts.gateway import (
     GATEWAY_API,
@@ -77,6 +76,7 @@ from charts.vllm_service import (
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import ConfigError
 from guardrails.analysis import live_metrics
+from guardrails.cloudwatch import CloudWatchGuardrail, analysis_guardrails
 from guardrails.scrape import eks_scrape_config
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
@@ -90,79 +90,7 @@ ROLLOUT_LABEL = "specdecode.aws/rollout"
 OPERATOR_STATUS_FIELDS = ("abort",)
 
 
-@dataclass(frozen=True)
-class GuardrailCheck:
-    """One guardrail as a CloudWatch query: a measurement fails when at least
-    ``breaches_to_fail`` datapoints of ``statistic`` over ``period_s`` in the looked-back
-    window are on the wrong side of ``threshold``, the alarm's own debounce
-    (``guardrails.evaluation_periods`` breaching periods, stacks/alarms.py)."""
-
-    name: str
-    metric: str
-    dimensions: tuple[tuple[str, str], ...]
-    statistic: str
-    period_s: int
-    threshold: float
-    must_be: Literal["at_least", "at_most"]
-    breaches_to_fail: int = 1
-
-    def breaches(self, value: float) -> bool:
-        return value < self.threshold if self.must_be == "at_least" else value > self.threshold
-
-    def passes(self, values: list[float]) -> bool:
-        """The check's verdict on the values GetMetricData returned (none: a pass)."""
-        return sum(self.breaches(value) for value in values) < self.breaches_to_fail
-
-    def condition(self) -> str:
-        """The same verdict in Argo's expr language (``result`` is GetMetricData's
-        MetricDataResults; ``count`` is expr's builtin, 0 on an empty list)."""
-        op = "<" if self.must_be == "at_least" else ">"
-        return f"count(result[0].Values, {{# {op} {self.threshold!r}}}) < {self.breaches_to_fail}"
-
-
-def guardrail_checks(config: ExperimentConfig) -> list[GuardrailCheck]:
-    lt = config.loadtest
-    names = lt.metric_names
-    guard = config.guardrails
-    sd = lt.variant_labels[Arm.SPECULATIVE]
-    period = guard.period_minutes * 60
-    variant = ((lt.variant_dimension, sd),)
-
-    def check(
-        name: str,
-        metric: str,
-        dims: tuple[tuple[str, str], ...],
-        statistic: str,
-        threshold: float,
-        must_be: Literal["at_least", "at_most"],
-    ) -> GuardrailCheck:
-        return GuardrailCheck(
-            name, metric, dims, statistic, period, threshold, must_be, guard.evaluation_periods
-        )
-
-    checks = [
-        check("acceptance-measured", names.acceptance_rate, variant, "Minimum",
-              guard.min_acceptance_rate, "at_least"),
-    ]  # fmt: skip
-    for prompt_class in config.routing.speculative_classes:
-        floor = config.routing.acceptance_floor(prompt_class, guard.min_acceptance_rate)
-        dims = (*variant, (lt.prompt_class_dimension, prompt_class))
-        checks.append(
-            check(f"acceptance-{prompt_class.replace('_', '-')}", names.acceptance_rate_estimate,
-                  dims, "Minimum", floor, "at_least")
-        )  # fmt: skip
-    checks.append(
-        check("failed-share", names.failed_request_share, variant, "Maximum",
-              guard.max_failed_request_share, "at_most")
-    )  # fmt: skip
-    checks.append(
-        check("lossless", names.lossless_prefix_agreement, variant, "Minimum",
-              guard.lossless_min_prefix_agreement, "at_least")
-    )  # fmt: skip
-    return checks
-
-
-def metric_data_query(config: ExperimentConfig, check: GuardrailCheck) -> dict[str, Any]:
+def metric_data_query(config: ExperimentConfig, check: CloudWatchGuardrail) -> dict[str, Any]:
     """A MetricDataQuery as Argo's AnalysisTemplate spells it (lower-case keys)."""
     return {
         "id": check.name.replace("-", "_"),  # GetMetricData ids: [a-z][a-zA-Z0-9_]*
@@ -243,7 +171,7 @@ def analysis_template(
                 }
             },
         }
-        for check in guardrail_checks(config)
+        for check in analysis_guardrails(config)
     ]
     return {
         "apiVersion": ROLLOUTS_API,

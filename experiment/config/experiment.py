@@ -217,7 +217,7 @@ class ExperimentConfig(Section):
     @model_validator(mode="after")
     def _analysis_window_holds_the_alarm_periods(self) -> ExperimentConfig:
         """With live guardrails off the analysis fails on evaluation_periods breaching
-        datapoints of the window it looks back on (charts/rollout.py GuardrailCheck): a
+        datapoints of the window it looks back on (guardrails/cloudwatch.py): a
         shorter window could never fail."""
         window = self.routing.eks.analysis_window_periods
         periods = self.guardrails.evaluation_periods

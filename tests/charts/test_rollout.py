@@ -17,14 +17,13 @@ from workspace import DEPLOY_PINS, PROMETHEUS_URL
 
 from charts.rollout import (
     OPERATOR_STATUS_FIELDS,
-    GuardrailCheck,
     analysis_template,
-    guardrail_checks,
     no_promote_policy,
     operator_role,
 )
 from experiment import Arm, ConfigError, ExperimentConfig, build_config
 from guardrails.analysis import LIVE_FAILURE, LIVE_SUCCESS, live_checks
+from guardrails.cloudwatch import CloudWatchGuardrail, analysis_guardrails
 from guardrails.rules import (
     GATEWAY_REQUESTS,
     GATEWAY_RESPONSES,
@@ -70,13 +69,17 @@ def _alarm_metrics(config: ExperimentConfig) -> dict[tuple, tuple[str, float, st
     return alarms
 
 
-def test_every_check_is_a_guardrail_alarms_metric_statistic_and_period() -> None:
-    """Same metric, dimensions, statistic and period as an alarm; the threshold is the
-    alarm's, or the class's own floor where routing.acceptance_floors sets one."""
-    config = build_config({"experiment.routing.speculative_classes": "structured,open_ended"})
+@pytest.mark.parametrize("overrides", [{}, FLOORS], ids=["default", "floors"])
+def test_every_check_is_a_guardrail_alarms_metric_statistic_period_and_threshold(
+    overrides: dict[str, str],
+) -> None:
+    """Same metric, dimensions, statistic, period and threshold as an alarm, the class's own
+    floor where routing.acceptance_floors sets one (one list renders both)."""
+    config = build_config({"experiment.routing.speculative_classes": "structured,open_ended",
+                           **overrides})  # fmt: skip
     alarms = _alarm_metrics(config)
     namespace = config.loadtest.metric_namespace
-    checks = guardrail_checks(config)
+    checks = analysis_guardrails(config)
     assert len(checks) == 5  # measured, two class estimates, SD failed share, lossless
     operators = {"at_least": "LessThanThreshold", "at_most": "GreaterThanThreshold"}
     for check in checks:
@@ -90,11 +93,12 @@ def test_every_check_is_a_guardrail_alarms_metric_statistic_and_period() -> None
 
 def test_a_class_floor_replaces_the_global_floor_for_that_class_only() -> None:
     config = build_config(FLOORS)
-    by_name = {check.name: check for check in guardrail_checks(config)}
-    assert by_name["acceptance-structured"].threshold == 0.55
-    assert by_name["acceptance-open-ended"].threshold == 0.35
-    assert by_name["acceptance-measured"].threshold == 0.35
-    assert "acceptance-open-ended" not in {c.name for c in guardrail_checks(build_config({}))}
+    by_name = {check.name: check for check in analysis_guardrails(config)}
+    assert by_name["sd-acceptance-structured"].threshold == 0.55
+    assert by_name["sd-acceptance-open-ended"].threshold == 0.35
+    assert by_name["sd-acceptance-measured"].threshold == 0.35
+    default = {c.name for c in analysis_guardrails(build_config({}))}
+    assert "sd-acceptance-open-ended" not in default  # not routed to the speculative arm
 
 
 @pytest.fixture
@@ -132,7 +136,7 @@ def _verdicts(config: ExperimentConfig, values: dict[str, float]) -> dict[str, b
     """Publish ``values`` (check name -> value) to moto, query every analysis metric as
     Argo does, and judge each result with its check."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    checks = {check.name: check for check in guardrail_checks(config)}
+    checks = {check.name: check for check in analysis_guardrails(config)}
     client = boto3.client("cloudwatch", region_name=config.region)
     for name, value in values.items():
         check = checks[name]
@@ -153,18 +157,20 @@ def _verdicts(config: ExperimentConfig, values: dict[str, float]) -> dict[str, b
             StartTime=now - timedelta(seconds=window),
             EndTime=now + timedelta(minutes=1),
         )["MetricDataResults"]
-        check: GuardrailCheck = checks[metric["name"]]
+        check: CloudWatchGuardrail = checks[metric["name"]]
         verdicts[metric["name"]] = check.passes(result[0]["Values"])
     return verdicts
 
 
-HEALTHY = {"acceptance-measured": 0.6, "acceptance-structured": 0.7, "failed-share": 0.0,
-           "lossless": 1.0}  # fmt: skip
+HEALTHY = {"sd-acceptance-measured": 0.6, "sd-acceptance-structured": 0.7,
+           "sd-acceptance-open-ended": 0.4, "failed-share-speculative": 0.0,
+           "lossless-agreement": 1.0}  # fmt: skip
 BREACHES = {
-    "acceptance-measured": 0.2,
-    "acceptance-structured": 0.5,  # under its own 0.55 floor, above the global 0.35
-    "failed-share": 0.5,
-    "lossless": 0.5,
+    "sd-acceptance-measured": 0.2,
+    "sd-acceptance-structured": 0.5,  # under its own 0.55 floor, above the global 0.35
+    "sd-acceptance-open-ended": 0.3,
+    "failed-share-speculative": 0.5,
+    "lossless-agreement": 0.5,
 }
 
 
@@ -187,13 +193,13 @@ def test_each_breach_fails_its_check_only(aws_env, breached: str) -> None:
 def test_the_baseline_arms_failures_do_not_roll_back_the_speculative_arm() -> None:
     config = build_config({})
     sd = config.loadtest.variant_labels[Arm.SPECULATIVE]
-    for check in guardrail_checks(config):
+    for check in analysis_guardrails(config):
         assert (config.loadtest.variant_dimension, sd) in check.dimensions
 
 
 def test_argo_conditions_state_the_same_verdict_as_the_checks() -> None:
     config = build_config(FLOORS)
-    checks = {check.name: check for check in guardrail_checks(config)}
+    checks = {check.name: check for check in analysis_guardrails(config)}
     for metric in analysis_template(config)["spec"]["metrics"]:
         check = checks[metric["name"]]
         op = "<" if check.must_be == "at_least" else ">"
@@ -206,7 +212,7 @@ def test_argo_conditions_state_the_same_verdict_as_the_checks() -> None:
 
 def test_a_cloudwatch_check_fails_only_on_as_many_breaches_as_the_alarm_needs() -> None:
     config = build_config({**FLOORS, "experiment.guardrails.evaluation_periods": "2"})
-    (check,) = [c for c in guardrail_checks(config) if c.name == "failed-share"]
+    (check,) = [c for c in analysis_guardrails(config) if c.name == "failed-share-speculative"]
     breach, fine = 0.5, 0.0
     assert check.passes([]) and check.passes([breach]) and check.passes([fine, breach, fine])
     assert not check.passes([breach, fine, breach])
@@ -565,7 +571,7 @@ def test_live_analysis_needs_a_workspace_url_argo_signs() -> None:
 def test_with_live_guardrails_off_the_cloudwatch_checks_remain() -> None:
     config = build_config(CLOUDWATCH)
     metrics = analysis_template(config)["spec"]["metrics"]
-    assert [m["name"] for m in metrics] == [c.name for c in guardrail_checks(config)]
+    assert [m["name"] for m in metrics] == [c.name for c in analysis_guardrails(config)]
     assert all(set(m["provider"]) == {"cloudWatch"} for m in metrics)
 
 

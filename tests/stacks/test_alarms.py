@@ -14,12 +14,12 @@ from aws_cdk import aws_kms as kms
 from moto import mock_aws
 
 from experiment import Arm, ExperimentConfig, build_config
+from guardrails.cloudwatch import prompt_classes
 from loadtest import cloudwatch
 from loadtest.analysis import analysis_info
 from loadtest.prompts import load_prompts
 from loadtest.records import RequestRecord, write_records
 from loadtest.runner import summarize
-from stacks.alarms import prompt_classes
 from stacks.dashboard import ObservabilityStack
 from stacks.nag import add_checks
 
@@ -81,7 +81,7 @@ def test_one_acceptance_alarm_per_class_failed_share_per_arm_and_lossless(
     assert classes == ["open_ended", "structured"]
     expected = {
         f"{config.project}-sd-acceptance-measured",
-        *(f"{config.project}-sd-acceptance-{c}" for c in classes),
+        *(f"{config.project}-sd-acceptance-{c.replace('_', '-')}" for c in classes),
         *(f"{config.project}-failed-share-{arm.value}" for arm in Arm),
         f"{config.project}-lossless-agreement",
     }
