@@ -245,6 +245,36 @@ def _recordings(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Rec
     yield Recording(ROUTE_FALLBACK, f"{ROUTE_RETRIES} / {ROUTE_REQUESTS}")
 
 
+def _slowdown_allowed(config: ExperimentConfig, served: ServedMetrics) -> tuple[str, bool]:
+    """The speculative / baseline time-per-token ratio above which speculation stopped
+    paying: ``1 + latency_margin``, or, at a batch size where the schedule predicted a loss
+    (``guardrails.live.schedule_predicted_speedups`` below 1, a range where no k pays), that
+    loss times it too, so the guardrail rolls back what is worse than the schedule expected,
+    not what it expected. The batch size is the speculative servers' mean running requests
+    (vLLM's gauge, per pod); range [first, last] holds the means in (first - 1, last], so a
+    mean between two ranges' integers belongs to the upper one and an idle arm to none.
+    Returns the threshold's expression and whether any loss is expected."""
+    live = config.guardrails.live
+    margin = 1 + live.latency_margin
+    schedule = config.serving.speculation_schedule or []
+    losses = [
+        (first, last, speedup)
+        for (first, last, _k), speedup in zip(
+            schedule, live.schedule_predicted_speedups or [], strict=False
+        )
+        if speedup < 1
+    ]
+    if not losses:
+        return repr(margin), False
+    sd = _selector(job=jobs(config)["vllm"], **{ARM: Arm.SPECULATIVE.value})
+    batch = f"avg({served.running}{sd})"
+    ranges = [
+        f"(vector({margin / speedup!r}) and on() (({batch} > {first - 1}) <= {last}))"
+        for first, last, speedup in losses
+    ]
+    return "on() group_left() (" + " or ".join([*ranges, f"vector({margin!r})"]) + ")", True
+
+
 def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
     guard = config.guardrails
     live = guard.live
@@ -337,6 +367,7 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
         # Speculation stopped paying, judged like with like: the probe's own pair of each
         # class (the same prompts on both arms). The arms' live per-token times are not
         # compared: under tiered routing they serve different classes.
+        allowed, expects_loss = _slowdown_allowed(config, served)
         for name in floors:
             pair = {
                 arm: f"{PROBE_TOKEN_TIME}"
@@ -345,11 +376,12 @@ def _alerts(config: ExperimentConfig, served: ServedMetrics) -> Iterator[Alert]:
             }
             yield Alert(
                 "SpecDecodeSlowerThanBaseline",
-                f"{pair[Arm.SPECULATIVE]} / ignoring({ARM}) {pair[Arm.BASELINE]} > "
-                f"{1 + live.latency_margin!r}",
+                f"{pair[Arm.SPECULATIVE]} / ignoring({ARM}) {pair[Arm.BASELINE]} > {allowed}",
                 f"The speculative arm's time per output token on the probe's {name} prompts "
                 f"exceeds the baseline's on the same prompts by more than "
-                f"{live.latency_margin:.0%}: speculation stopped paying for {name}",
+                f"{live.latency_margin:.0%}"
+                + (" beyond the schedule's predicted loss" if expects_loss else "")
+                + f": speculation stopped paying for {name}",
                 labels={CLASS: name},
             )
         # A fresh run that pushed no agreement or no acceptance of a class (a probe of an older

@@ -24,13 +24,19 @@ def overrides_line(target: Literal["local", "trn2"], draft: str, k: int) -> str:
     )
 
 
-def schedule_overrides_line(draft: str, schedule: list[list[int]]) -> str:
+def schedule_overrides_line(
+    draft: str, schedule: list[list[int]], predicted_speedups: list[float]
+) -> str:
     """The local line that serves ``schedule`` with ``draft``: the drafter started at the
     schedule's largest k (vLLM's num_speculative_tokens, the maximum each range's k is
-    clamped to) and serving.speculation_schedule, quoted for the shell (brackets glob)."""
+    clamped to), serving.speculation_schedule, and each range's predicted speedup for the
+    guardrail that judges "stopped paying" against it
+    (guardrails.live.schedule_predicted_speedups), quoted for the shell (brackets glob)."""
     max_k = max(k for _, _, k in schedule)
     value = ",".join(f"[{first},{last},{k}]" for first, last, k in schedule)
+    speedups = ",".join(f"{speedup:.3g}" for speedup in predicted_speedups)
     return (
         f"{overrides_line('local', draft, max_k)} "
-        f"-c 'experiment.serving.speculation_schedule=[{value}]'"
+        f"-c 'experiment.serving.speculation_schedule=[{value}]' "
+        f"-c 'experiment.guardrails.live.schedule_predicted_speedups=[{speedups}]'"
     )

@@ -396,6 +396,13 @@ def add_schedule(
         result.notes.append(f"schedule: not deployable: {refused}")
     elif any((r.predicted_speedup.estimate or 0.0) > 1 for r in schedule.ranges):  # pays
         schedule = schedule.model_copy(
-            update={"overrides": schedule_overrides_line(schedule.draft, schedule.entries)}
+            update={
+                "overrides": schedule_overrides_line(
+                    schedule.draft,
+                    schedule.entries,
+                    # no estimate: no loss expected there (the guardrail keeps its margin)
+                    [r.predicted_speedup.estimate or 1.0 for r in schedule.ranges],
+                )
+            }
         )
     result.schedule = schedule

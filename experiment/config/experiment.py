@@ -262,6 +262,13 @@ class ExperimentConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _predicted_speedups_fit_the_schedule(self) -> ExperimentConfig:
+        problem = self.guardrails.live.speedups_problem(self.serving.speculation_schedule)
+        if problem:
+            raise error_at(("guardrails", "live", "schedule_predicted_speedups"), problem)
+        return self
+
+    @model_validator(mode="after")
     def _schedule_fits_the_local_arm(self, info: ValidationInfo) -> ExperimentConfig:
         # serving.speculation_schedule outside the CDK app: the local arm serves it, with its
         # own k and batch (the CDK app checks the trn2 arms': ServingConfig).

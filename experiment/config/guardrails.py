@@ -64,9 +64,22 @@ class LiveGuardrailConfig(Section):
     latency_margin: Annotated[float, Field(gt=0, le=10)] = Field(
         default=0.10,
         description=(
-            "Alert when the speculative arm's mean time per output token over the window "
-            "exceeds the baseline's over the same window by more than this fraction "
-            "(speculation stopped paying, e.g. under high load); above 0, at most 10."
+            "Alert when the speculative arm's mean time per output token on the probe's "
+            "prompts of a class exceeds the baseline's on the same prompts by more than this "
+            "fraction (speculation stopped paying, e.g. under high load), or by more than the "
+            "loss schedule_predicted_speedups accepts at the current batch size; above 0, at "
+            "most 10."
+        ),
+    )
+    schedule_predicted_speedups: list[Annotated[float, Field(gt=0)]] | None = Field(
+        default=None,
+        description=(
+            "The predicted speedup of each range of serving.speculation_schedule, in its "
+            "order (`python -m tune` prints them with the schedule): where a range's is below "
+            "1 (a load where no k pays and the schedule keeps its least costly k), "
+            "speculation stopped paying only when the speculative arm is slower than that "
+            "predicted loss plus latency_margin, at the speculative servers' mean batch size; "
+            "null: no loss is expected at any load. Each above 0."
         ),
     )
     pilot_floor_factor: Annotated[float, Field(gt=0, le=1)] = Field(
@@ -107,6 +120,23 @@ class LiveGuardrailConfig(Section):
             "answer; 0-100."
         ),
     )
+
+    def speedups_problem(self, schedule: list[tuple[int, int, int]] | None) -> str | None:
+        """What is wrong with schedule_predicted_speedups against serving.speculation_schedule
+        (None: nothing); ExperimentConfig reports it, since it reads both sections."""
+        speedups = self.schedule_predicted_speedups
+        if speedups is None or (schedule is not None and len(speedups) == len(schedule)):
+            return None
+        if schedule is None:
+            return (
+                "is set but serving.speculation_schedule is not: there is no range to predict; "
+                "remove it or set both from the same `python -m tune` line"
+            )
+        return (
+            f"has {len(speedups)} values for the {len(schedule)} ranges of "
+            f"serving.speculation_schedule {[list(r) for r in schedule]}: give one predicted "
+            "speedup per range, in its order (`python -m tune` prints both)"
+        )
 
     @model_validator(mode="after")
     def _windows_hold_scrapes(self) -> LiveGuardrailConfig:

@@ -88,3 +88,36 @@ def test_synth_refuses_it_on_both_trn2_engines_with_the_reason(
     message = str(error.value)
     assert "serving.speculation_schedule is set, but generation" in message
     assert SCHEDULE_REFUSED[generation] in message
+
+
+SPEEDUPS = "experiment.guardrails.live.schedule_predicted_speedups"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"-c '{KEY}=[[1,2,3],[3,4,1]]' -c '{SPEEDUPS}=[1.4,0.85]'",
+        "-c 'serving.speculation_schedule=[[1, 2, 3], [3, 4, 1]]' "
+        "-c 'guardrails.live.schedule_predicted_speedups=[1.4, 0.85]'",
+    ],
+)
+def test_the_predicted_speedups_are_taken_in_the_c_value_form(line: str) -> None:
+    config = config_from_arguments(config_parser("test", None).parse_args(shlex.split(line)))
+    assert config.guardrails.live.schedule_predicted_speedups == [1.4, 0.85]
+
+
+@pytest.mark.parametrize(
+    ("pairs", "words"),
+    [
+        ([f"{SPEEDUPS}=[1.4]"], "serving.speculation_schedule is not"),
+        ([f"{KEY}=[[1,2,3],[3,4,1]]", f"{SPEEDUPS}=[1.4]"], "1 values for the 2 ranges"),
+        ([f"{KEY}=[[1,2,3],[3,4,1]]", f"{SPEEDUPS}=[1.4,0]"], "greater than 0"),
+    ],
+)
+def test_predicted_speedups_that_do_not_fit_the_schedule_are_refused(
+    pairs: list[str], words: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        build_config(context_from_pairs(pairs))
+    assert "guardrails.live.schedule_predicted_speedups" in str(error.value)
+    assert words in str(error.value)

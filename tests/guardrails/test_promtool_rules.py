@@ -779,3 +779,82 @@ def test_promtool_checks_every_rendering(
     assert (PROBE_MISSING in names) is config.guardrails.probe.enabled
     floors = config.routing.speculative_classes if config.guardrails.probe.enabled else []
     assert names.count(PROBE_ACCEPTANCE_LOW) == len(floors)
+
+
+# --- speculation stopped paying, judged against the schedule's prediction ----------------------
+
+SCHEDULED = {
+    "serving.speculation_schedule": "[[1,3,3],[4,8,1]]",  # range 2: no k pays, k=1 kept
+    "local.max_num_seqs": "8",
+}
+PREDICTED = {"guardrails.live.schedule_predicted_speedups": "[1.6,0.8]"}  # 0.8: a loss expected
+
+
+def _schedule_timeline(served: ServedMetrics) -> dict[str, str]:
+    """Healthy otherwise; the speculative arm runs 2 requests until 45 s, then 6; the probe's
+    time per token on the speculative arm is 1.25 times the baseline's until 105 s, then 1.5
+    times (0.05 s per token on the baseline)."""
+    series = healthy(served)
+    series[vllm(served.running, SD)] = "2x3 6x8"
+    series[PROBE_TIME_SD] = "0.0625x7 0.075x4"
+    series[PROBE_TIME_BASE] = steady(0.05)
+    return series
+
+
+# (eval time, fires): batch 2 (range 1, predicted 1.6x: 1.25 > 1.1 fires); batch 6 (range 2,
+# predicted 0.8x: 1.25 is within the 1.1 / 0.8 = 1.375 it allows); batch 6 at 1.5 (worse than
+# the predicted loss: fires).
+SCHEDULE_TIMELINE = [("30s", True), ("90s", False), ("150s", True)]
+
+
+def _schedule_tests(config: ExperimentConfig) -> dict[str, Any]:
+    served = SERVED_METRICS[Generation.LOCAL_CPU]
+    series = _schedule_timeline(served)
+    (alert,) = [a for a in rule_set(config, Generation.LOCAL_CPU).alerts if a.name == SLOWER]
+    expected = {
+        "exp_labels": {"severity": "page", **PROBE_JOB, rules.CLASS: CLASS},
+        "exp_annotations": {"summary": alert.summary},
+    }
+    return {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": f"{config.guardrails.live.evaluation_interval_s}s",
+        "tests": [
+            {
+                "name": "speculation stopped paying, against the schedule's prediction",
+                "interval": f"{STEP_S}s",
+                "input_series": [
+                    {"series": name, "values": values} for name, values in sorted(series.items())
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": at,
+                        "alertname": SLOWER,
+                        "exp_alerts": [expected] if fires else [],
+                    }
+                    for at, fires in SCHEDULE_TIMELINE
+                ],
+            }
+        ],
+    }
+
+
+def test_a_schedule_without_predicted_speedups_keeps_the_plain_margin() -> None:
+    plain = {a.name: a.expr for a in _alerts(Generation.LOCAL_CPU, _config(**SCHEDULED))}
+    assert plain[SLOWER].endswith("> 1.1")
+    gains = _config(**SCHEDULED, **{"guardrails.live.schedule_predicted_speedups": "[1.6,1.2]"})
+    assert {a.name: a.expr for a in _alerts(Generation.LOCAL_CPU, gains)} == plain
+
+
+@pytest.mark.process  # runs promtool
+def test_a_loss_the_schedule_predicted_does_not_fire_a_worse_one_does(tmp_path: Path) -> None:
+    config = _config(**SCHEDULED, **PREDICTED)
+    render(tmp_path, Generation.LOCAL_CPU, config)
+    tests = tmp_path / "schedule_test.yml"
+    tests.write_text(yaml.safe_dump(_schedule_tests(config), sort_keys=False, width=120))
+    result = run_promtool("test", "rules", tests)
+    assert result.returncode == 0, _output(result)
+    # The same timeline without the prediction fires at batch 6 too: the prediction is what
+    # keeps it quiet there, so this test can fail.
+    render(tmp_path, Generation.LOCAL_CPU, _config(**SCHEDULED))
+    result = run_promtool("test", "rules", tests)
+    assert result.returncode != 0 and "time: 1m30s" in result.stdout + result.stderr, _output(result)

@@ -222,6 +222,10 @@ def test_the_paste_line_deploys_the_schedule_through_the_cli_parser() -> None:
     args = config_parser("test", None).parse_args(shlex.split(schedule.overrides))
     config = config_from_arguments(args)
     assert config.serving.speculation_schedule == [tuple(e) for e in schedule.entries]
+    predicted = config.guardrails.live.schedule_predicted_speedups
+    assert predicted == pytest.approx(
+        [r.predicted_speedup.estimate for r in schedule.ranges], rel=1e-3
+    )
     max_k = max(k for _, _, k in schedule.entries)
     assert config.local.num_speculative_tokens == max_k
     command = render(config.local_serving_spec(Arm.SPECULATIVE, "/target", "/draft"))
