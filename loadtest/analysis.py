@@ -15,6 +15,7 @@ from experiment.config import Arm, ExperimentConfig
 from loadtest.cost import cost_summary, price_basis
 from loadtest.records import RequestRecord
 from loadtest.results import (
+    AcceptanceSource,
     AnalysisInfo,
     ArmSummary,
     ClassVerdict,
@@ -24,7 +25,7 @@ from loadtest.results import (
     PairedStatistics,
     PilotFloors,
 )
-from loadtest.stats import paired_statistics
+from loadtest.stats import paired_statistics, request_acceptance_interval
 from loadtest.traffic import record_bucket
 from loadtest.verdict import MorePairs, bucket_verdicts, pilot_floors, verdict_flips, verdicts
 
@@ -144,6 +145,22 @@ def _mismatches_by_cell(
     )
 
 
+def _per_request_intervals(
+    arms: Mapping[str, ArmSummary], sd_records: Sequence[RequestRecord], info: AnalysisInfo
+) -> dict[str, Interval] | None:
+    """Each class's acceptance interval from the SD arm's requests' own figures, when its
+    acceptance source is "per request" (every succeeded request carried them); else None."""
+    if arms[Arm.SPECULATIVE.value].acceptance.source is not AcceptanceSource.PER_REQUEST:
+        return None
+    found = {}
+    for name in sorted({r.prompt_class for r in sd_records}):
+        class_records = [r for r in sd_records if r.prompt_class == name]
+        interval = request_acceptance_interval(class_records, info.statistics)
+        if interval is not None:
+            found[name] = interval
+    return found
+
+
 def analyse(
     info: AnalysisInfo | None,
     records: Mapping[Arm, list[RequestRecord]],
@@ -204,6 +221,9 @@ def analyse(
         cost=cost,
         verdict=verdict,
         floors=pilot_floors(
-            verdict, arms[Arm.SPECULATIVE.value].acceptance, info.pilot_floor_factor
+            verdict,
+            arms[Arm.SPECULATIVE.value].acceptance,
+            info.pilot_floor_factor,
+            _per_request_intervals(arms, measured.get(Arm.SPECULATIVE.value, []), info),
         ),
     )

@@ -22,7 +22,7 @@ from experiment.config.guardrails import LiveGuardrailConfig
 
 # 1: the untyped dict of the first releases (no "cloudwatch" key unless published, no
 #    "reason" on an available acceptance block). 2: this model; every key always present.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 # 3: paired bootstrap statistics, cost per 1M output tokens and the verdict (issue 12):
 #    RunSummary.statistics/cost/verdict and RunInfo.analysis (None/empty for older runs).
 # 4: RunInfo.served_models, what the servers really serve when the model name is an alias
@@ -59,6 +59,8 @@ SCHEMA_VERSION = 14
 # 14: acceptance per request (vLLM --per-request-spec-decode-metrics): AcceptanceSource
 #    "per request", ArmSummary.request_acceptance (per class, the counters' own block and
 #    their reconciliation); None for servers without the figures and for older runs.
+# 15: a proposed floor's interval from the requests' own figures where the run has them:
+#    ClassFloor.acceptance_source ("per request", or "estimated": tokens per chunk).
 
 
 class _Result(BaseModel):
@@ -907,8 +909,12 @@ class ClassFloor(_Result):
 
     prompt_class: str
     acceptance: Interval | None
-    """The class's acceptance with its interval (statistics.by_class.*.acceptance_rate_
-    estimate: accepted / drafted tokens from its tokens per chunk, paired bootstrap)."""
+    """The class's acceptance with its interval: accepted / drafted tokens from its requests'
+    own figures, bootstrap over requests, when the SD arm's source is "per request"
+    (loadtest.stats.request_acceptance_interval); else from its tokens per chunk, paired
+    bootstrap (statistics.by_class.*.acceptance_rate_estimate)."""
+    acceptance_source: AcceptanceSource = AcceptanceSource.ESTIMATED
+    """Where ``acceptance`` comes from: "per request" or "estimated" (tokens per chunk)."""
     floor: float | None
     """factor x acceptance.low, rounded down to FLOOR_DECIMALS (never above the product);
     None: no floor, see ``reason``."""

@@ -406,6 +406,32 @@ def acceptance_estimate(
     return interval(estimate, replicates, len(tok_b), settings, null_value=None)
 
 
+def request_acceptance_interval(
+    records: Iterable[RequestRecord], settings: StatisticsConfig
+) -> Interval | None:
+    """Accepted / drafted tokens of the measured requests that carried their own figures
+    (vLLM --per-request-spec-decode-metrics), a ratio of sums with the expanded percentile
+    bootstrap over those requests (the load test's seeded resamples). None: no request
+    carried figures, or none drafted."""
+    columns = np.array(
+        [
+            (r.spec_accepted_tokens, r.spec_draft_tokens)
+            for r in records
+            if r.ok
+            and not r.warmup
+            and r.spec_accepted_tokens is not None
+            and r.spec_draft_tokens is not None
+        ],
+        dtype=float,
+    ).reshape(-1, 2)
+    totals = columns.sum(axis=0)
+    if not len(columns) or totals[1] == 0:
+        return None
+    sums = resample_counts(len(columns), settings).sums(columns)
+    replicates = _safe_ratio(sums[:, 0], sums[:, 1])
+    return interval(float(totals[0] / totals[1]), replicates, len(columns), settings, None)
+
+
 # --------------------------------------------------------------------------- run records
 
 

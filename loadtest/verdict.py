@@ -34,14 +34,15 @@ it moves with throughput, so it does not decide on its own.
 
 The decision carries its own guardrails (``pilot_floors``): for each class routed to SD, the
 acceptance floor the run supports is ``guardrails.live.pilot_floor_factor`` times the lower
-bound of the class's acceptance interval, rounded down; only when the SD server's counters
+bound of the class's acceptance interval (from its requests' own figures where the server
+returned them, else the client-side estimate), rounded down; only when the SD server
 measured its acceptance (an estimated or unavailable one proposes no floor, and says why).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 
@@ -279,12 +280,17 @@ def _no_floor(acceptance: Acceptance) -> str | None:
 
 
 def pilot_floors(
-    rows: Sequence[ClassVerdict], acceptance: Acceptance, factor: float
+    rows: Sequence[ClassVerdict],
+    acceptance: Acceptance,
+    factor: float,
+    per_request: Mapping[str, Interval] | None = None,
 ) -> PilotFloors | None:
     """The acceptance floors the run supports for the classes ``rows`` route to SD ("use
     SD"): ``factor`` x the lower bound of each class's acceptance interval, rounded down to
     FLOOR_DECIMALS. ``acceptance`` is the SD arm's (its source decides whether any class gets
-    a floor). None without a per-class verdict (nothing is routed by class then)."""
+    a floor). ``per_request``: each class's interval from its requests' own figures, used
+    instead of the client-side estimate where given (the server's count beats an estimate).
+    None without a per-class verdict (nothing is routed by class then)."""
     classes = [v for v in rows if v.prompt_class != ALL_CLASSES]
     if not classes:
         return None
@@ -293,7 +299,10 @@ def pilot_floors(
     for row in classes:
         if not row.decision.routes_to_sd:
             continue
-        interval = row.acceptance_rate_estimate
+        interval = (per_request or {}).get(row.prompt_class)
+        source = AcceptanceSource.PER_REQUEST
+        if interval is None:
+            interval, source = row.acceptance_rate_estimate, AcceptanceSource.ESTIMATED
         low = None if interval is None else interval.low
         reason = run_reason
         floor = None
@@ -309,7 +318,11 @@ def pilot_floors(
                 floor = None
         entries.append(
             ClassFloor(
-                prompt_class=row.prompt_class, acceptance=interval, floor=floor, reason=reason
+                prompt_class=row.prompt_class,
+                acceptance=interval,
+                acceptance_source=source,
+                floor=floor,
+                reason=reason,
             )
         )
     return PilotFloors(

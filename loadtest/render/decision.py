@@ -161,10 +161,16 @@ def floor_text(entry: ClassFloor, factor: float) -> str:
         return f"{entry.prompt_class}: no floor: {entry.reason}"
     interval = entry.acceptance
     assert interval is not None and interval.low is not None  # a floor needs its bound
+    per_request = entry.acceptance_source is AcceptanceSource.PER_REQUEST
+    source = (
+        f"{PER_REQUEST_SOURCE}, n={interval.n} requests"
+        if per_request
+        else f"{ESTIMATED_SOURCE} from its tokens per chunk, n={interval.n} pairs"
+    )
     return (
         f"{entry.prompt_class}: floor {entry.floor!r} = {factor:g} x the lower "
         f"{interval.confidence:.0%} bound of its acceptance "
-        f"{interval_text(interval, unit='')} (n={interval.n} pairs), rounded down to "
+        f"{interval_text(interval, unit='')} ({source}), rounded down to "
         f"{FLOOR_DECIMALS} decimals"
     )
 
@@ -181,7 +187,8 @@ def floors_text(floors: PilotFloors) -> str:
     head = (
         "Acceptance floors the run supports (routing.acceptance_floors; floor = "
         f"guardrails.live.pilot_floor_factor {floors.factor:g} x the lower bound of the "
-        "class's acceptance interval, accepted / drafted tokens from its tokens per chunk"
+        "class's acceptance interval, accepted / drafted tokens from the server's figures of "
+        "each request where it returned them, else from its tokens per chunk"
         f"{counters}). A class without one keeps its configured floor, else "
         "guardrails.min_acceptance_rate:"
     )

@@ -170,7 +170,8 @@ def test_the_printed_line_round_trips_into_the_floors(fake_run_dir) -> None:
     assert config.routing.acceptance_floors["structured"] <= FACTOR * low
     assert (
         "structured: floor 0.52 = 0.9 x the lower 95% bound of its acceptance "
-        "0.613 [0.587, 0.641] (n=16 pairs), rounded down to 2 decimals"
+        "0.613 [0.587, 0.641] (client estimate from its tokens per chunk, n=16 pairs), "
+        "rounded down to 2 decimals"
     ) in (text or "")
     assert "the SD server measured 0.600 over the whole run (server counters)" in (text or "")
 
@@ -211,11 +212,11 @@ def test_every_format_carries_the_floors(fake_run_dir) -> None:
     assert RunSummary.model_validate(stored).floors == summary.floors
 
 
-def test_summarize_computes_the_floors_with_the_runs_factor(fake_run_dir) -> None:
-    """From the records to the pasted line: a lossless SD arm, cheaper, whose counters moved
-    gets a floor per class from the run's own factor (written to run.json when the run
-    starts, so a rebuilt report keeps it)."""
-    records_file = fake_run_dir / "records_speculative.jsonl"
+def _lossless_cheaper_sd(run_dir, figures: bool = False) -> RunSummary:
+    """The fake run with an SD arm that is lossless and cheaper (a verdict of "use SD" for
+    both classes), the run's factor 0.5; ``figures``: every SD request also carries its own
+    speculation figures (vLLM --per-request-spec-decode-metrics), 8 or 10 of 12 accepted."""
+    records_file = run_dir / "records_speculative.jsonl"
     records = read_records(records_file)
     for record in records:  # the baseline's words, four per chunk: lossless
         record.chunk_texts = [
@@ -226,13 +227,24 @@ def test_summarize_computes_the_floors_with_the_runs_factor(fake_run_dir) -> Non
         record.start /= 2
         if record.wall_start is not None:
             record.wall_start /= 2
+        if figures:
+            record.spec_steps, record.spec_draft_tokens = 4, 12
+            record.spec_accepted_tokens = 8 + 2 * (record.index % 2)
+            record.spec_histogram = None
     write_records(records_file, records)
     context = {"guardrails.live.pilot_floor_factor": "0.5", "statistics.min_pairs_for_verdict": "4"}
-    run_file = fake_run_dir / "run.json"
+    run_file = run_dir / "run.json"
     run = json.loads(run_file.read_text())
     run["analysis"] = analysis_info(build_config(context)).model_dump(mode="json")
     run_file.write_text(json.dumps(run))
-    summary = summarize(fake_run_dir)
+    return summarize(run_dir)
+
+
+def test_summarize_computes_the_floors_with_the_runs_factor(fake_run_dir) -> None:
+    """From the records to the pasted line: a lossless SD arm, cheaper, whose counters moved
+    gets a floor per class from the run's own factor (written to run.json when the run
+    starts, so a rebuilt report keeps it)."""
+    summary = _lossless_cheaper_sd(fake_run_dir)
     assert summary.lossless.exact_matches == summary.lossless.prompts_compared > 0
     assert [v.decision for v in summary.verdict[:-1]] == [Decision.USE_SD] * 2, summary.verdict
     sd = summary.arm("speculative").acceptance
@@ -248,3 +260,77 @@ def test_summarize_computes_the_floors_with_the_runs_factor(fake_run_dir) -> Non
         assert low is not None and low > 0
         floor = config.routing.acceptance_floors[verdict.prompt_class]
         assert 0.5 * low - 0.01 < floor <= 0.5 * low
+
+
+PER_REQUEST = Acceptance(
+    available=True,
+    source=AcceptanceSource.PER_REQUEST,
+    acceptance_rate=0.6,
+    drafts=100.0,
+    draft_tokens=700.0,
+    accepted_tokens=420.0,
+)
+
+
+def test_the_requests_own_figures_replace_the_estimate_where_given() -> None:
+    own = _acceptance(0.8, 0.7, 0.85, n=40)
+    floors = pilot_floors(ROWS, PER_REQUEST, FACTOR, {"structured": own})
+    assert floors is not None
+    (entry,) = floors.by_class
+    assert entry.acceptance == own and entry.acceptance_source is AcceptanceSource.PER_REQUEST
+    assert entry.floor == 0.63  # 0.9 x 0.7, not 0.9 x the estimate's 0.587
+    # A class the figures do not cover keeps the estimate, and says so.
+    (kept,) = pilot_floors(ROWS, PER_REQUEST, FACTOR, {}).by_class  # type: ignore[union-attr]
+    assert kept.acceptance_source is AcceptanceSource.ESTIMATED and kept.floor == 0.52
+
+
+def _with_figures(record, steps: int, accepted: int, k: int = 3) -> None:
+    record.spec_steps, record.spec_draft_tokens = steps, k * steps
+    record.spec_accepted_tokens = accepted
+
+
+def test_request_acceptance_interval_is_a_ratio_of_sums_over_requests() -> None:
+    from loadtest.records import RequestRecord
+    from loadtest.stats import request_acceptance_interval
+
+    settings = build_config({}).statistics
+    records = []
+    for index in range(30):
+        record = RequestRecord(
+            arm="speculative", index=index, prompt_id="p", prompt_class="structured",
+            max_tokens=16, start=0.0, output_tokens=16,
+        )  # fmt: skip
+        _with_figures(record, 5, 12 if index % 3 else 6)  # 12 or 6 of 15 accepted
+        records.append(record)
+    found = request_acceptance_interval(records, settings)
+    assert found is not None and found.n == 30
+    assert found.estimate == pytest.approx((20 * 12 + 10 * 6) / (30 * 15))
+    assert found.low is not None and found.high is not None
+    assert 6 / 15 < found.low < found.estimate < found.high < 12 / 15
+    # Requests without figures, failed or warm-up are left out; none left: no interval.
+    for record in records:
+        record.spec_draft_tokens = None
+    assert request_acceptance_interval(records, settings) is None
+
+
+def test_the_floor_text_names_the_per_request_source() -> None:
+    from loadtest.render.decision import floor_text
+
+    own = _acceptance(0.8, 0.7, 0.85, n=40)
+    (entry,) = pilot_floors(ROWS, PER_REQUEST, FACTOR, {"structured": own}).by_class  # type: ignore[union-attr]
+    assert "(per-request figures, n=40 requests)" in floor_text(entry, FACTOR)
+    (kept,) = pilot_floors(ROWS, MEASURED, FACTOR).by_class  # type: ignore[union-attr]
+    assert "(client estimate from its tokens per chunk, n=16 pairs)" in floor_text(kept, FACTOR)
+
+
+def test_summarize_takes_the_floors_from_the_requests_own_figures(fake_run_dir) -> None:
+    summary = _lossless_cheaper_sd(fake_run_dir, figures=True)
+    assert summary.arm("speculative").acceptance.source is AcceptanceSource.PER_REQUEST
+    assert summary.floors is not None
+    for entry in summary.floors.by_class:
+        assert entry.acceptance_source is AcceptanceSource.PER_REQUEST, entry
+        assert entry.acceptance is not None and entry.acceptance.estimate is not None
+        assert 8 / 12 <= entry.acceptance.estimate <= 10 / 12
+        assert entry.floor is not None and entry.floor <= 0.5 * (entry.acceptance.low or 0)
+    stored = RunSummary.model_validate_json((fake_run_dir / "summary.json").read_text())
+    assert stored.floors == summary.floors
