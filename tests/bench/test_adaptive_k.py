@@ -17,6 +17,7 @@ from bench.figures.adaptive_k import (
     plot_svg,
     region_text,
     relative_error,
+    same_k_text,
     wholly_above,
     wholly_below,
 )
@@ -407,3 +408,38 @@ def test_a_record_that_took_k0_as_the_baseline_says_so() -> None:
     text = region_text(record(old), old)
     assert "| 16 (fit) | 0 |" in text and "1.00x (k=0 taken as the baseline)" in text
     assert "1.00x (k=0 taken as the baseline)" not in region_text(record(base), base)
+
+
+# --- levels where the schedule serves the fixed k's own k -----------------------------------
+
+
+def _same_k(over_fixed: Interval) -> AdaptiveKFigures:
+    """good(), with the fixed k at the schedule's k=3 of concurrency 1 and 2: there the two
+    servers decode alike, and ``over_fixed`` is what they measured at concurrency 1."""
+    found = good().model_copy(update={"fixed_k": 3})
+    found.levels[0] = found.levels[0].model_copy(update={"schedule_over_fixed": over_fixed})
+    return found
+
+
+def test_better_than_the_fixed_k_is_not_claimed_where_both_serve_the_same_k() -> None:
+    # 1.06x [1.02, 1.10] at concurrency 1 counted in good(), where the k differs (3 vs 2).
+    assert by_name(good())["better than the best fixed k somewhere"]
+    only_same = _same_k(iv(1.06, 1.02, 1.1))
+    for lv in only_same.levels[2:]:  # the levels where the k differs: within the noise
+        lv.schedule_over_fixed = iv(1.0, 0.95, 1.05)
+    goal = next(g for g in goals(only_same) if g.name == "better than the best fixed k somewhere")
+    assert not goal.met
+    assert goal.text == (
+        "the interval of schedule over fixed k lies wholly above 1 at no level where the k differs"
+    )
+
+
+def test_the_same_k_levels_say_whether_the_servers_differ_at_the_same_k() -> None:
+    assert same_k_text(good()) is None  # the k differs at every level
+    quiet = same_k_text(_same_k(iv(1.01, 0.97, 1.05)))
+    assert quiet is not None and "within the noise at every such level" in quiet
+    apart = same_k_text(_same_k(iv(1.06, 1.02, 1.1)))
+    assert apart is not None and "beyond the noise at concurrency 1," in apart
+    assert "is not the schedule's doing" in apart and "within the noise" not in apart
+    text = region_text(record(_same_k(iv(1.06, 1.02, 1.1))), _same_k(iv(1.06, 1.02, 1.1)))
+    assert apart in text
