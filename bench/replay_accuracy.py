@@ -266,8 +266,11 @@ def _p99(values: Sequence[float]) -> float | None:
     return float(np.percentile(values, 99)) if len(values) else None
 
 
-def run_level(level: Level, run_dir: Path, seed: int = 0) -> tuple[LevelErrors, dict[str, Any]]:
-    """Replay one level's trace with the load test against a fresh truth server."""
+def run_level(
+    level: Level, run_dir: Path, seed: int = 0, burst_writes: bool = True
+) -> tuple[LevelErrors, dict[str, Any]]:
+    """Replay one level's trace with the load test against a fresh truth server;
+    ``burst_writes``: loadtest.traffic.burst_writes (a burst's requests written together)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     trace = synthetic_trace(level.requests, level.streams, seed)
     traffic = write_traffic(trace, run_dir / "traffic.jsonl")
@@ -289,6 +292,7 @@ def run_level(level: Level, run_dir: Path, seed: int = 0) -> tuple[LevelErrors, 
             # Twice the trace plus start-up: the window never ends before the schedule does.
             "loadtest.max_duration_s": str(int(2 * duration + 300)),
             "loadtest.request_timeout_s": "60",
+            "loadtest.traffic.burst_writes": str(burst_writes).lower(),
         }
     )
     with TruthServer(workload, run_dir / "truth_server.log") as server:
@@ -356,6 +360,7 @@ def measure(levels: Sequence[Level], run_dir: Path, seed: int = 0) -> dict[str, 
         "burst_every_s": BURST_EVERY_S,
         "burst_share": BURST_SHARE,
         "users_per_stream": USERS_PER_STREAM,
+        "burst_writes": True,  # run_level's default: loadtest.traffic.burst_writes
         "levels": results,
     }
 

@@ -90,9 +90,14 @@ from experiment import build_config
 from experiment.loading import PROJECT_ROOT
 from loadtest.traffic import TrafficRequest
 
-TOOLS = ("loadtest", "aiperf", "vllm")
+TOOLS = ("loadtest", "loadtest-turns", "aiperf", "vllm")
+# The load test as it ships (a burst's requests written together, loadtest.traffic.
+# burst_writes) and with each burst member written in its own sender's turn: the change
+# measured side by side with the peers, on the same traces.
+LOAD_TESTS = ("loadtest", "loadtest-turns")
 LABELS = {
     "loadtest": "load test (Locust)",
+    "loadtest-turns": "load test, each burst member in its own turn",
     "aiperf": "AIPerf --fixed-schedule",
     "vllm": "vllm bench serve timed_trace",
 }
@@ -148,7 +153,7 @@ def tool_result(
         "tool": tool,
         "label": LABELS[tool],
         "streams": level.streams,
-        "workers": level.workers if tool == "loadtest" else None,
+        "workers": level.workers if tool in LOAD_TESTS else None,
         "requests": len(trace),
         "matched": len(errors),
         "unmatched": len(missing),
@@ -165,7 +170,7 @@ def failed_result(tool: str, level: Level, requests: int, reason: str) -> dict[s
         "tool": tool,
         "label": LABELS[tool],
         "streams": level.streams,
-        "workers": level.workers if tool == "loadtest" else None,
+        "workers": level.workers if tool in LOAD_TESTS else None,
         "requests": requests,
         "matched": 0,
         "unmatched": requests,
@@ -330,11 +335,16 @@ def _bound_s(trace: Sequence[TrafficRequest], scale: float) -> float:
 
 
 def run_loadtest(
-    level: Level, run_dir: Path, trace: Sequence[TrafficRequest], scale: float, seed: int
+    level: Level,
+    run_dir: Path,
+    trace: Sequence[TrafficRequest],
+    scale: float,
+    seed: int,
+    burst_writes: bool = True,
 ) -> tuple[dict[str, float], list[str], dict[str, Any]]:
     """The load test's replay (bench.replay_accuracy.run_level) and its errors, recomputed
     from the receive log it keeps."""
-    _, detail = run_level(level, run_dir, seed)
+    _, detail = run_level(level, run_dir, seed, burst_writes)
     log = json.loads((run_dir / "receive_log.json").read_text())
     errors, missing = replay_errors(trace, scale, receive_times(log))
     return errors, missing, {"stopped_by": detail.get("stopped_by")}
@@ -408,8 +418,9 @@ def run_tool(
     began = time.monotonic()
     load = os.getloadavg()[0]
     try:
-        if tool == "loadtest":
-            errors, missing, detail = run_loadtest(level, where, trace, scale, seed)
+        if tool in LOAD_TESTS:
+            burst_writes = tool == "loadtest"
+            errors, missing, detail = run_loadtest(level, where, trace, scale, seed, burst_writes)
         elif tool == "aiperf":
             errors, missing, detail = run_aiperf(
                 level, where, trace, scale, tokenizer_dir, aiperf_venv
@@ -568,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     # A peer that fails is a finding the record keeps (with its reason); without the load
     # test's own replay there is nothing to compare, so no record is written (exit 1).
-    return 1 if any(run["error"] for run in summary["runs"] if run["tool"] == "loadtest") else 0
+    return 1 if any(run["error"] for run in summary["runs"] if run["tool"] in LOAD_TESTS) else 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from guardrails import vllm_metrics
 from loadtest.records import FailureReason, RequestRecord
-from loadtest.transport import Response, Transport, TransportError
+from loadtest.transport import PreparedSend, Response, Transport, TransportError
 
 Api = Literal["chat", "completions"]
 API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -245,25 +245,37 @@ def stream_request(
     messages: list[dict[str, str]] | None = None,
     max_tokens: int | None = None,
     body: bytes | None = None,
+    prepared: PreparedSend | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; never raises for server faults.
     ``messages``, ``max_tokens``: as ``build_payload``; ``body``: that payload already
-    encoded (``request_body``), so a scheduled send does no encoding at its time."""
+    encoded (``request_body``), so a scheduled send does no encoding at its time;
+    ``prepared``: that request with its connection opened ahead (``StreamSession.prepare``),
+    written here unless a burst's first user wrote it already: its send time is the
+    request's start. A prepared request whose connection failed is sent the usual way."""
     if body is None:
         body = request_body(prompt, params, messages, max_tokens)
     url = endpoint_url(base_url, params.api)
     record.max_tokens = max_tokens or params.max_tokens
     record.wall_start = time.time()
     start = time.perf_counter()
+    response: Response | None = None
+    if prepared is not None:
+        prepared.write()
+        if prepared.sent is not None:
+            record.wall_start -= start - prepared.sent
+            start = prepared.sent
     record.start = start
     deadline = start + params.timeout_s
     state = _SseState(record)
-    response: Response | None = None
     try:
         try:
-            response = session.post_stream(
-                url, body, params.timeout_s, headers=class_headers(params, record.prompt_class)
-            )
+            if prepared is not None and prepared.sent is not None:
+                response = _prepared_response(prepared)
+            if response is None:
+                response = session.post_stream(
+                    url, body, params.timeout_s, headers=class_headers(params, record.prompt_class)
+                )
         except TransportError as err:
             raise _StreamError(_CONNECT_REASONS[err.kind], str(err)[:500]) from None
         record.http_status = response.status
@@ -311,6 +323,17 @@ def stream_request(
         if response is not None:
             response.close()
     return record
+
+
+def _prepared_response(prepared: PreparedSend) -> Response | None:
+    """The written request's response; None when its connection closed before a byte of it
+    (a keep-alive the server had closed): not served, so sent again (as post_stream does)."""
+    try:
+        return prepared.response()
+    except TransportError as err:
+        if err.kind != TransportError.DISCONNECTED:
+            raise
+        return None
 
 
 def _event_end(buffer: bytes) -> tuple[int, int] | None:

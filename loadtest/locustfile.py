@@ -48,7 +48,7 @@ from locust.stats import CSV_STATS_INTERVAL_SEC
 from experiment.config import TIERED_ARM, Arm
 from experiment.loading import ConfigError, add_config_arguments, config_from_arguments
 from loadtest.arms import READY_POLL_S, announce_ready, shared_start
-from loadtest.client import endpoint_url, request_body, stream_request
+from loadtest.client import class_headers, endpoint_url, request_body, stream_request
 from loadtest.distributed import (
     CLOCK_MESSAGE,
     PLAN_MESSAGE,
@@ -63,13 +63,13 @@ from loadtest.distributed import (
     warmup_share,
     worker_share,
 )
-from loadtest.open_loop import wait_until
+from loadtest.open_loop import BurstGate, wait_until
 from loadtest.plan import API, RunPlan, build_plan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
 from loadtest.results import ArrivalStampCounts
 from loadtest.server_latency import ServerScrape, scrape_window
-from loadtest.transport import ArrivalStamps, StreamSession, Transport
+from loadtest.transport import ArrivalStamps, PreparedSend, StreamSession, Transport
 from loadtest.window import WindowMeta
 
 
@@ -119,6 +119,9 @@ class _RunState:
         self.histograms_before: ServerScrape | None = None
         # Which clock stamped the measured requests' reads (None: the bench's other clients).
         self.stamps: ArrivalStamps | None = None
+        # A trace's requests due at one instant are written together (loadtest.traffic.
+        # burst_writes; every user of this process shares it).
+        self.bursts = BurstGate() if plan.shape.burst_writes else None
         self._records = self._open_records()
 
     def _open_records(self) -> Any:
@@ -172,17 +175,26 @@ class _RunState:
         )
         body = request_body(prompt.text, params, prompt.messages, prompt.max_tokens)
         counted = dataclass_replace(session.stamps) if isinstance(session, StreamSession) else None
+        prepared: list[PreparedSend] = []
         if item.arrival_s is not None:
             arrival = self.window_start + item.arrival_s
-            connect = None
+            prepare = None
             if isinstance(session, StreamSession):
+                headers = class_headers(params, prompt.prompt_class)
                 url = endpoint_url(self.plan.base_url, params.api)
-                connect = partial(session.connect_ahead, url, params.timeout_s)
-            wait_until(arrival, connect)
-            record.scheduled_lag_s = max(time.perf_counter() - arrival, 0.0)
+                prepare = partial(
+                    self._prepare, session, url, body, params.timeout_s, headers, arrival, prepared
+                )
+            wait_until(arrival, prepare)
+            if self.bursts is not None:
+                self.bursts.release(arrival)  # this request and every other due now
+            woke = time.perf_counter()
+            sent = prepared[0].sent if prepared and prepared[0].sent is not None else woke
+            record.scheduled_lag_s = max(sent - arrival, 0.0)
         stream_request(
             session, self.plan.base_url, prompt.text, params, record,
             messages=prompt.messages, max_tokens=prompt.max_tokens, body=body,
+            prepared=prepared[0] if prepared else None,
         )  # fmt: skip
         if counted is not None and isinstance(session, StreamSession) and not item.warmup:
             self.stamps = self.stamps or ArrivalStamps()
@@ -201,6 +213,24 @@ class _RunState:
                 context={"prompt_id": item.prompt.id},
             )
         return record
+
+    def _prepare(
+        self,
+        session: StreamSession,
+        url: str,
+        body: bytes,
+        timeout_s: float,
+        headers: dict[str, str],
+        arrival: float,
+        out: list[PreparedSend],
+    ) -> None:
+        """Shortly before ``arrival``: build the request and open its connection, enlisted
+        with the burst gate when bursts are written together."""
+        found = session.prepare(url, body, timeout_s, headers)
+        if found is not None:
+            out.append(found)
+            if self.bursts is not None:
+                self.bursts.enlist(arrival, found)
 
     def cpu_share(self, window_end: float) -> float | None:
         # Share of one core this process used in the window: near 1.0 means the load

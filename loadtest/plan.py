@@ -50,6 +50,7 @@ class LoadShape:
     request_rate: float | None = None
     traffic_file: str | None = None
     time_scale: float | None = None
+    burst_writes: bool = False  # a trace's requests due at one instant written together
 
 
 @dataclass
@@ -186,6 +187,7 @@ def build_plan(
         max_duration_s=arm_time_budget(lt.max_duration_s, arms_in_turn(lt.arms_mode, tiered)),
         traffic_file=traffic,
         time_scale=lt.traffic.time_scale if traffic is not None else None,
+        burst_writes=traffic is not None and lt.traffic.burst_writes,
     )
     return RunPlan(
         arm=arm,

@@ -60,7 +60,8 @@ SCHEMA_VERSION = 15
 #    "per request", ArmSummary.request_acceptance (per class, the counters' own block and
 #    their reconciliation); None for servers without the figures and for older runs.
 # 15: a proposed floor's interval from the requests' own figures where the run has them:
-#    ClassFloor.acceptance_source ("per request", or "estimated": tokens per chunk).
+#    ClassFloor.acceptance_source ("per request", or "estimated": tokens per chunk); and
+#    RunInfo.load_shape.burst_writes: a trace's bursts written together.
 
 
 class _Result(BaseModel):
@@ -561,6 +562,9 @@ class LoadShapeInfo(_Result):
     """The traffic file replayed (loadtest.traffic.file); None: the prompt suite."""
     time_scale: float | None = None
     """Its recorded offsets were multiplied by this (None: no trace)."""
+    burst_writes: bool = False
+    """A trace's requests due at one offset were written together (loadtest.traffic.
+    burst_writes); False: each by its own sender, or no trace."""
 
 
 class SloInfo(_Result):

@@ -318,6 +318,63 @@ def _header_line(name: str, value: str) -> str:
     return f"{name}: {value}\r\n"
 
 
+def _request_bytes(
+    url: str, body: bytes, headers: Mapping[str, str] | None, content_type: str
+) -> tuple[tuple[str, str, int], bytes]:
+    """(origin key, the whole HTTP/1.1 request) of a POST of ``body`` to ``url``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TransportError(
+            TransportError.CONNECT, f"{url!r} is not an http(s) URL: use http://HOST:PORT"
+        )
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {parts.netloc.rsplit('@', 1)[-1]}\r\n"
+        f"User-Agent: {USER_AGENT}\r\nAccept: text/event-stream\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        + "".join(_header_line(name, value) for name, value in (headers or {}).items())
+        + "\r\n"
+    )
+    return (parts.scheme, parts.hostname, port), head.encode("latin-1") + body
+
+
+class PreparedSend:
+    """A request built and its connection opened ahead of its send time (``StreamSession.
+    prepare``): ``write`` is one ``sendall``, whoever calls it: its own user at its time, or
+    the first user of a burst writing every request due at that instant in one loop
+    (loadtest.open_loop.BurstGate). ``sent``: when it was written (None: not yet, or the
+    write failed and ``failed`` is set: the caller sends it again the usual way)."""
+
+    def __init__(
+        self, session: StreamSession, key: tuple[str, str, int], sock: socket.socket, request: bytes
+    ) -> None:
+        self._session = session
+        self._key = key
+        self._sock = sock
+        self._request = request
+        self.sent: float | None = None
+        self.failed = False
+
+    def write(self) -> None:
+        """Send the request now, once; a later call does nothing."""
+        if self.sent is not None or self.failed:
+            return
+        self.sent = time.perf_counter()  # no byte of the response can arrive before this
+        try:
+            self._sock.sendall(self._request)
+        except OSError:  # e.g. the server closed the idle connection under us
+            self.sent, self.failed = None, True
+            self._sock.close()
+
+    def response(self) -> StreamResponse:
+        """The written request's response head. A connection closed before any byte of it
+        raises DISCONNECTED: the request was not served, and may be sent again."""
+        if self.sent is None:
+            raise TransportError(TransportError.CONNECT, "the prepared request was not sent")
+        return self._session._read_head(self._key, self._sock, self.sent)
+
+
 class StreamSession:
     """Keeps at most one idle connection per origin; ``post_stream`` opens a response."""
 
@@ -337,22 +394,7 @@ class StreamSession:
         content_type: str = "application/json",
     ) -> StreamResponse:
         """``headers``: the request's own (the prompt class); framing ones are set here."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TransportError(
-                TransportError.CONNECT, f"{url!r} is not an http(s) URL: use http://HOST:PORT"
-            )
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        key = (parts.scheme, parts.hostname, port)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {parts.netloc.rsplit('@', 1)[-1]}\r\n"
-            f"User-Agent: {USER_AGENT}\r\nAccept: text/event-stream\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            + "".join(_header_line(name, value) for name, value in (headers or {}).items())
-            + "\r\n"
-        )
-        request = head.encode("latin-1") + body
+        key, request = _request_bytes(url, body, headers, content_type)
         sent = time.perf_counter()  # no byte of the response can arrive before this
         sock = self._settled(key)
         if sock is not None:
@@ -374,21 +416,25 @@ class StreamSession:
             raise TransportError(TransportError.CONNECT, f"send failed: {err}") from None
         return self._read_head(key, sock, sent)
 
-    def connect_ahead(self, url: str, timeout_s: float) -> None:
-        """Open the origin's connection now, before a scheduled send, when none is idle: the
-        send then writes at once instead of connecting first. A failure is left for
-        ``post_stream`` to meet again and report."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return
-        key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-        sock = self._settled(key)
-        if sock is None:
-            try:
-                sock = self._connect(key, timeout_s)
-            except TransportError:
-                return
-        self._idle[key] = (sock, None)
+    def prepare(
+        self,
+        url: str,
+        body: bytes,
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> PreparedSend | None:
+        """The request built and its origin's connection taken (the idle one, or opened now),
+        before a scheduled send: at its time only the write is left (``PreparedSend``).
+        None when the URL is bad or the connection cannot be opened: ``post_stream`` meets
+        that again at the send and reports it."""
+        try:
+            key, request = _request_bytes(url, body, headers, content_type)
+            sock = self._settled(key) or self._connect(key, timeout_s)
+        except TransportError:
+            return None
+        sock.settimeout(timeout_s)
+        return PreparedSend(self, key, sock, request)
 
     def close(self) -> None:
         for sock, _ in self._idle.values():

@@ -583,6 +583,7 @@ def replay_figures(outcome: Outcome) -> ReplayAccuracyFigures:
         service_s=data["service_s"],
         burst_every_s=data["burst_every_s"],
         burst_share=data["burst_share"],
+        burst_writes=data.get("burst_writes", False),
         levels=[
             ReplayLevel(**{k: v for k, v in level.items() if k in fields})
             for level in data["levels"]

@@ -533,6 +533,9 @@ class ReplayAccuracyFigures(_Model):
     service_s: float
     burst_every_s: float
     burst_share: float
+    # A burst's requests written together (loadtest.traffic.burst_writes); False: each in
+    # its own sender's turn, one after another (every record before that setting).
+    burst_writes: bool = False
     levels: list[ReplayLevel]
 
     def level(self, streams: int) -> ReplayLevel:
@@ -555,7 +558,8 @@ class ReplayPeerRun(_Model):
     """One tool replaying one level's trace, each repetition against a fresh truth server:
     every figure the median over the repetitions that replayed."""
 
-    tool: Literal["loadtest", "aiperf", "vllm"]
+    tool: Literal["loadtest", "loadtest-turns", "aiperf", "vllm"]
+    # loadtest-turns: the load test with loadtest.traffic.burst_writes false
     label: str
     streams: int
     workers: int | None  # the load test's Locust processes; None: a peer

@@ -1464,6 +1464,11 @@ def replay_accuracy(records: Records) -> str:
             f"| {level.p99_ms:.2f} | {level.max_ms:.2f} | {level.min_ms:.2f} "
             f"| {level.mean_in_flight:.0f} / {level.peak_in_flight} | {verdict} |"
         )
+    written = (
+        "written together by the first of their senders"
+        if d.burst_writes
+        else "written one after another"
+    )
     for level in d.levels:
         if level.absolute_p50_ms is not None and level.absolute_p99_ms is not None:
             rows += [
@@ -1477,7 +1482,7 @@ def replay_accuracy(records: Records) -> str:
                 "",
                 f"At {level.streams} streams, the requests alone at their offset: p99 "
                 f"{level.alone_p99_ms:.2f} ms; those in a burst (up to {level.largest_burst} at "
-                f"one offset, written one after another): p99 {level.burst_p99_ms:.2f} ms.",
+                f"one offset, {written}): p99 {level.burst_p99_ms:.2f} ms.",
             ]
         if level.worker_p50_ms:
             starts = ", ".join(f"{v:.2f}" for _, v in sorted(level.worker_p50_ms.items()))
@@ -1525,7 +1530,9 @@ def replay_peers_verdicts(d: ReplayPeersFigures) -> list[str]:
         peers = {
             run.label: run.burst
             for run in d.runs
-            if run.streams == streams and run.tool != "loadtest" and run.burst is not None
+            if run.streams == streams
+            and not run.tool.startswith("loadtest")
+            and run.burst is not None
         }
         if not peers:
             out.append(
@@ -1541,6 +1548,21 @@ def replay_peers_verdicts(d: ReplayPeersFigures) -> list[str]:
             f"p99 {ms(ours.burst.p99_ms)} against {ms(peers[best].p99_ms)} "
             f"({'met' if met else 'missed'})."
         )
+        turns = d.run(streams, "loadtest-turns")
+        if turns is not None and turns.burst is not None:
+            ours_ms, turns_ms = round(ours.burst.p99_ms, 2), round(turns.burst.p99_ms, 2)
+            how = (
+                "earlier than"
+                if ours_ms < turns_ms
+                else "as late as"
+                if ours_ms == turns_ms
+                else "later than"
+            )
+            out.append(
+                f"Written together, the burst members reached the server {how} with each "
+                f"written in its own turn: p99 {ms(ours.burst.p99_ms)} against "
+                f"{ms(turns.burst.p99_ms)}."
+            )
     return out
 
 

@@ -42,6 +42,15 @@ class TrafficConfig(Section):
             "as fast, 2 half as fast; above 0."
         ),
     )
+    burst_writes: bool = Field(
+        default=True,
+        description=(
+            "Requests the trace sends at one offset (a burst) are written together, on "
+            "connections opened ahead, by the first of their senders to wake; false: each by "
+            "its own sender in turn, the last of a large burst leaving milliseconds late "
+            "(docs/records/replay-peers)."
+        ),
+    )
     length_buckets: BucketEdges = Field(
         default_factory=lambda: [512, 2048, 8192],
         description=(

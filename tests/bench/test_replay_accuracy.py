@@ -117,13 +117,14 @@ def test_levels_parse_and_bad_ones_are_named() -> None:
         parse_levels("64:2000:0")
 
 
-def _summary_json(p99_64: float) -> dict:
+def _summary_json(p99_64: float, burst_writes: bool | None = None) -> dict:
     level = {
         "streams": 64, "workers": 1, "users": 128, "n": 2000, "unmatched": 0, "p50_ms": 0.2,
         "p99_ms": p99_64, "max_ms": 9.0, "min_ms": -0.7, "mean_in_flight": 61.2,
         "peak_in_flight": 90, "stopped_by": "schedule_done", "load_generator_cpu": 0.4,
         "worker_cpu": {}, "worker_p50_ms": {}, "trace_s": 60.0,
         "absolute_p50_ms": 0.6, "absolute_p99_ms": 2.4,
+        "alone_p99_ms": 0.5, "burst_p99_ms": 3.5, "largest_burst": 40,
     }  # fmt: skip
     return {
         "method": "m",
@@ -132,6 +133,7 @@ def _summary_json(p99_64: float) -> dict:
         "burst_every_s": 4.0,
         "burst_share": 0.25,
         "users_per_stream": 2,
+        **({} if burst_writes is None else {"burst_writes": burst_writes}),
         "levels": [
             level,
             {
@@ -185,6 +187,33 @@ def test_each_workers_requests_get_their_own_p50() -> None:
     result = summarize(Level(2, 4, 2), errors, [], log, {"r0": 0, "r1": 1, "r2": 0, "r3": 1})
     assert result.worker_p50_ms == pytest.approx({"0": 0.1, "1": 3.1})
     assert summarize(Level(2, 4, 1), errors, [], log).worker_p50_ms == {}
+
+
+@pytest.mark.parametrize(
+    ("burst_writes", "words"),
+    [
+        (None, "written one after another"),  # a record from before the setting
+        (False, "written one after another"),
+        (True, "written together by the first of their senders"),
+    ],
+)
+def test_the_region_says_how_the_bursts_were_written(
+    tmp_path: Path, burst_writes: bool | None, words: str
+) -> None:
+    out = tmp_path / REPLAY_OUT
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(_summary_json(1.5, burst_writes)))
+    record = FigureRecord(
+        name="replay-accuracy",
+        date="2026-11-27T14:00:00Z",
+        machine=RecordMachine(cpu="AMD EPYC", cores=2),
+        command=MEASUREMENTS["replay-accuracy"].shown_command(),
+        remeasure="python -m bench.figures measure replay-accuracy",
+        provenance=Provenance(kind="measured", commit="abc1234"),
+        figures=replay_figures(Outcome(tmp_path, 100.0, "", 0.0)),
+    )
+    text = REGIONS["replay-accuracy"]({"replay-accuracy": record})
+    assert f"those in a burst (up to 40 at one offset, {words}): p99 3.50 ms." in text
 
 
 def test_bursts_and_lone_requests_get_their_own_p99() -> None:

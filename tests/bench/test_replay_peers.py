@@ -277,3 +277,27 @@ def test_the_installed_aiperf_reads_the_trace_file_as_its_mooncake_trace(tmp_pat
     assert [row[1] for row in rows] == pytest.approx([r.offset_s * 1000.0 for r in trace])
     assert [row[2][-1]["content"] for row in rows] == [r.messages[-1].content for r in trace]
     assert {row[3] for row in rows} == {OUTPUT_TOKENS}
+
+
+@pytest.mark.parametrize(
+    ("together", "in_turns", "words"),
+    [
+        (3.0, 17.5, "reached the server earlier than with each written in its own turn"),
+        (17.5, 3.0, "reached the server later than with each written in its own turn"),
+        (3.0, 3.0, "reached the server as late as with each written in its own turn"),
+    ],
+)
+def test_the_region_compares_the_burst_writer_with_turns_from_the_numbers(
+    tmp_path: Path, together: float, in_turns: float, words: str
+) -> None:
+    text = _region(
+        tmp_path,
+        [
+            _run("loadtest", 64, lone_p99=1.0, burst_p99=together),
+            _run("loadtest-turns", 64, lone_p99=1.0, burst_p99=in_turns),
+            _run("aiperf", 64, lone_p99=0.9, burst_p99=40.0),
+        ],
+    )
+    assert f"Written together, the burst members {words}: p99 {together:.2f} ms against" in text
+    # The load test in turns is not a peer: the best peer stays AIPerf.
+    assert "best peer's (AIPerf --fixed-schedule)" in text

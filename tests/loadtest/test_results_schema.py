@@ -56,7 +56,7 @@ def test_report_rebuilds_a_version_1_run_directory_and_keeps_its_cloudwatch_bloc
     (fake_run_dir / "summary.json").write_text(json.dumps(old, indent=1))
     assert main(["report", str(fake_run_dir)]) == 0
     rebuilt = json.loads((fake_run_dir / "summary.json").read_text())
-    assert rebuilt["schema_version"] == SCHEMA_VERSION == 14
+    assert rebuilt["schema_version"] == SCHEMA_VERSION == 15
     assert rebuilt["cloudwatch"] == {
         "published": True,
         "reason": None,

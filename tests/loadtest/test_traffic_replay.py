@@ -155,3 +155,51 @@ def test_the_open_loop_wait_connects_ahead_and_returns_at_its_moment() -> None:
     done = time.perf_counter()
     assert done >= moment and len(connected) == 1 and connected[0] < moment
     wait_until(time.perf_counter() - 1)  # a moment already past: no wait
+
+
+class _Send:
+    """A prepared send that notes who wrote it (loadtest.transport.PreparedSend's shape)."""
+
+    def __init__(self, log: list[tuple[str, str]], owner: str) -> None:
+        self.log, self.owner, self.sent = log, owner, None
+
+    def write(self) -> None:
+        import gevent
+
+        if self.sent is None:
+            self.sent = 1.0
+            self.log.append((gevent.getcurrent().name, self.owner))
+
+
+def test_a_burst_is_written_by_its_first_sender_in_one_loop() -> None:
+    """Five senders due at one instant, two more at a later one: the first sender of each
+    instant to wake writes every request due then, before any other sender of it runs; the
+    others find theirs written. The later instant's requests are not written early."""
+    import time
+
+    import gevent
+
+    from loadtest.open_loop import CONNECT_AHEAD_S, BurstGate, wait_until
+
+    gate, log = BurstGate(), []
+    found: dict[str, float | None] = {}
+    start = time.perf_counter()
+    first, later = start + 2 * CONNECT_AHEAD_S, start + 3 * CONNECT_AHEAD_S
+
+    def sender(name: str, moment: float) -> None:
+        send = _Send(log, name)
+        wait_until(moment, lambda: gate.enlist(moment, send))  # type: ignore[arg-type]
+        gate.release(moment)
+        found[name] = send.sent
+        log.append((name, "read"))
+
+    names = [(f"b{i}", first) for i in range(5)] + [(f"c{i}", later) for i in range(2)]
+    gevent.joinall([gevent.spawn(sender, n, m) for n, m in names])
+    writes = [(writer, owner) for writer, owner in log if owner != "read"]
+    burst = [w for w in writes if w[1].startswith("b")]
+    assert len({w for w, _ in burst}) == 1  # one sender wrote the whole burst...
+    assert sorted(owner for _, owner in burst) == [f"b{i}" for i in range(5)]  # each once
+    reads = [i for i, (_, what) in enumerate(log) if what == "read"]
+    assert log.index(burst[-1]) < reads[0]  # ...before any sender went on to read
+    assert all(found.values())
+    assert sorted(owner for _, owner in writes[5:]) == ["c0", "c1"]  # the later instant, later

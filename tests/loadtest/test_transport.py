@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.scripted_server import unused_loopback_url
-from loadtest.client import RequestParams, stream_request
+from loadtest.client import RequestParams, endpoint_url, request_body, stream_request
 from loadtest.records import RequestRecord
 from loadtest.transport import StreamSession, TransportError
 
@@ -219,6 +219,20 @@ def _wait_acknowledged(conn: socket.socket) -> None:
         time.sleep(0.001)
 
 
+def _stream_prepared(session: StreamSession, server: CannedServer) -> RequestRecord:
+    """One request prepared ahead (its connection opened, its bytes built), then sent."""
+    record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
+    params = RequestParams(model="m", max_tokens=1, timeout_s=5)
+    base = f"http://127.0.0.1:{server.port}"
+    body = request_body("hi", params)
+    prepared = session.prepare(endpoint_url(base, params.api), body, 5)
+    assert prepared is not None and prepared.sent is None
+    stream_request(session, base, "hi", params, record, body=body, prepared=prepared)
+    assert record.ok, record.error_detail
+    assert prepared.sent is not None and record.start == prepared.sent
+    return record
+
+
 def test_a_connection_opened_ahead_carries_the_send(canned) -> None:
     def handler(conn: socket.socket) -> None:
         while read_request(conn):
@@ -226,13 +240,65 @@ def test_a_connection_opened_ahead_carries_the_send(canned) -> None:
 
     server = canned(handler)
     with StreamSession() as session:
-        session.connect_ahead(server.url(), 5)
-        session.connect_ahead(server.url(), 5)  # one is open already: no second
-        session.connect_ahead("not a url", 5)  # ignored; post_stream reports bad URLs
-        _stream_once(session, server)
-        # The server accepts in order: had the send connected, its answer would follow a
+        assert session.prepare("not a url", b"{}", 5) is None  # post_stream reports bad URLs
+        _stream_prepared(session, server)
+        _stream_prepared(session, server)  # the kept connection, prepared again
+        # The server accepts in order: had a send connected, its answer would follow a
         # second accept.
         assert server.connections == 1
+    closed = unused_loopback_url()
+    with StreamSession() as session:  # nothing listens: left for the send to report
+        assert session.prepare(closed + "/v1/completions", b"{}", 5) is None
+
+
+def test_a_prepared_request_is_written_once_whoever_writes_it(canned) -> None:
+    requests: list[bytes] = []
+
+    def handler(conn: socket.socket) -> None:
+        while found := read_request(conn):
+            requests.append(found)
+            conn.sendall(CHUNKED + TOKEN_EVENT + DONE_EVENT + LAST_CHUNK)
+
+    server = canned(handler)
+    with StreamSession() as session:
+        params = RequestParams(model="m", max_tokens=1, timeout_s=5)
+        base = f"http://127.0.0.1:{server.port}"
+        body = request_body("hi", params)
+        prepared = session.prepare(endpoint_url(base, params.api), body, 5)
+        assert prepared is not None
+        prepared.write()  # as a burst's first sender would
+        written = prepared.sent
+        prepared.write()  # a second write does nothing
+        record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
+        stream_request(session, base, "hi", params, record, body=body, prepared=prepared)
+        assert record.ok and prepared.sent == written == record.start
+    assert len(requests) == 1
+
+
+def test_a_prepared_request_on_a_connection_the_server_closed_is_sent_again(canned) -> None:
+    prepared_now = threading.Event()
+
+    def handler(conn: socket.socket) -> None:
+        if not read_request(conn):
+            return
+        conn.sendall(CHUNKED + TOKEN_EVENT + DONE_EVENT + LAST_CHUNK)
+        prepared_now.wait(5)  # the client took this kept connection for its next send
+        # then the server closes it, unanswered, as a keep-alive timeout would
+
+    server = canned(handler)
+    with StreamSession() as session:
+        _stream_once(session, server)
+        params = RequestParams(model="m", max_tokens=1, timeout_s=5)
+        base = f"http://127.0.0.1:{server.port}"
+        body = request_body("hi", params)
+        prepared = session.prepare(endpoint_url(base, params.api), body, 5)
+        assert prepared is not None
+        prepared_now.set()
+        time.sleep(0.05)  # the close reaches us
+        record = RequestRecord(arm="baseline", index=0, prompt_id="p", prompt_class="c")
+        stream_request(session, base, "hi", params, record, body=body, prepared=prepared)
+        assert record.ok, record.error_detail
+    assert server.connections == 2  # sent again on a fresh connection
 
 
 @pytest.mark.parametrize("last_chunk", ["arrived", "in flight"])
