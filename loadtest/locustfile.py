@@ -63,7 +63,7 @@ from loadtest.distributed import (
     warmup_share,
     worker_share,
 )
-from loadtest.open_loop import BurstGate, wait_until
+from loadtest.open_loop import CONNECT_AHEAD_S, BurstGate, wait_until
 from loadtest.plan import API, RunPlan, build_plan
 from loadtest.prompts import ScheduleItem
 from loadtest.records import RequestRecord
@@ -146,8 +146,14 @@ class _RunState:
         self.open_window()
 
     def open_window(self) -> None:
-        self.window_start = time.perf_counter()
-        self.window_start_wall = time.time()
+        # An open loop prepares each request CONNECT_AHEAD_S before its arrival: its window
+        # starts that much after it opens, so a request at offset 0 (a trace's first, a burst
+        # at its start) is prepared like every other instead of waiting on its connection.
+        shape = self.plan.shape
+        open_loop = shape.request_rate is not None or shape.traffic_file is not None
+        lead = CONNECT_AHEAD_S if open_loop else 0.0
+        self.window_start = time.perf_counter() + lead
+        self.window_start_wall = time.time() + lead
         self.cpu_start = time.process_time()
         self.window_open.set()
 

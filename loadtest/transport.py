@@ -26,6 +26,7 @@ Proxies are not supported (the load test talks to in-cluster or loopback endpoin
 from __future__ import annotations
 
 import errno
+import os
 import platform
 import re
 import select
@@ -339,6 +340,21 @@ def _request_bytes(
     return (parts.scheme, parts.hostname, port), head.encode("latin-1") + body
 
 
+def _write_now(sock: socket.socket, data: bytes) -> None:
+    """``data`` onto ``sock`` with one write(2) on its descriptor where the kernel takes it
+    all at once (a request on a fresh or idle connection does): no Python loop around the
+    call, as gevent's ``sendall`` is, so a burst's writes follow each other closely. TLS
+    (the ssl module must encrypt) and what the kernel did not take go through ``sendall``."""
+    written = 0
+    if not isinstance(sock, ssl.SSLSocket):
+        try:
+            written = os.write(sock.fileno(), data)
+        except BlockingIOError:
+            written = 0
+    if written < len(data):
+        sock.sendall(data[written:])
+
+
 class PreparedSend:
     """A request built and its connection opened ahead of its send time (``StreamSession.
     prepare``): ``write`` is one ``sendall``, whoever calls it: its own user at its time, or
@@ -362,7 +378,7 @@ class PreparedSend:
             return
         self.sent = time.perf_counter()  # no byte of the response can arrive before this
         try:
-            self._sock.sendall(self._request)
+            _write_now(self._sock, self._request)
         except OSError:  # e.g. the server closed the idle connection under us
             self.sent, self.failed = None, True
             self._sock.close()
