@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from bench.figures.measure import MEASUREMENTS, REPLAY_OUT, Outcome, replay_figures
-from bench.figures.records import FigureRecord, Provenance, RecordMachine
+from bench.figures.records import (
+    FigureRecord,
+    Provenance,
+    RecordMachine,
+    ReplayAccuracyFigures,
+)
 from bench.figures.regions import REGIONS
 from bench.replay_accuracy import (
     SERVICE_S,
@@ -149,15 +154,8 @@ def _summary_json(p99_64: float, burst_writes: bool | None = None) -> dict:
     }
 
 
-@pytest.mark.parametrize(("p99", "word"), [(1.5, "met"), (2.5, "missed")])
-def test_the_record_and_region_say_whether_each_goal_was_met(
-    tmp_path: Path, p99: float, word: str
-) -> None:
-    out = tmp_path / REPLAY_OUT
-    out.parent.mkdir(parents=True)
-    out.write_text(json.dumps(_summary_json(p99)))
-    figures = replay_figures(Outcome(tmp_path, 100.0, "", 0.0))
-    assert figures.level(64).p99_ms == p99 and figures.level(256).workers == 2
+def _region(figures: ReplayAccuracyFigures) -> str:
+    """The rendered replay-accuracy region of a record holding ``figures``."""
     record = FigureRecord(
         name="replay-accuracy",
         date="2026-11-27T14:00:00Z",
@@ -167,7 +165,19 @@ def test_the_record_and_region_say_whether_each_goal_was_met(
         provenance=Provenance(kind="measured", commit="abc1234"),
         figures=figures,
     )
-    text = REGIONS["replay-accuracy"]({"replay-accuracy": record})
+    return REGIONS["replay-accuracy"]({"replay-accuracy": record})
+
+
+@pytest.mark.parametrize(("p99", "word"), [(1.5, "met"), (2.5, "missed")])
+def test_the_record_and_region_say_whether_each_goal_was_met(
+    tmp_path: Path, p99: float, word: str
+) -> None:
+    out = tmp_path / REPLAY_OUT
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(_summary_json(p99)))
+    figures = replay_figures(Outcome(tmp_path, 100.0, "", 0.0))
+    assert figures.level(64).p99_ms == p99 and figures.level(256).workers == 2
+    text = _region(figures)
     rows = [line for line in text.splitlines() if line.startswith("| 64 ")]
     assert len(rows) == 1 and f"<= 2 ms: {word}" in rows[0] and f"{p99:.2f}" in rows[0]
     assert "<= 5 ms: met" in text and "2 workers" in text
@@ -203,16 +213,7 @@ def test_the_region_says_how_the_bursts_were_written(
     out = tmp_path / REPLAY_OUT
     out.parent.mkdir(parents=True)
     out.write_text(json.dumps(_summary_json(1.5, burst_writes)))
-    record = FigureRecord(
-        name="replay-accuracy",
-        date="2026-11-27T14:00:00Z",
-        machine=RecordMachine(cpu="AMD EPYC", cores=2),
-        command=MEASUREMENTS["replay-accuracy"].shown_command(),
-        remeasure="python -m bench.figures measure replay-accuracy",
-        provenance=Provenance(kind="measured", commit="abc1234"),
-        figures=replay_figures(Outcome(tmp_path, 100.0, "", 0.0)),
-    )
-    text = REGIONS["replay-accuracy"]({"replay-accuracy": record})
+    text = _region(replay_figures(Outcome(tmp_path, 100.0, "", 0.0)))
     assert f"those in a burst (up to 40 at one offset, {words}): p99 3.50 ms." in text
 
 
