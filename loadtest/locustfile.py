@@ -145,6 +145,17 @@ class _RunState:
             runner.stats.reset_all()  # Locust's own stats exclude the warm-up too
         self.open_window()
 
+    def connect_early(self, session: Transport) -> None:
+        """An open loop's sender, waiting for the window: its connection opened now, so the
+        first requests (a trace's burst at offset 0: dozens of connects at one instant on
+        one process otherwise) only take it when they are prepared."""
+        shape = self.plan.shape
+        if isinstance(session, StreamSession) and (
+            shape.request_rate is not None or shape.traffic_file is not None
+        ):
+            url = endpoint_url(self.plan.base_url, self.plan.params.api)
+            session.keep_open(url, self.plan.params.timeout_s)
+
     def open_window(self) -> None:
         # An open loop prepares each request CONNECT_AHEAD_S before its arrival: its window
         # starts that much after it opens, so a request at offset 0 (a trace's first, a burst
@@ -639,6 +650,7 @@ class StreamingUser(User):
                 state.warmup_claimed = True
                 state.run_warmup(self.session)
             else:
+                state.connect_early(self.session)
                 state.window_open.wait()
         item = state.next_item()
         if item is None:

@@ -452,6 +452,18 @@ class StreamSession:
         sock.settimeout(timeout_s)
         return PreparedSend(self, key, sock, request)
 
+    def keep_open(self, url: str, timeout_s: float) -> None:
+        """Have an idle connection to ``url``'s origin ready for the next send (opened now
+        when none is). A replay's senders do this while they wait for the measured window,
+        so the trace's first requests, which no earlier request left a connection for, find
+        theirs open. A failure is left for the send to meet and report."""
+        try:
+            key, _ = _request_bytes(url, b"", None, "application/json")
+            sock = self._settled(key) or self._connect(key, timeout_s)
+        except TransportError:
+            return
+        self._keep(key, sock, None)
+
     def close(self) -> None:
         for sock, _ in self._idle.values():
             sock.close()

@@ -251,6 +251,20 @@ def test_a_connection_opened_ahead_carries_the_send(canned) -> None:
         assert session.prepare(closed + "/v1/completions", b"{}", 5) is None
 
 
+def test_a_connection_kept_open_ahead_carries_the_first_send(canned) -> None:
+    def handler(conn: socket.socket) -> None:
+        while read_request(conn):
+            conn.sendall(CHUNKED + TOKEN_EVENT + DONE_EVENT + LAST_CHUNK)
+
+    server = canned(handler)
+    with StreamSession() as session:
+        session.keep_open(server.url(), 5)
+        session.keep_open(server.url(), 5)  # one is open already: no second
+        session.keep_open("not a url", 5)  # ignored; the send reports bad URLs
+        _stream_prepared(session, server)
+        assert server.connections == 1  # the send's prepare took the kept connection
+
+
 def test_a_prepared_request_is_written_once_whoever_writes_it(canned) -> None:
     requests: list[bytes] = []
 
