@@ -149,10 +149,7 @@ class _RunState:
         """An open loop's sender, waiting for the window: its connection opened now, so the
         first requests (a trace's burst at offset 0: dozens of connects at one instant on
         one process otherwise) only take it when they are prepared."""
-        shape = self.plan.shape
-        if isinstance(session, StreamSession) and (
-            shape.request_rate is not None or shape.traffic_file is not None
-        ):
+        if isinstance(session, StreamSession) and self.plan.shape.open_loop:
             url = endpoint_url(self.plan.base_url, self.plan.params.api)
             session.keep_open(url, self.plan.params.timeout_s)
 
@@ -160,9 +157,7 @@ class _RunState:
         # An open loop prepares each request CONNECT_AHEAD_S before its arrival: its window
         # starts that much after it opens, so a request at offset 0 (a trace's first, a burst
         # at its start) is prepared like every other instead of waiting on its connection.
-        shape = self.plan.shape
-        open_loop = shape.request_rate is not None or shape.traffic_file is not None
-        lead = CONNECT_AHEAD_S if open_loop else 0.0
+        lead = CONNECT_AHEAD_S if self.plan.shape.open_loop else 0.0
         self.window_start = time.perf_counter() + lead
         self.window_start_wall = time.time() + lead
         self.cpu_start = time.process_time()

@@ -52,6 +52,11 @@ class LoadShape:
     time_scale: float | None = None
     burst_writes: bool = False  # a trace's requests due at one instant written together
 
+    @property
+    def open_loop(self) -> bool:
+        """Requests leave at their arrival times (Poisson or a trace), not as others end."""
+        return self.request_rate is not None or self.traffic_file is not None
+
 
 @dataclass
 class RunPlan:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httptools
 
@@ -323,12 +323,7 @@ def _request_bytes(
     url: str, body: bytes, headers: Mapping[str, str] | None, content_type: str
 ) -> tuple[tuple[str, str, int], bytes]:
     """(origin key, the whole HTTP/1.1 request) of a POST of ``body`` to ``url``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TransportError(
-            TransportError.CONNECT, f"{url!r} is not an http(s) URL: use http://HOST:PORT"
-        )
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    parts = _parts(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {parts.netloc.rsplit('@', 1)[-1]}\r\n"
@@ -337,7 +332,22 @@ def _request_bytes(
         + "".join(_header_line(name, value) for name, value in (headers or {}).items())
         + "\r\n"
     )
-    return (parts.scheme, parts.hostname, port), head.encode("latin-1") + body
+    return _origin(parts), head.encode("latin-1") + body
+
+
+def _parts(url: str) -> SplitResult:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TransportError(
+            TransportError.CONNECT, f"{url!r} is not an http(s) URL: use http://HOST:PORT"
+        )
+    return parts
+
+
+def _origin(parts: SplitResult) -> tuple[str, str, int]:
+    """(scheme, host, port): the key of an origin's connection."""
+    assert parts.hostname is not None  # _parts refuses a URL without one
+    return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def _write_now(sock: socket.socket, data: bytes) -> None:
@@ -446,7 +456,7 @@ class StreamSession:
         that again at the send and reports it."""
         try:
             key, request = _request_bytes(url, body, headers, content_type)
-            sock = self._settled(key) or self._connect(key, timeout_s)
+            sock = self._ready(key, timeout_s)
         except TransportError:
             return None
         sock.settimeout(timeout_s)
@@ -458,11 +468,15 @@ class StreamSession:
         so the trace's first requests, which no earlier request left a connection for, find
         theirs open. A failure is left for the send to meet and report."""
         try:
-            key, _ = _request_bytes(url, b"", None, "application/json")
-            sock = self._settled(key) or self._connect(key, timeout_s)
+            key = _origin(_parts(url))
+            sock = self._ready(key, timeout_s)
         except TransportError:
             return
         self._keep(key, sock, None)
+
+    def _ready(self, key: tuple[str, str, int], timeout_s: float) -> socket.socket:
+        """The origin's idle connection if it can carry a request now, else a new one."""
+        return self._settled(key) or self._connect(key, timeout_s)
 
     def close(self) -> None:
         for sock, _ in self._idle.values():
