@@ -22,8 +22,8 @@ fast scrape (1 s), evaluation (2 s), window (16 s) and pending time (4 s). In or
 
 Each fault is also judged by the cluster's rollback analysis itself (local_run/guardrails.py
 ``LiveAnalysis``: the rendered AnalysisTemplate's queries against the local Prometheus with
-Argo's semantics, guardrails/argo.py), started a window before the fault so its initial delay
-has passed: seconds until it aborts. Healthy runs report what it decided (no abort).
+Argo's semantics, guardrails/argo.py), started before the fault and past its first
+measurement: seconds until it aborts. Healthy runs report what it decided (no abort).
 
 Every request is sent as the load test sends it (temperature 0, ``ignore_eos``, MAX_TOKENS).
 Writes JSON (``--out``): tests/local_run/test_guardrails_drill.py runs the same drill once
@@ -46,6 +46,7 @@ from pathlib import Path
 from experiment import build_config
 from experiment.config import Arm, ExperimentConfig
 from experiment.loading import PROJECT_ROOT, context_from_pairs
+from guardrails.analysis import first_measurement_s
 from guardrails.argo import Outcome
 from loadtest.client import RequestParams, stream_request
 from loadtest.processes import stop_groups
@@ -174,10 +175,12 @@ def _abort_time(analysis: LiveAnalysis, since: float, limit_s: float) -> float |
 
 
 def _armed(prom: LocalPrometheus) -> LiveAnalysis:
-    """An analysis started now, past its initial delay (one window) before it returns: the
-    fault that follows is measured from a running analysis, as on a canary that lives."""
+    """An analysis started now, past its first measurement before it returns: the fault that
+    follows is measured from a running analysis, as on a canary that lives. The drill arms one
+    right after its drifted mix, so that measurement must see only what came after the start
+    (guardrails/analysis.py first_measurement_s)."""
     analysis = LiveAnalysis(prom)
-    outcome: Outcome = analysis.run_for(WINDOW_S + 1)
+    outcome: Outcome = analysis.run_for(first_measurement_s(prom.config) + 1)
     assert not outcome.aborts, f"the analysis aborted on healthy traffic: {outcome}"
     return analysis
 
@@ -227,7 +230,7 @@ def run_drill(
 ) -> DrillResult:
     """``healthy_s``, ``late_start_s``: how long a healthy run and the restarted server are
     analysed (the record's three windows; the test suite's drill takes two of each: the
-    analysis' initial delay of one window, then a window of measurements)."""
+    analysis' initial delay, a window and an evaluation interval, then its measurements)."""
     config = drill_config(work_dir / "runs")
     host = Machine.at_start()
     pair = ensure_models(config.local)

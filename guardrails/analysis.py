@@ -60,6 +60,18 @@ def live_checks(config: ExperimentConfig, generation: Generation | None = None) 
     return checks
 
 
+def first_measurement_s(config: ExperimentConfig) -> int:
+    """Seconds from the analysis run's start to its first measurement: a window, so every rate
+    covers the available canary only (not the minutes its route fell back while it started),
+    plus an evaluation interval, because a measurement reads the *last* evaluation, up to one
+    interval old, whose window reaches that much further back. With one window only, the first
+    measurement could still see what the arm served before the run: on the drill's real
+    Prometheus, a drifted mix that ended as the run started still fired its floor alert 16 s
+    (one window) later, since the drifted seconds carry most of the window's draft tokens."""
+    live = config.guardrails.live
+    return live.window_s + live.evaluation_interval_s
+
+
 def live_metric(config: ExperimentConfig, check: LiveCheck, address: str) -> dict[str, Any]:
     live = config.guardrails.live
     # Field names: the vendored AnalysisTemplate CRD (charts/crds/analysis-template-crd.yaml,
@@ -69,10 +81,8 @@ def live_metric(config: ExperimentConfig, check: LiveCheck, address: str) -> dic
     return {
         "name": check.name,
         "interval": f"{live.evaluation_interval_s}s",
-        # The first measurement one window after the run starts (analysis/analysis.go
-        # generateMetricTasks: initialDelay from the run's start): every rate then covers the
-        # available canary only, not the minutes its route fell back while it was starting.
-        "initialDelay": f"{live.window_s}s",
+        # analysis/analysis.go generateMetricTasks: initialDelay from the run's start.
+        "initialDelay": f"{first_measurement_s(config)}s",
         "successCondition": LIVE_SUCCESS,
         "failureCondition": LIVE_FAILURE,
         # Argo fails the metric when its failed measurements *exceed* failureLimit, counted

@@ -11,8 +11,17 @@ import pytest
 
 from charts.rollout import analysis_template, rollout
 from experiment import build_config
+from experiment.config import Arm
+from guardrails.analysis import first_measurement_s
 from guardrails.argo import Phase
-from guardrails.lifecycle import Result, Timeline, as_rendered_before, evaluate, timelines
+from guardrails.lifecycle import (
+    PodState,
+    Result,
+    Timeline,
+    as_rendered_before,
+    evaluate,
+    timelines,
+)
 
 pytestmark = pytest.mark.process  # runs promtool
 
@@ -63,7 +72,7 @@ def test_queries_that_cannot_be_signed_error_the_run_and_abort() -> None:
         == f"consecutiveErrors ({limit + 1}) > consecutiveErrorLimit ({limit})"
     )
     start = TIMELINES["no credentials"].analysis_start_s
-    delay = CONFIG.guardrails.live.window_s  # the metrics' initialDelay
+    delay = first_measurement_s(CONFIG)  # the metrics' initialDelay
     assert result.outcome.at_s == start + delay + 10 * limit
 
 
@@ -79,3 +88,55 @@ def test_the_analysis_as_rendered_before_aborted_a_first_deploy_at_its_start() -
         result = evaluate(CONFIG, first, template)
         assert result.aborted, "a first deploy analysed from its first step must abort"
         assert result.outcome.at_s is not None and result.outcome.at_s < 3600
+
+
+def test_the_first_measurement_judges_only_what_was_served_after_the_run_started() -> None:
+    """The speculative arm drafted nothing (a mislabelled mix) until the analysis run started,
+    then healthily. A measurement reads the rules' last evaluation, up to one interval old: with
+    an initialDelay of one window (as rendered before), the first measurement judged the window
+    before the run and aborted; a window plus an evaluation interval holds. A window as short as
+    the evaluation interval (valid) and a start just before an evaluation make the old reach
+    the whole window."""
+    config = build_config(
+        {
+            "experiment.serving.profile": "new-deployment",
+            "experiment.guardrails.live.window_s": "60",
+        }
+    )
+    live = config.guardrails.live
+    assert live.window_s == live.evaluation_interval_s == 60 and live.scrape_interval_s == 30
+    start = 11 * 60 - 1  # one second before an evaluation; the scrape after it is still drifted
+
+    def pods(t: float) -> dict[str, tuple[Arm, PodState]]:
+        return {
+            "baseline-0:8000": (Arm.BASELINE, PodState("serving")),
+            "speculative-0:8000": (
+                Arm.SPECULATIVE,
+                PodState("serving", 0.0 if t <= start + 1 else 0.75),
+            ),
+        }
+
+    timeline = Timeline(
+        "served before the run",
+        "healthy",
+        "acceptance 0 until the run starts, 0.75 after",
+        start + 1800,
+        start,
+        pods,
+        probe_runs=[(t, 1.0, 0.8) for t in range(0, start + 1800, 900)],
+    )
+    template = analysis_template(config, URL)
+    held = evaluate(config, timeline, template)
+    assert not held.aborted, held.as_record()
+    one_window = {
+        **template,
+        "spec": {
+            "metrics": [
+                {**metric, "initialDelay": f"{live.window_s}s"}
+                for metric in template["spec"]["metrics"]
+            ]
+        },
+    }
+    before = evaluate(config, timeline, one_window)
+    assert before.aborted and before.outcome.at_s == start + live.window_s, before.as_record()
+    assert before.outcome.metric is not None and "acceptance" in before.outcome.metric
