@@ -54,11 +54,13 @@ QUICK_K = (1, 3)
 
 
 def candidate_names(config: ExperimentConfig) -> list[str]:
-    """The sweep's candidates by name, drafter by drafter (tuning.drafters): every draft of
-    local.generator.drafts for draft-model, the head (EAGLE3_CANDIDATE) for eagle3."""
+    """The sweep's candidates by name, drafter by drafter (tuning.drafters): the drafts of
+    tuning.local_drafts (null: every entry of local.generator.drafts) for draft-model, the
+    head (EAGLE3_CANDIDATE) for eagle3."""
     names: list[str] = []
     for drafter in config.tuning.drafters:
-        names += sorted(config.local.generator.drafts) if drafter == "draft-model" else []
+        drafts = config.tuning.local_drafts or config.local.generator.drafts
+        names += sorted(drafts) if drafter == "draft-model" else []
         names += [EAGLE3_CANDIDATE] if drafter == "eagle3" else []
     return names
 

@@ -11,6 +11,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from experiment.config import upstreams as calendar_table
 from experiment.config.base import EKS_APP, Arm, Section, apply_rule, error_at
 from experiment.config.cluster import ClusterConfig
+from experiment.config.cross_section import cross_section_problems
 from experiment.config.deploy_pins import PIN_ERROR, PIN_NOTES, pin_problems
 from experiment.config.guardrails import GuardrailConfig
 from experiment.config.loadtest import LoadTestConfig
@@ -262,10 +263,9 @@ class ExperimentConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _predicted_speedups_fit_the_schedule(self) -> ExperimentConfig:
-        problem = self.guardrails.live.speedups_problem(self.serving.speculation_schedule)
-        if problem:
-            raise error_at(("guardrails", "live", "schedule_predicted_speedups"), problem)
+    def _sections_agree(self) -> ExperimentConfig:
+        for loc, problem in cross_section_problems(self):
+            raise error_at(loc, problem)
         return self
 
     @model_validator(mode="after")

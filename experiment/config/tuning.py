@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -38,6 +39,13 @@ class TuningConfig(Section):
         description=(
             "Local drafters the sweep compares: draft-model (every local.generator.drafts "
             "entry) and/or eagle3 (the head of local.eagle3); distinct, one or more."
+        ),
+    )
+    local_drafts: list[str] | None = Field(
+        default=None,
+        description=(
+            "Which local.generator.drafts entries the local sweep measures when drafters "
+            "include draft-model, distinct, one or more; null: every entry."
         ),
     )
     fit_k: list[int] = Field(
@@ -146,6 +154,20 @@ class TuningConfig(Section):
                 "[draft-model, eagle3]"
             )
         return self
+
+    def local_drafts_problem(self, drafts: Collection[str]) -> str | None:
+        """What is wrong with local_drafts against local.generator.drafts (None: nothing);
+        ExperimentConfig reports it, since it reads both sections."""
+        chosen = self.local_drafts
+        if chosen is None:
+            return None
+        unknown = sorted(set(chosen) - set(drafts))
+        if not chosen or len(set(chosen)) != len(chosen) or unknown:
+            return (
+                f"tuning.local_drafts {chosen}: name one or more distinct entries of "
+                f"local.generator.drafts {sorted(drafts)}, or null for all of them"
+            )
+        return None
 
     @model_validator(mode="after")
     def _concurrency_levels_positive(self) -> TuningConfig:

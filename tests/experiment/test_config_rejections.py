@@ -254,6 +254,15 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         ["tuning.drafters=[eagle3, eagle3]"],
         r"tuning\.drafters \['eagle3', 'eagle3'\]: name one or more distinct drafters",
     ),
+    "tuning-local-draft-unknown": (
+        ["tuning.local_drafts=[huge]"],
+        r"tuning\.local_drafts \['huge'\]: name one or more distinct entries of "
+        r"local\.generator\.drafts \['large', 'small'\]",
+    ),
+    "tuning-local-drafts-empty": (
+        ["tuning.local_drafts=[]"],
+        r"tuning\.local_drafts \[\]: name one or more distinct entries",
+    ),
     "tuning-drafter-unknown": (
         ["tuning.drafters=[medusa]"],
         r"tuning\.drafters\.0: Input should be 'draft-model' or 'eagle3'",

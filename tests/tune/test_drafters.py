@@ -167,6 +167,13 @@ def test_the_local_sweep_plans_and_serves_every_drafter(tmp_path: Path) -> None:
     assert "--speculative-config" not in baseline
 
 
+def test_tuning_local_drafts_chooses_which_draft_models_the_sweep_measures() -> None:
+    one = build_config({**BOTH, "experiment.tuning.local_drafts": "[large]"})
+    assert candidate_names(one) == ["large", "eagle3"]
+    plan = local_plan(one, candidate_names(one), prompts=16, quick=False)
+    assert {s.draft for s, _, _ in plan.runs} == {None, "large", "eagle3", "(recommended)"}
+
+
 def test_cli_plan_only_lists_the_head(capsys: pytest.CaptureFixture[str]) -> None:
     from tune.__main__ import main
 

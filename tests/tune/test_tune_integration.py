@@ -1,13 +1,13 @@
 """Integration tier: one tiny sweep on real vLLM (CPU) servers of the local miniature, shared
 by the tests below (a sweep is several server starts; each test reads a different part of it).
 
-Quick mode with both drafters: the baseline at concurrency 1 and 2, every local draft and the
-EAGLE3 head at k=1 and k=3 (the fit), the recommended setting again at concurrency 2; 16
-output tokens, one request per prompt. Checks that every piece is real: servers started and
-stopped, counters read per class, the model fitted from them, predictions made, outputs
-written; that the head is served as an EAGLE3 drafter, its acceptance per position comes from
-vLLM's counters, its step cost is measured, and every class gets a drafter with a measured
-margin over the other drafter.
+Quick mode with both drafters: the baseline at concurrency 1 and 2, the small draft
+(tuning.local_drafts) and the EAGLE3 head at k=1 and k=3 (the fit), the recommended setting
+again at concurrency 2; 16 output tokens, one request per prompt. Checks that every piece is
+real: servers started and stopped, counters read per class, the model fitted from them,
+predictions made, outputs written; that the head is served as an EAGLE3 drafter, its
+acceptance per position comes from vLLM's counters, its step cost is measured, and every class
+gets a drafter with a measured margin over the other drafter.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
         {
             "experiment.tuning.port": PORT,
             "experiment.tuning.drafters": "[draft-model, eagle3]",
+            # One draft model against the head: a second draft model would add its generation
+            # and two server starts (about 3 min of a clean clone's CI) and nothing the head
+            # does not already check (tests/tune/test_drafters.py compares several drafts).
+            "experiment.tuning.local_drafts": "[small]",
             "experiment.tuning.concurrency": "[1, 2]",
             "experiment.tuning.budget_s": 540,  # under the 600 s timeout
         }
@@ -70,7 +74,8 @@ def test_the_sweep_stops_every_server_and_prints_its_plan_first(sweep: Sweep) ->
 def test_quick_sweep_on_real_vllm(sweep: Sweep) -> None:
     config, result, tmp_path = sweep.config, sweep.result, sweep.out
     measured = {(r.setting.label, r.concurrency) for r in result.runs}
-    drafts = sorted(config.local.generator.drafts)
+    drafts = sorted(config.tuning.local_drafts or [])
+    assert drafts == ["small"]
     assert {("baseline", 1), ("baseline", 2)} <= measured
     for draft in drafts:
         assert {(f"{draft} k=1", 1), (f"{draft} k=3", 1)} <= measured
@@ -140,7 +145,7 @@ def test_drafter_sweep_on_real_vllm(sweep: Sweep) -> None:
     config, result = sweep.config, sweep.result
     head_log = (sweep.out / "servers" / "eagle3-k3.log").read_text()
     assert '"method":"eagle3"' in head_log.splitlines()[0]  # the recorded command line
-    candidates = [*sorted(config.local.generator.drafts), EAGLE3_CANDIDATE]
+    candidates = [*sorted(config.tuning.local_drafts or []), EAGLE3_CANDIDATE]
     measured = {(r.setting.label, r.concurrency) for r in result.runs}
     assert {(f"{d} k={k}", 1) for d in candidates for k in (1, 3)} <= measured
     for run in result.runs:
