@@ -259,6 +259,10 @@ BAD_CONFIGS: dict[str, tuple[list[str], str]] = {
         r"tuning\.local_drafts \['huge'\]: name one or more distinct entries of "
         r"local\.generator\.drafts \['large', 'small'\]",
     ),
+    "tuning-local-draft-repeated": (
+        ["tuning.local_drafts=[small, small]"],
+        r"tuning\.local_drafts \['small', 'small'\]: name one or more distinct entries",
+    ),
     "tuning-local-drafts-empty": (
         ["tuning.local_drafts=[]"],
         r"tuning\.local_drafts \[\]: name one or more distinct entries",
