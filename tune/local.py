@@ -57,10 +57,10 @@ def candidate_names(config: ExperimentConfig) -> list[str]:
     """The sweep's candidates by name, drafter by drafter (tuning.drafters): the drafts of
     tuning.local_drafts (null: every entry of local.generator.drafts) for draft-model, the
     head (EAGLE3_CANDIDATE) for eagle3."""
+    drafts = sorted(config.tuning.local_drafts or config.local.generator.drafts)
     names: list[str] = []
     for drafter in config.tuning.drafters:
-        drafts = config.tuning.local_drafts or config.local.generator.drafts
-        names += sorted(drafts) if drafter == "draft-model" else []
+        names += drafts if drafter == "draft-model" else []
         names += [EAGLE3_CANDIDATE] if drafter == "eagle3" else []
     return names
 
